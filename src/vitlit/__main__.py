@@ -1,0 +1,3 @@
+from vitlit.cli import main
+
+main()

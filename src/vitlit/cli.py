@@ -1,0 +1,100 @@
+"""The command line: ``python -m vitlit {fit,validate,test,predict} --config configs/<recipe>.yaml [--key value ...]``.
+
+Everything is LightningCLI: the model is `vitlit.ViTClassifier`, the data module any subclass of
+`vitlit.data.ImageClassificationDataModule` (``--data CIFARDataModule`` or ``--data ImageFolderDataModule``), and
+the Trainer with its callbacks comes from the YAML. Example::
+
+    python -m vitlit fit --config configs/cifar10_vit_tiny.yaml --trainer.max_epochs 5 --data.batch_size 256
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from vitlit.data import ImageClassificationDataModule
+from vitlit.errors import ConfigError
+from vitlit.model import ViTClassifier
+
+PROG = "vitlit"
+# Lines of jsonargparse's nested Union report that repeat what the first error already says.
+_NOISE = (
+    "Does not validate against any of the Union",
+    "Subtypes:",
+    "Errors:",
+    "- Expected a <class 'NoneType'>",
+    "Given value type:",
+    "Given value:",
+)
+
+
+def _one_line(message: str) -> str:
+    """Condense jsonargparse's multi-line report (bad key, wrong type) into one line naming key and value."""
+    lines = (line.strip().removeprefix("- ") for line in message.splitlines())
+    return " ".join(line for line in lines if line and not line.startswith(_NOISE))
+
+
+def _user_error(err: BaseException | None) -> BaseException | None:
+    """Return the ConfigError (or Lightning misconfiguration) behind ``err``, however deeply it was wrapped."""
+    while err is not None:
+        if isinstance(err, (ConfigError, MisconfigurationException)):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _exit(message: str) -> NoReturn:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+class VitLitArgumentParser(LightningArgumentParser):
+    """LightningCLI's parser, reporting a bad option in one line instead of the full usage text."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        cause = _user_error(ex)
+        _exit(f"{cause if cause is not None else _one_line(message)} (`{PROG} <subcommand> --help` lists the options)")
+
+
+class VitLitCLI(LightningCLI):
+    """LightningCLI with the data-to-model links that keep class count and image size in one place."""
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        # The data decides what it delivers; the model adapts (its --model.num_classes/img_size flags disappear).
+        parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
+        parser.link_arguments("data.img_size", "model.img_size", apply_on="instantiate")
+
+
+def main(args: Sequence[str] | None = None) -> VitLitCLI:
+    """Run the vitlit command line; the single entry of ``python -m vitlit``, ``vitlit``, the tests and notebooks.
+
+    Args:
+        args: Command-line arguments without the program name; ``None`` reads ``sys.argv``.
+
+    Returns:
+        The CLI object, whose ``trainer``, ``model`` and ``datamodule`` hold the finished run.
+
+    Raises:
+        SystemExit: With status 2 and a one-line message on a user error (bad option, value, path or checkpoint).
+    """
+    try:
+        return VitLitCLI(
+            ViTClassifier,
+            ImageClassificationDataModule,
+            subclass_mode_data=True,
+            # The model injects its own optimizer and step-interval scheduler; an automatic --optimizer would
+            # silently replace them.
+            auto_configure_optimizers=False,
+            parser_class=VitLitArgumentParser,
+            parser_kwargs={"prog": PROG},
+            args=None if args is None else list(args),
+        )
+    except Exception as err:
+        cause = _user_error(err)
+        if cause is None:
+            raise
+        _exit(str(cause))

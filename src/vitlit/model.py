@@ -1,0 +1,181 @@
+"""ViTClassifier: any timm Vision Transformer with its loss, metrics, optimizer and learning-rate schedule."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import timm
+import torch
+from lightning.pytorch import LightningModule
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from torch import nn
+from torchmetrics import MetricCollection
+from torchmetrics.classification import MulticlassAccuracy
+
+from vitlit.errors import ConfigError
+from vitlit.optim import WarmupCosineLR, weight_decay_param_groups
+
+# Hyperparameters that fix the shape of the weights: a checkpoint only fits a model with the same values.
+_ARCHITECTURE_KEYS = ("model_name", "num_classes", "img_size", "patch_size")
+
+
+class ViTClassifier(LightningModule):
+    """Image classification with a timm Vision Transformer.
+
+    ``num_classes`` and ``img_size`` are linked from the data module by the CLI, so they are never typed twice.
+    Any ViT-family model of timm works (``timm.list_models("*vit*")``); ``patch_size`` and ``img_size`` adapt it to
+    small images, e.g. ``vit_small_patch16_224`` with ``patch_size: 4`` at 32 px gives 64 tokens.
+
+    Args:
+        model_name: timm model name, e.g. ``vit_tiny_patch16_224`` or ``vit_base_patch16_224.augreg_in21k``.
+        num_classes: Number of classes (linked from ``data.num_classes``).
+        img_size: Input image side in pixels (linked from ``data.img_size``); must be divisible by the patch size.
+        patch_size: Patch side in pixels; ``None`` keeps the model's own (16 for ``*_patch16_*``). With pretrained
+            weights timm resamples the patch embedding and the position embedding to the new sizes.
+        drop_path_rate: Stochastic-depth rate of the last block (linearly increasing from 0 over the blocks).
+        drop_rate: Dropout before the classifier head.
+        pretrained: Start from timm's pretrained weights (downloaded from the Hugging Face hub and cached).
+        pretrained_file: Start from weights in a local file (``.pth``/``.bin``/``.safetensors`` state dict of the
+            timm model) instead of the hub; for offline machines. Loaded with ``weights_only`` semantics.
+        grad_checkpointing: Recompute block activations in the backward pass: about 30% slower, far less memory.
+        label_smoothing: Label smoothing of the cross-entropy loss (0.1 in the reference ViT recipes).
+        optimizer: Optimizer factory, called with the parameter groups (no weight decay on biases, norms,
+            position embedding and class token). Default AdamW(lr=5e-4, weight_decay=0.05).
+        scheduler: Learning-rate scheduler factory, stepped after every optimizer step. A scheduler with a
+            ``total_steps`` attribute left at ``None`` gets the run's optimizer-step count. Default: 500 warmup steps,
+            then cosine to 1% of the peak.
+    """
+
+    def __init__(
+        self,
+        model_name: str = "vit_tiny_patch16_224",
+        num_classes: int = 10,
+        img_size: int = 224,
+        patch_size: int | None = None,
+        drop_path_rate: float = 0.1,
+        drop_rate: float = 0.0,
+        pretrained: bool = False,
+        pretrained_file: str | None = None,
+        grad_checkpointing: bool = False,
+        label_smoothing: float = 0.1,
+        optimizer: OptimizerCallable = lambda params: torch.optim.AdamW(params, lr=5e-4, weight_decay=0.05),
+        scheduler: LRSchedulerCallable = lambda optimizer: WarmupCosineLR(optimizer, warmup_steps=500),
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.net = self._create_net()
+        if grad_checkpointing:
+            self.net.set_grad_checkpointing(True)
+        self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        # average="micro" is plain accuracy; torchmetrics' default ("macro") would average per-class recalls.
+        top1 = MulticlassAccuracy(num_classes, top_k=1, average="micro")
+        top5 = MulticlassAccuracy(num_classes, top_k=min(5, num_classes), average="micro")
+        self.train_metrics = MetricCollection({"acc": top1.clone()}, prefix="train/")
+        self.val_metrics = MetricCollection({"acc": top1.clone(), "acc_top5": top5.clone()}, prefix="val/")
+        self.test_metrics = self.val_metrics.clone(prefix="test/")
+
+    def _create_net(self) -> nn.Module:
+        """Check the architecture options, then build the timm model (loading pretrained weights if asked)."""
+        hp = self.hparams
+        if not timm.is_model(hp.model_name):
+            raise ConfigError(
+                f"model_name={hp.model_name!r} is not a timm model; pick one of timm.list_models('*vit*'), "
+                f"e.g. vit_tiny_patch16_224."
+            )
+        for name in ("num_classes", "img_size"):
+            if hp[name] < 1:
+                raise ConfigError(f"{name}={hp[name]} must be positive.")
+        if not 0.0 <= hp.label_smoothing < 1.0:
+            raise ConfigError(f"label_smoothing={hp.label_smoothing} is outside [0, 1); 0.1 is the usual value.")
+        kwargs: dict[str, Any] = {
+            "num_classes": hp.num_classes,
+            "img_size": hp.img_size,
+            "drop_path_rate": hp.drop_path_rate,
+            "drop_rate": hp.drop_rate,
+        }
+        if hp.patch_size is not None:
+            kwargs["patch_size"] = hp.patch_size
+        # Build once on the meta device (no memory, no download) to validate the geometry before any real work.
+        try:
+            with torch.device("meta"):
+                probe = timm.create_model(hp.model_name, pretrained=False, **kwargs)
+        except TypeError as err:
+            raise ConfigError(
+                f"model_name={hp.model_name!r} does not take img_size/patch_size ({err}); ViTClassifier needs a "
+                f"Vision Transformer such as vit_tiny_patch16_224."
+            ) from None
+        patch = getattr(getattr(probe, "patch_embed", None), "patch_size", None)
+        patch = patch[0] if isinstance(patch, tuple) else patch
+        if patch and hp.img_size % patch:
+            raise ConfigError(
+                f"img_size={hp.img_size} is not divisible by the patch size {patch} of {hp.model_name}; "
+                f"change --data.img_size or --model.patch_size."
+            )
+        pretrained = hp.pretrained or hp.pretrained_file is not None
+        if hp.pretrained_file is not None:
+            path = Path(hp.pretrained_file).expanduser()
+            if not path.is_file():
+                raise ConfigError(
+                    f"pretrained_file={hp.pretrained_file!r} does not exist; give the path of a weights file."
+                )
+            kwargs["pretrained_cfg_overlay"] = {"file": str(path)}
+        return timm.create_model(hp.model_name, pretrained=pretrained, **kwargs)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Return class logits of shape (batch, num_classes) for images of shape (batch, 3, img_size, img_size)."""
+        return self.net(images)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        images, targets = batch
+        logits = self(images)
+        loss = self.criterion(logits, targets)
+        self.train_metrics.update(logits.detach(), targets)
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(images))
+        self.log_dict(self.train_metrics, on_step=False, on_epoch=True, batch_size=len(images))
+        return loss
+
+    def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str, metrics: MetricCollection) -> None:
+        images, targets = batch
+        logits = self(images)
+        self.log(f"{stage}/loss", self.criterion(logits, targets), prog_bar=stage == "val", batch_size=len(images))
+        metrics.update(logits, targets)
+        self.log_dict(metrics, prog_bar=stage == "val", batch_size=len(images))
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "val", self.val_metrics)
+
+    def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "test", self.test_metrics)
+
+    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        """Return class probabilities (softmax of the logits), shape (batch, num_classes)."""
+        images = batch[0] if isinstance(batch, (list, tuple)) else batch
+        return self(images).softmax(dim=-1)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        no_decay = getattr(self.net, "no_weight_decay", set)()  # timm: pos_embed, cls_token, ...
+        optimizer = self.optimizer_factory(weight_decay_param_groups(self.net, skip=no_decay))
+        scheduler = self.scheduler_factory(optimizer)
+        if getattr(scheduler, "total_steps", 0) is None:
+            total = self.trainer.estimated_stepping_batches
+            if math.isinf(total):
+                raise ConfigError(
+                    "the learning-rate schedule needs the run's length, but max_epochs and max_steps are unbounded; "
+                    "set --trainer.max_epochs or --trainer.max_steps."
+                )
+            scheduler.total_steps = int(total)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Refuse a checkpoint whose architecture differs, with the reason, before any weights are copied."""
+        saved = checkpoint.get("hyper_parameters", {})
+        for key in _ARCHITECTURE_KEYS:
+            if key in saved and saved[key] != self.hparams[key]:
+                raise ConfigError(
+                    f"the checkpoint was trained with {key}={saved[key]!r} but this run has "
+                    f"{key}={self.hparams[key]!r}; use the data and model options of the run that wrote it (its config.yaml)."
+                )

@@ -1,0 +1,200 @@
+"""End-to-end runs through ``vitlit.cli.main``: every subcommand, both data modules, every recipe, real learning."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import CONFIGS, CPU, ROOT, TINY_MODEL, cifar_args, run_cli
+
+TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
+
+
+def _metrics(cli, *names: str) -> dict[str, float]:
+    return {name: float(cli.trainer.callback_metrics[name]) for name in names}
+
+
+def test_fit_then_validate_test_predict_on_cifar_files(tmp_path: Path, cifar_dir: Path) -> None:
+    common = [
+        "--config",
+        TINY_CONFIG,
+        *CPU,
+        *TINY_MODEL,
+        *cifar_args(cifar_dir),
+        "--trainer.default_root_dir",
+        tmp_path,
+    ]
+    fit = run_cli("fit", *common, "--trainer.max_epochs", "2")
+
+    run_dir = tmp_path / "lightning_logs" / "version_0"
+    assert Path(fit.trainer.log_dir) == run_dir
+    assert (run_dir / "config.yaml").is_file() and (run_dir / "hparams.yaml").is_file()
+    assert list(run_dir.glob("events.out.tfevents.*")), "no TensorBoard event file"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    assert torch.load(last, map_location="cpu", weights_only=False)["epoch"] == 1  # rewritten every epoch
+    best = Path(fit.trainer.checkpoint_callback.best_model_path)
+    assert best.parent == run_dir / "checkpoints"  # no sub-folder from the '/' in val/acc
+    assert re.fullmatch(r"epoch\d{3}-val_acc\d\.\d{4}\.ckpt", best.name)
+    # The data decided the model's classes and image size (argument links).
+    assert fit.model.hparams.num_classes == 10 and fit.model.hparams.img_size == 32
+    assert fit.datamodule.classes[0] == "airplane"
+    assert len(fit.datamodule.train_set) + len(fit.datamodule.val_set) == 80 and len(fit.datamodule.val_set) == 16
+
+    # Reloading the last checkpoint reproduces the validation metrics of the end of training exactly.
+    after_fit = _metrics(fit, "val/loss", "val/acc", "val/acc_top5")
+    validate = run_cli("validate", *common, "--ckpt_path", last)
+    assert _metrics(validate, "val/loss", "val/acc", "val/acc_top5") == pytest.approx(after_fit, abs=1e-6)
+
+    test = run_cli("test", *common, "--ckpt_path", last)
+    scores = _metrics(test, "test/acc", "test/acc_top5")
+    assert 0.0 <= scores["test/acc"] <= scores["test/acc_top5"] <= 1.0
+
+    predict = run_cli("predict", *common, "--ckpt_path", last)
+    probs = torch.cat(predict.trainer.predict_loop.predictions)
+    assert probs.shape == (24, 10)
+    torch.testing.assert_close(probs.sum(dim=1), torch.ones(24))
+
+
+def test_image_folder_end_to_end(tmp_path: Path, digits_dir: Path) -> None:
+    common = [
+        "--config",
+        TINY_CONFIG,
+        *CPU,
+        *TINY_MODEL,
+        "--trainer.default_root_dir",
+        tmp_path,
+        "--data",
+        "ImageFolderDataModule",
+        "--data.root",
+        digits_dir,
+        "--data.img_size",
+        "32",
+        "--data.num_workers",
+        "0",
+        "--data.batch_size",
+        "64",
+    ]
+    fit = run_cli(
+        "fit",
+        *common,
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.limit_train_batches",
+        "3",
+        "--trainer.limit_val_batches",
+        "2",
+    )
+    assert fit.datamodule.classes == [str(d) for d in range(10)]
+    assert fit.model.hparams.num_classes == 10
+    n_train = sum(1 for _ in (digits_dir / "train").rglob("*.png"))
+    assert len(fit.datamodule.val_set) == round(0.1 * n_train)  # carved from train/ since there is no val/
+
+    last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    test = run_cli("test", *common, "--ckpt_path", last)
+    assert "test/acc" in test.trainer.callback_metrics
+    predict = run_cli("predict", *common, "--ckpt_path", last)
+    n_test = sum(1 for _ in (digits_dir / "test").rglob("*.png"))
+    assert torch.cat(predict.trainer.predict_loop.predictions).shape == (n_test, 10)
+
+
+def test_print_config_reparses_to_the_same_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(
+            "fit", "--config", TINY_CONFIG, "--trainer.max_epochs", "5", "--data.batch_size", "256", "--print_config"
+        )
+    assert exit_info.value.code in (0, None)
+    printed = capsys.readouterr().out
+    assert "max_epochs: 5" in printed and "batch_size: 256" in printed
+    saved = tmp_path / "my.yaml"
+    saved.write_text(printed)
+    with pytest.raises(SystemExit):
+        run_cli("fit", "--config", saved, "--print_config")
+    assert capsys.readouterr().out == printed
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
+def test_every_recipe_runs_a_fast_dev_run(config: Path, tmp_path: Path, cifar_dir: Path) -> None:
+    # The recipe's own architecture and image size; only GPU precision, downloads and batch size are overridden.
+    cli = run_cli(
+        "fit",
+        "--config",
+        config,
+        *CPU,
+        *cifar_args(cifar_dir, "cifar100" if "cifar100" in config.stem else "cifar10"),
+        "--data.batch_size",
+        "2",
+        "--model.pretrained",
+        "false",
+        "--trainer.fast_dev_run",
+        "1",
+        "--trainer.default_root_dir",
+        tmp_path,
+    )
+    assert cli.trainer.state.finished
+    assert cli.model.hparams.img_size == cli.datamodule.img_size
+    assert cli.model.net.num_classes == cli.datamodule.num_classes
+    assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
+
+
+def test_console_script_and_module_entry_points(tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / ("vitlit.exe" if os.name == "nt" else "vitlit")
+    for command in ([str(script)], [sys.executable, "-m", "vitlit"]):
+        done = subprocess.run(
+            [*command, "fit", "--config", str(TINY_CONFIG), "--print_config"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "class_path: vitlit.data.CIFARDataModule" in done.stdout
+
+
+@pytest.mark.slow
+def test_learns_real_digit_images(tmp_path: Path, digits_dir: Path) -> None:
+    """The learning check: real 8x8 digits at 32 px reach >= 90% test accuracy through the CLI in about a minute."""
+    common = [
+        "--config",
+        TINY_CONFIG,
+        *CPU,
+        "--trainer.default_root_dir",
+        tmp_path,
+        "--model.model_name",
+        "test_vit",
+        "--model.patch_size",
+        "8",
+        "--model.pretrained",
+        "false",
+        "--data",
+        "ImageFolderDataModule",
+        "--data.root",
+        digits_dir,
+        "--data.img_size",
+        "32",
+        "--data.hflip",
+        "false",  # digits are not mirror-symmetric
+        "--data.num_workers",
+        "0",
+        "--data.batch_size",
+        "32",
+    ]
+    fit = run_cli(
+        "fit",
+        *common,
+        "--trainer.max_epochs",
+        "30",
+        "--trainer.enable_model_summary",
+        "false",
+        "--model.optimizer.init_args.lr",
+        "1e-3",
+        "--model.scheduler.init_args.warmup_steps",
+        "100",
+    )
+    best = fit.trainer.checkpoint_callback.best_model_path  # chosen on validation data, never on test data
+    test = run_cli("test", *common, "--ckpt_path", best)
+    assert float(test.trainer.callback_metrics["test/acc"]) >= 0.90
