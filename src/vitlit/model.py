@@ -177,5 +177,6 @@ class ViTClassifier(LightningModule):
             if key in saved and saved[key] != self.hparams[key]:
                 raise ConfigError(
                     f"the checkpoint was trained with {key}={saved[key]!r} but this run has "
-                    f"{key}={self.hparams[key]!r}; use the data and model options of the run that wrote it (its config.yaml)."
+                    f"{key}={self.hparams[key]!r}; use the data and model options of the run that wrote it "
+                    f"(its config.yaml)."
                 )
