@@ -9,8 +9,10 @@ the Trainer with its callbacks comes from the YAML. Example::
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -67,6 +69,19 @@ class VitLitCLI(LightningCLI):
         # The data decides what it delivers; the model adapts (its --model.num_classes/img_size flags disappear).
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
         parser.link_arguments("data.img_size", "model.img_size", apply_on="instantiate")
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        # Lightning creates the logger's version_N directory before the data and checkpoint are checked. If the
+        # run then stops on a user error, that directory holds nothing but an empty event file (and the config):
+        # remove it, so a failed start leaves no trace. A directory that existed before is never touched.
+        log_dir = Path(self.trainer.log_dir) if self.trainer.log_dir else None
+        existed = log_dir is not None and log_dir.exists()
+        try:
+            super()._run_subcommand(subcommand)
+        except Exception as err:
+            if log_dir is not None and not existed and _user_error(err) is not None:
+                shutil.rmtree(log_dir, ignore_errors=True)
+            raise
 
 
 def main(args: Sequence[str] | None = None) -> VitLitCLI:

@@ -1,0 +1,109 @@
+"""Data modules over real on-disk formats: CIFAR's pickles and PNG class folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from vitlit.data import CIFARDataModule, ImageFolderDataModule
+from vitlit.data.base import split_indices
+from vitlit.data.transforms import eval_transform, train_transform
+from vitlit.errors import ConfigError
+
+
+def test_split_is_seeded_disjoint_and_complete() -> None:
+    train, val = split_indices(100, 0.2, seed=1)
+    assert len(val) == 20 and sorted(train + val) == list(range(100))
+    assert split_indices(100, 0.2, seed=1) == (train, val)
+    assert split_indices(100, 0.2, seed=2)[1] != val
+    assert len(split_indices(100, 7, seed=1)[1]) == 7
+
+
+def _cifar(cifar_dir: Path, **kwargs) -> CIFARDataModule:
+    return CIFARDataModule(data_dir=cifar_dir, download=False, val_size=16, num_workers=0, batch_size=8, **kwargs)
+
+
+def test_cifar_reads_torchvision_files_and_keeps_test_apart(cifar_dir: Path) -> None:
+    data = _cifar(cifar_dir)
+    data.setup("fit")
+    assert (len(data.train_set), len(data.val_set), data.test_set) == (64, 16, None)  # test untouched by fit
+    images, labels = next(iter(data.train_dataloader()))
+    assert images.shape == (8, 3, 32, 32) and images.dtype == torch.float32 and labels.dtype == torch.int64
+    assert data.classes[:2] == ["airplane", "automobile"]
+    data.setup("test")
+    assert len(data.test_set) == 24
+
+
+def test_cifar_normalises_with_its_statistics(cifar_dir: Path) -> None:
+    data = _cifar(cifar_dir)
+    data.setup("fit")
+    raw, _ = data.val_set.source[data.val_set.indices[0]]
+    expected = torch.tensor(list(raw.getdata()), dtype=torch.float32).T.reshape(3, 32, 32) / 255
+    expected = (expected - torch.tensor(data.mean)[:, None, None]) / torch.tensor(data.std)[:, None, None]
+    torch.testing.assert_close(data.val_set[0][0], expected)
+    assert data.mean == (0.4914, 0.4822, 0.4465)
+
+
+def test_cifar100_and_resizing_for_patch16_models(cifar_dir: Path) -> None:
+    data = _cifar(cifar_dir, dataset="cifar100", img_size=64)
+    assert data.num_classes == 100
+    data.setup("fit")
+    assert data.train_set[0][0].shape == (3, 64, 64) and data.val_set[0][0].shape == (3, 64, 64)
+    assert len(data.classes) == 100
+
+
+def test_train_transform_crops_and_flips_eval_is_deterministic() -> None:
+    image = Image.fromarray((torch.arange(32 * 32 * 3) % 251).reshape(32, 32, 3).to(torch.uint8).numpy())
+    mean, std = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+    evaluate = eval_transform(32, mean, std, resize=False)
+    reference = evaluate(image)
+    assert torch.equal(evaluate(image), reference)
+
+    flip_only = train_transform(32, mean, std, resize=False, crop_padding=0, hflip=True)
+    outputs = [flip_only(image) for _ in range(64)]
+    flipped = sum(torch.equal(out, reference.flip(-1)) for out in outputs)
+    unchanged = sum(torch.equal(out, reference) for out in outputs)
+    assert flipped + unchanged == 64 and 10 < flipped < 54  # each output is the image or its mirror, about half
+
+    crop_only = train_transform(32, mean, std, resize=False, crop_padding=4, hflip=False)
+    padded = torch.nn.functional.pad(reference, (4, 4, 4, 4), value=(0 - 0.5) / 0.25)  # zero pixels, normalised
+    windows = {(y, x): padded[:, y : y + 32, x : x + 32] for y in range(9) for x in range(9)}
+    offsets = set()
+    for _ in range(64):
+        out = crop_only(image)
+        offsets |= {key for key, window in windows.items() if torch.equal(out, window)}
+    assert len(offsets) > 10  # many of the 81 offsets, each output an exact window of the padded image
+
+
+def _folder(root: Path, layout: dict[str, list[str]]) -> Path:
+    for split, classes in layout.items():
+        for name in classes:
+            (root / split / name).mkdir(parents=True)
+            Image.new("RGB", (40, 30), color=(len(name) * 40, 0, 0)).save(root / split / name / "x.png")
+    return root
+
+
+def test_image_folder_keeps_train_class_indices_in_a_partial_val_split(tmp_path: Path) -> None:
+    root = _folder(tmp_path, {"train": ["ant", "bee", "cat"], "val": ["ant", "cat"], "test": ["cat"]})
+    data = ImageFolderDataModule(root, img_size=16, num_workers=0, batch_size=2)
+    assert data.classes == ["ant", "bee", "cat"] and data.num_classes == 3
+    data.setup("fit")
+    assert sorted(label for _, label in data.val_set) == [0, 2]  # "cat" stays 2 although val has no "bee"
+    data.setup("test")
+    image, label = data.test_set[0]
+    assert label == 2 and image.shape == (3, 16, 16)  # non-square images are resized and centre-cropped
+
+
+def test_image_folder_refuses_a_class_unknown_to_train(tmp_path: Path) -> None:
+    root = _folder(tmp_path, {"train": ["ant", "bee"], "test": ["ant", "wasp"]})
+    with pytest.raises(ConfigError, match="wasp is a class that"):
+        ImageFolderDataModule(root)
+
+
+def test_image_folder_without_test_split_says_so_at_test_time(tmp_path: Path) -> None:
+    data = ImageFolderDataModule(_folder(tmp_path, {"train": ["ant", "bee"], "val": ["ant"]}), num_workers=0)
+    with pytest.raises(ConfigError, match="test and predict need"):
+        data.setup("test")

@@ -1,0 +1,136 @@
+"""Every user mistake of the template's bad-input list: exit status 2, one line naming the problem, nothing touched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import CPU, ROOT, TINY_MODEL, cifar_args, run_cli, tree_digest
+
+TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
+
+
+@pytest.fixture(scope="module")
+def existing_run(tmp_path_factory: pytest.TempPathFactory, cifar_dir: Path) -> Path:
+    """A finished run; every bad invocation below points at the same root and must leave it byte-identical."""
+    root = tmp_path_factory.mktemp("existing")
+    run_cli(
+        "fit",
+        "--config",
+        TINY_CONFIG,
+        *CPU,
+        *TINY_MODEL,
+        *cifar_args(cifar_dir),
+        "--trainer.default_root_dir",
+        root,
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.limit_train_batches",
+        "2",
+    )
+    return root
+
+
+def _empty_class_folder(tmp: Path) -> Path:
+    for name in ("cat", "dog"):
+        (tmp / "train" / name).mkdir(parents=True)
+    (tmp / "train" / "cat" / "a.png").write_bytes(b"")  # only the file name is checked before setup
+    return tmp
+
+
+# (id, arguments after `fit --config <tiny> <cpu> <tiny model> <cifar>`, words the one-line message must contain)
+CASES = [
+    ("unknown key", lambda tmp, run: ["--model.not_an_option", "1"], ["--model.not_an_option"]),
+    ("wrong type", lambda tmp, run: ["--data.batch_size", "many"], ["batch_size", "many"]),
+    ("no data without download", lambda tmp, run: ["--data.data_dir", tmp], ["is not in", "--data.download true"]),
+    (
+        "folder root missing",
+        lambda tmp, run: ["--data", "ImageFolderDataModule", "--data.root", tmp / "nope"],
+        ["nope/train does not exist"],
+    ),
+    (
+        "empty class folder",
+        lambda tmp, run: ["--data", "ImageFolderDataModule", "--data.root", _empty_class_folder(tmp)],
+        ["dog holds no image"],
+    ),
+    ("img_size vs patch", lambda tmp, run: ["--data.img_size", "30"], ["img_size=30", "patch size 4"]),
+    ("val_size too large", lambda tmp, run: ["--data.val_size", "50000"], ["val_size=50000", "between 1 and 49999"]),
+    ("val fraction out of range", lambda tmp, run: ["--data.val_size", "1.5"], ["val_size=1.5"]),
+    ("unknown timm model", lambda tmp, run: ["--model.model_name", "vit_nonexistent"], ["vit_nonexistent"]),
+    ("missing weights file", lambda tmp, run: ["--model.pretrained_file", tmp / "w.pth"], ["w.pth"]),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_and_touches_nothing(
+    args, expected, tmp_path: Path, existing_run: Path, cifar_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = tree_digest(existing_run)
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(
+            "fit",
+            "--config",
+            TINY_CONFIG,
+            *CPU,
+            *TINY_MODEL,
+            *cifar_args(cifar_dir),
+            "--trainer.default_root_dir",
+            existing_run,
+            *args(tmp_path, existing_run),
+        )
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("vitlit: error:")]
+    assert len(lines) == 1, err
+    for word in expected:
+        assert word in lines[0]
+    assert tree_digest(existing_run) == before
+
+
+def test_split_larger_than_the_files_is_refused_in_setup(
+    tmp_path: Path, cifar_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 80 images on disk: the size check at setup catches what the 50,000-image check at parse time cannot.
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(
+            "fit",
+            "--config",
+            TINY_CONFIG,
+            *CPU,
+            *TINY_MODEL,
+            *cifar_args(cifar_dir),
+            "--data.val_size",
+            "80",
+            "--trainer.default_root_dir",
+            tmp_path,
+        )
+    assert exit_info.value.code == 2
+    assert "vitlit: error: val_size=80 asks for 80 of the 80 training images" in capsys.readouterr().err
+    assert not list(tmp_path.rglob("*.*")), "a failed start left files behind"
+
+
+def test_checkpoint_of_other_class_count_is_refused(
+    existing_run: Path, cifar_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt = existing_run / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    before = tree_digest(existing_run)
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(
+            "validate",
+            "--config",
+            TINY_CONFIG,
+            *CPU,
+            *TINY_MODEL,
+            *cifar_args(cifar_dir, "cifar100"),
+            "--trainer.default_root_dir",
+            existing_run,
+            "--ckpt_path",
+            ckpt,
+        )
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "vitlit: error: the checkpoint was trained with num_classes=10 but this run has num_classes=100" in err
+    assert tree_digest(existing_run) == before  # the refused run's fresh version_N directory is removed too
+    assert sorted(p.name for p in (existing_run / "lightning_logs").iterdir()) == ["version_0"]

@@ -1,0 +1,67 @@
+"""ViTClassifier: timm model creation, local pretrained weights, gradient checkpointing, predictions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+from safetensors.torch import save_file
+
+from vitlit import ViTClassifier
+from vitlit.errors import ConfigError
+
+
+@pytest.mark.parametrize("suffix", [".pth", ".safetensors"])
+def test_pretrained_file_loads_through_timm_and_adapts_to_32px(tmp_path: Path, suffix: str) -> None:
+    # test_vit's own geometry is 160 px, patch 16, 1000 classes: timm must resample patch and position embeddings
+    # and drop the head, exactly as it does for hub weights.
+    source = timm.create_model("test_vit")
+    path = tmp_path / f"weights{suffix}"
+    state = {k: v.contiguous() for k, v in source.state_dict().items()}
+    save_file(state, path) if suffix == ".safetensors" else torch.save(state, path)
+
+    model = ViTClassifier("test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(path))
+    net = model.net
+    torch.testing.assert_close(net.blocks[3].mlp.fc1.weight, source.blocks[3].mlp.fc1.weight)
+    assert net.patch_embed.proj.weight.shape[-2:] == (4, 4)
+    assert net.pos_embed.shape[1] == (32 // 4) ** 2 + 1
+    assert net.head.weight.shape == (7, source.embed_dim)
+    fresh = ViTClassifier("test_vit", num_classes=7, img_size=32, patch_size=4)
+    assert not torch.equal(fresh.net.blocks[3].mlp.fc1.weight, net.blocks[3].mlp.fc1.weight)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients() -> None:
+    torch.manual_seed(0)
+    plain = ViTClassifier("test_vit", img_size=32, patch_size=4, drop_path_rate=0.0)
+    ckpt = ViTClassifier("test_vit", img_size=32, patch_size=4, drop_path_rate=0.0, grad_checkpointing=True)
+    ckpt.load_state_dict(plain.state_dict())
+    assert ckpt.net.grad_checkpointing and not plain.net.grad_checkpointing
+    images, targets = torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 3])
+    for model in (plain, ckpt):
+        model.criterion(model(images), targets).backward()
+    torch.testing.assert_close(ckpt.net.blocks[0].attn.qkv.weight.grad, plain.net.blocks[0].attn.qkv.weight.grad)
+
+
+def test_predict_step_returns_probabilities_and_few_classes_work() -> None:
+    model = ViTClassifier("test_vit", num_classes=3, img_size=32, patch_size=4).eval()
+    probs = model.predict_step((torch.randn(5, 3, 32, 32), torch.zeros(5)), 0)
+    assert probs.shape == (5, 3)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(5))
+    model.val_metrics.update(torch.randn(5, 3), torch.tensor([0, 1, 2, 0, 1]))  # top-5 caps at 3 classes
+    assert model.val_metrics.compute()["val/acc_top5"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"model_name": "resnet18"}, "does not take img_size/patch_size"),
+        ({"model_name": "test_vit", "img_size": 30, "patch_size": 4}, "img_size=30 is not divisible"),
+        ({"model_name": "test_vit", "img_size": 40}, "patch size 16"),  # the model's own patch size is checked too
+        ({"model_name": "test_vit", "label_smoothing": 1.0, "img_size": 32, "patch_size": 4}, "label_smoothing"),
+    ],
+)
+def test_bad_model_options_are_named(kwargs: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ViTClassifier(**kwargs)

@@ -1,0 +1,102 @@
+"""The learning-rate schedule, the weight-decay groups, and the model's wiring of both into the Trainer."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import lightning as L
+import pytest
+import timm
+import torch
+
+from vitlit import ImageFolderDataModule, ViTClassifier
+from vitlit.errors import ConfigError
+from vitlit.optim import WarmupCosineLR, weight_decay_param_groups
+
+
+def _lrs(scheduler: WarmupCosineLR, steps: int) -> list[float]:
+    lrs = []
+    for _ in range(steps):
+        lrs.append(scheduler.get_last_lr()[0])
+        scheduler.optimizer.step()
+        scheduler.step()
+    return lrs
+
+
+def _sgd() -> torch.optim.Optimizer:
+    return torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+
+
+def test_warmup_then_cosine_to_the_floor() -> None:
+    lrs = _lrs(WarmupCosineLR(_sgd(), warmup_steps=4, total_steps=14, min_lr_ratio=0.1), 16)
+    assert lrs[:5] == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0])  # linear warmup, then the peak
+    assert lrs[9] == pytest.approx(0.1 + 0.9 * 0.5)  # half way through the cosine
+    assert lrs[14:] == pytest.approx([0.1, 0.1])  # the floor, held after the end
+    assert all(a >= b for a, b in itertools.pairwise(lrs[4:]))  # monotone decay
+
+
+def test_schedule_position_survives_state_dict() -> None:
+    first = WarmupCosineLR(_sgd(), warmup_steps=2, total_steps=10)
+    _lrs(first, 6)
+    second = WarmupCosineLR(_sgd(), warmup_steps=2)
+    second.load_state_dict(first.state_dict())
+    assert second.total_steps == 10 and second.last_epoch == first.last_epoch
+    assert _lrs(second, 3) == pytest.approx(_lrs(first, 3))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"warmup_steps": -1}, "warmup_steps=-1"), ({"total_steps": 0}, "total_steps=0"), ({"min_lr_ratio": 2.0}, "2.0")],
+)
+def test_bad_schedule_values_are_named(kwargs: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        WarmupCosineLR(_sgd(), **kwargs)
+
+
+def test_no_weight_decay_on_biases_norms_and_embeddings() -> None:
+    net = timm.create_model("test_vit", num_classes=10, img_size=32, patch_size=4)
+    decay, no_decay = weight_decay_param_groups(net, skip=net.no_weight_decay())
+    names = {id(p): n for n, p in net.named_parameters()}
+    no_decay_names = {names[id(p)] for p in no_decay["params"]}
+    assert no_decay["weight_decay"] == 0.0 and "weight_decay" not in decay  # the optimizer's value applies
+    assert {"pos_embed", "cls_token", "norm.weight", "head.bias", "blocks.0.attn.qkv.bias"} <= no_decay_names
+    assert {"head.weight", "blocks.0.attn.qkv.weight", "patch_embed.proj.weight"}.isdisjoint(no_decay_names)
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(net.parameters()))
+    optimizer = torch.optim.AdamW([decay, no_decay], lr=1e-3, weight_decay=0.05)
+    assert [g["weight_decay"] for g in optimizer.param_groups] == [0.05, 0.0]
+
+
+def _fit(digits_dir: Path, tmp_path: Path, **trainer_kwargs) -> ViTClassifier:
+    model = ViTClassifier(
+        "test_vit",
+        img_size=32,
+        patch_size=4,
+        scheduler=lambda opt: WarmupCosineLR(opt, warmup_steps=1, min_lr_ratio=0.2),
+    )
+    data = ImageFolderDataModule(digits_dir, img_size=32, batch_size=8, num_workers=0)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        limit_val_batches=1,
+        **trainer_kwargs,
+    )
+    trainer.fit(model, data)
+    return model
+
+
+def test_model_steps_the_schedule_per_optimizer_step_over_the_whole_run(digits_dir: Path, tmp_path: Path) -> None:
+    # 4 batches x 2 epochs with accumulation 2 = 4 optimizer steps: the schedule must span exactly those.
+    model = _fit(digits_dir, tmp_path, max_epochs=2, limit_train_batches=4, accumulate_grad_batches=2)
+    scheduler = model.lr_schedulers()
+    assert scheduler.total_steps == 4 and scheduler.last_epoch == 4
+    assert scheduler.get_last_lr()[0] == pytest.approx(0.2 * 5e-4)  # the floor of the default AdamW lr
+
+
+def test_unbounded_run_cannot_size_the_schedule(digits_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="max_epochs and max_steps are unbounded"):
+        _fit(digits_dir, tmp_path, max_epochs=-1, limit_train_batches=2)
