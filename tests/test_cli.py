@@ -198,3 +198,35 @@ def test_learns_real_digit_images(tmp_path: Path, digits_dir: Path) -> None:
     best = fit.trainer.checkpoint_callback.best_model_path  # chosen on validation data, never on test data
     test = run_cli("test", *common, "--ckpt_path", best)
     assert float(test.trainer.callback_metrics["test/acc"]) >= 0.90
+
+
+def test_resume_from_saved_config_and_last_checkpoint(tmp_path: Path, cifar_dir: Path) -> None:
+    """The documented resume: ``fit --config <run>/config.yaml --ckpt_path <run>/checkpoints/last.ckpt``."""
+    first = run_cli(
+        "fit",
+        "--config",
+        TINY_CONFIG,
+        *CPU,
+        *TINY_MODEL,
+        *cifar_args(cifar_dir),
+        "--trainer.default_root_dir",
+        tmp_path,
+        "--trainer.max_epochs",
+        "1",
+    )
+    run_dir = Path(first.trainer.log_dir)
+    steps_per_epoch = first.trainer.global_step
+    resumed = run_cli(
+        "fit",
+        "--config",
+        run_dir / "config.yaml",
+        "--trainer.max_epochs",
+        "2",
+        "--ckpt_path",
+        run_dir / "checkpoints" / "last.ckpt",
+    )
+    assert resumed.trainer.current_epoch == 2 and resumed.trainer.global_step == 2 * steps_per_epoch
+    # The schedule continued rather than restarting, and keeps the length the checkpoint was written with.
+    scheduler = resumed.model.lr_schedulers()
+    assert scheduler.last_epoch == 2 * steps_per_epoch and scheduler.total_steps == steps_per_epoch
+    assert Path(resumed.trainer.log_dir) != run_dir  # a new version directory; the first run is left as it was

@@ -107,3 +107,15 @@ def test_image_folder_without_test_split_says_so_at_test_time(tmp_path: Path) ->
     data = ImageFolderDataModule(_folder(tmp_path, {"train": ["ant", "bee"], "val": ["ant"]}), num_workers=0)
     with pytest.raises(ConfigError, match="test and predict need"):
         data.setup("test")
+
+
+@pytest.mark.slow
+def test_datasets_survive_spawned_workers(cifar_dir: Path, digits_dir: Path) -> None:
+    """Windows and macOS start DataLoader workers with spawn: datasets and transforms must pickle."""
+    from torch.utils.data import DataLoader
+
+    for data in (_cifar(cifar_dir), ImageFolderDataModule(digits_dir, img_size=32, num_workers=0)):
+        data.setup("fit")
+        loader = DataLoader(data.train_set, batch_size=8, num_workers=1, multiprocessing_context="spawn")
+        images, labels = next(iter(loader))
+        assert images.shape == (8, 3, 32, 32) and labels.shape == (8,)
