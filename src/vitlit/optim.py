@@ -36,7 +36,8 @@ def weight_decay_param_groups(model: nn.Module, skip: Iterable[str] = ()) -> lis
         if not param.requires_grad:
             continue
         (no_decay if param.ndim <= 1 or name in skip or name.endswith(".bias") else decay).append(param)
-    groups = [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+    # The names label LearningRateMonitor's curves (lr-AdamW/decay, lr-AdamW/no_decay).
+    groups = [{"params": decay, "name": "decay"}, {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"}]
     return [g for g in groups if g["params"]]
 
 

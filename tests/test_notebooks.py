@@ -1,0 +1,24 @@
+"""Every notebook in notebooks/ runs top to bottom (the README points users at them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_executes(path: Path) -> None:
+    nbclient = pytest.importorskip("nbclient")
+    nbformat = pytest.importorskip("nbformat")
+    notebook = nbformat.read(path, as_version=4)
+    # Raises CellExecutionError, with the failing cell and its traceback, if any cell fails.
+    nbclient.NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
+    images = [o for cell in notebook.cells for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(images) >= 2, "the curves and the confusion matrix were not drawn"
