@@ -58,6 +58,14 @@ CASES = [
     ("val fraction out of range", lambda tmp, run: ["--data.val_size", "1.5"], ["val_size=1.5"]),
     ("unknown timm model", lambda tmp, run: ["--model.model_name", "vit_nonexistent"], ["vit_nonexistent"]),
     ("missing weights file", lambda tmp, run: ["--model.pretrained_file", tmp / "w.pth"], ["w.pth"]),
+    ("unknown augmentation", lambda tmp, run: ["--data.augment", "cutout"], ["augment", "cutout"]),
+    ("negative mixup alpha", lambda tmp, run: ["--data.mixup_alpha", "-0.2"], ["mixup_alpha=-0.2"]),
+    ("erasing probability", lambda tmp, run: ["--data.random_erasing", "1.5"], ["random_erasing=1.5", "[0, 1]"]),
+    ("erasing end probability", lambda tmp, run: ["--data.random_erasing_end", "-0.1"], ["random_erasing_end=-0.1"]),
+    ("RandAugment magnitude", lambda tmp, run: ["--data.randaugment_magnitude", "31"], ["randaugment_magnitude=31"]),
+    ("odd batch with mixup", lambda tmp, run: ["--data.cutmix_alpha", "1.0", "--data.batch_size", "7"], ["odd"]),
+    ("layer decay zero", lambda tmp, run: ["--model.layer_decay", "0"], ["layer_decay=0"]),
+    ("layer decay above one", lambda tmp, run: ["--model.layer_decay", "1.2"], ["layer_decay=1.2"]),
 ]
 
 

@@ -12,7 +12,7 @@ import torch
 
 from vitlit import ImageFolderDataModule, ViTClassifier
 from vitlit.errors import ConfigError
-from vitlit.optim import WarmupCosineLR, weight_decay_param_groups
+from vitlit.optim import WarmupCosineLR, apply_lr_scale, param_groups
 
 
 def _lrs(scheduler: WarmupCosineLR, steps: int) -> list[float]:
@@ -56,7 +56,7 @@ def test_bad_schedule_values_are_named(kwargs: dict, message: str) -> None:
 
 def test_no_weight_decay_on_biases_norms_and_embeddings() -> None:
     net = timm.create_model("test_vit", num_classes=10, img_size=32, patch_size=4)
-    decay, no_decay = weight_decay_param_groups(net, skip=net.no_weight_decay())
+    decay, no_decay = param_groups(net, skip=net.no_weight_decay())
     names = {id(p): n for n, p in net.named_parameters()}
     no_decay_names = {names[id(p)] for p in no_decay["params"]}
     assert no_decay["weight_decay"] == 0.0 and "weight_decay" not in decay  # the optimizer's value applies
@@ -65,6 +65,24 @@ def test_no_weight_decay_on_biases_norms_and_embeddings() -> None:
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(net.parameters()))
     optimizer = torch.optim.AdamW([decay, no_decay], lr=1e-3, weight_decay=0.05)
     assert [g["weight_decay"] for g in optimizer.param_groups] == [0.05, 0.0]
+    assert [g["name"] for g in optimizer.param_groups] == ["decay", "no_decay"]  # LearningRateMonitor's labels
+
+
+def test_layer_decay_scales_learning_rates_by_depth() -> None:
+    net = timm.create_model("test_vit", num_classes=10, img_size=32, patch_size=4)  # 6 blocks
+    groups = param_groups(net, skip=net.no_weight_decay(), layer_decay=0.5)
+    optimizer = torch.optim.AdamW(groups, lr=1.0, weight_decay=0.05)
+    apply_lr_scale(optimizer)
+    lr_of = {id(p): g["lr"] for g in optimizer.param_groups for p in g["params"]}
+    decay_of = {id(p): g["weight_decay"] for g in optimizer.param_groups for p in g["params"]}
+    assert lr_of[id(net.head.weight)] == 1.0
+    assert lr_of[id(net.blocks[5].mlp.fc1.weight)] == 0.5
+    assert lr_of[id(net.blocks[0].mlp.fc1.weight)] == 0.5**6
+    assert lr_of[id(net.patch_embed.proj.weight)] == lr_of[id(net.pos_embed)] == 0.5**7
+    assert decay_of[id(net.blocks[0].mlp.fc1.weight)] == 0.05 and decay_of[id(net.pos_embed)] == 0.0
+    assert len(lr_of) == len(list(net.parameters()))
+    with pytest.raises(ConfigError, match=r"layer_decay=1\.5"):
+        param_groups(net, layer_decay=1.5)
 
 
 def _fit(digits_dir: Path, tmp_path: Path, **trainer_kwargs) -> ViTClassifier:

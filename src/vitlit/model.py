@@ -15,7 +15,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from vitlit.errors import ConfigError
-from vitlit.optim import WarmupCosineLR, weight_decay_param_groups
+from vitlit.optim import WarmupCosineLR, apply_lr_scale, param_groups
 
 # Hyperparameters that fix the shape of the weights: a checkpoint only fits a model with the same values.
 _ARCHITECTURE_KEYS = ("model_name", "num_classes", "img_size", "patch_size")
@@ -40,9 +40,14 @@ class ViTClassifier(LightningModule):
         pretrained_file: Start from weights in a local file (``.pth``/``.bin``/``.safetensors`` state dict of the
             timm model) instead of the hub; for offline machines. Loaded with ``weights_only`` semantics.
         grad_checkpointing: Recompute block activations in the backward pass: about 30% slower, far less memory.
-        label_smoothing: Label smoothing of the cross-entropy loss (0.1 in the reference ViT recipes).
+        label_smoothing: Label smoothing of the cross-entropy loss (0.1 in the reference ViT recipes). It is applied
+            here only, once, also to the soft targets of Mixup/CutMix (PyTorch's cross-entropy accepts both).
+        layer_decay: Layer-wise learning-rate decay for fine-tuning (e.g. 0.75): block ``i`` of ``n`` learns at
+            ``lr * layer_decay ** (n + 1 - i)``, the head at ``lr``. ``None`` trains all layers at one rate.
         optimizer: Optimizer factory, called with the parameter groups (no weight decay on biases, norms,
-            position embedding and class token). Default AdamW(lr=5e-4, weight_decay=0.05).
+            position embedding and class token). Default AdamW(lr=5e-4, weight_decay=0.05). Any optimizer class
+            works, e.g. ``torch.optim.SGD`` or ``timm.optim.Lamb``. Rule of thumb for the learning rate: scale it
+            linearly with the effective batch size, ``lr = base_lr * batch_size * accumulate_grad_batches / 512``.
         scheduler: Learning-rate scheduler factory, stepped after every optimizer step. A scheduler with a
             ``total_steps`` attribute left at ``None`` gets the run's optimizer-step count. Default: 500 warmup steps,
             then cosine to 1% of the peak.
@@ -60,6 +65,7 @@ class ViTClassifier(LightningModule):
         pretrained_file: str | None = None,
         grad_checkpointing: bool = False,
         label_smoothing: float = 0.1,
+        layer_decay: float | None = None,
         optimizer: OptimizerCallable = lambda params: torch.optim.AdamW(params, lr=5e-4, weight_decay=0.05),
         scheduler: LRSchedulerCallable = lambda optimizer: WarmupCosineLR(optimizer, warmup_steps=500),
     ) -> None:
@@ -91,6 +97,11 @@ class ViTClassifier(LightningModule):
                 raise ConfigError(f"{name}={hp[name]} must be positive.")
         if not 0.0 <= hp.label_smoothing < 1.0:
             raise ConfigError(f"label_smoothing={hp.label_smoothing} is outside [0, 1); 0.1 is the usual value.")
+        if hp.layer_decay is not None and not 0.0 < hp.layer_decay <= 1.0:
+            raise ConfigError(f"layer_decay={hp.layer_decay} is outside (0, 1]; 0.65-0.75 is usual for fine-tuning.")
+        for name in ("drop_path_rate", "drop_rate"):
+            if not 0.0 <= hp[name] < 1.0:
+                raise ConfigError(f"{name}={hp[name]} is outside [0, 1); 0.1 is a usual value.")
         kwargs: dict[str, Any] = {
             "num_classes": hp.num_classes,
             "img_size": hp.img_size,
@@ -130,10 +141,13 @@ class ViTClassifier(LightningModule):
         return self.net(images)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        """Cross-entropy on class indices, or on class probabilities when the data mixes images (Mixup/CutMix)."""
         images, targets = batch
         logits = self(images)
         loss = self.criterion(logits, targets)
-        self.train_metrics.update(logits.detach(), targets)
+        # With soft targets, accuracy counts the dominant class of each mixed image.
+        hard = targets.argmax(dim=-1) if targets.is_floating_point() else targets
+        self.train_metrics.update(logits.detach(), hard)
         self.log("train/loss", loss, prog_bar=True, batch_size=len(images))
         self.log_dict(self.train_metrics, on_step=False, on_epoch=True, batch_size=len(images))
         return loss
@@ -158,7 +172,8 @@ class ViTClassifier(LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         no_decay = getattr(self.net, "no_weight_decay", set)()  # timm: pos_embed, cls_token, ...
-        optimizer = self.optimizer_factory(weight_decay_param_groups(self.net, skip=no_decay))
+        optimizer = self.optimizer_factory(param_groups(self.net, skip=no_decay, layer_decay=self.hparams.layer_decay))
+        apply_lr_scale(optimizer)
         scheduler = self.scheduler_factory(optimizer)
         if getattr(scheduler, "total_steps", 0) is None:
             total = self.trainer.estimated_stepping_batches

@@ -1,6 +1,7 @@
-"""Optimizer parameter groups and the default learning-rate schedule.
+"""Optimizer parameter groups (weight decay, layer decay) and the default learning-rate schedule.
 
-Both are plain PyTorch so that any optimizer or scheduler class can be swapped in from YAML.
+Both are plain PyTorch so that any optimizer (AdamW, SGD, timm's LAMB, ...) or scheduler class can be swapped in
+from YAML.
 """
 
 from __future__ import annotations
@@ -9,28 +10,51 @@ import math
 from collections.abc import Iterable
 
 import torch
+from timm.optim import param_groups_layer_decay
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from vitlit.errors import ConfigError
 
+# Marks timm's decayed groups so that the optimizer's configured weight decay applies to them (see param_groups).
+_CONFIGURED_DECAY = -1.0
 
-def weight_decay_param_groups(model: nn.Module, skip: Iterable[str] = ()) -> list[dict]:
-    """Split parameters into a decayed group and a group with ``weight_decay=0``.
 
-    Follows timm's rule (``timm.optim.param_groups_weight_decay``): biases, norm weights (every tensor with one
-    dimension) and the names in ``skip`` (timm models list ``pos_embed`` and ``cls_token`` in
-    ``model.no_weight_decay()``) are not decayed, since shrinking them towards zero only hurts. Unlike timm's helper
-    the decayed group carries no ``weight_decay`` key, so the value configured on the optimizer (in YAML) applies.
+def param_groups(model: nn.Module, skip: Iterable[str] = (), layer_decay: float | None = None) -> list[dict]:
+    """Group parameters for the optimizer: no weight decay where it hurts, and optional layer-wise lr decay.
+
+    Biases, norm weights (every tensor with one dimension) and the names in ``skip`` (timm models list
+    ``pos_embed`` and ``cls_token`` in ``model.no_weight_decay()``) get ``weight_decay=0``; shrinking them towards
+    zero only hurts. The decayed groups carry no ``weight_decay`` key, so the value configured on the optimizer
+    (in YAML) applies; this is why timm's own helpers, which bake a value in, are wrapped rather than used as is.
+
+    With ``layer_decay`` (fine-tuning, as in BEiT/MAE), timm's ``param_groups_layer_decay`` assigns each block its
+    depth and the groups get ``lr_scale = layer_decay ** (depth_of_model - depth)``: the head learns at the full
+    rate, the patch embedding at the smallest. `ViTClassifier` multiplies each group's learning rate by its
+    ``lr_scale`` before the scheduler records it, so every scheduler honours it.
 
     Args:
         model: The network whose trainable parameters are grouped.
         skip: Parameter names (as in ``named_parameters``) that must not be decayed.
+        layer_decay: Per-block learning-rate decay factor in (0, 1]; ``None`` disables layer-wise decay.
 
     Returns:
-        Parameter groups for any ``torch.optim`` optimizer; empty groups are left out.
+        Parameter groups for any ``torch.optim`` optimizer, each with a ``name`` for the learning-rate curves.
     """
     skip = set(skip)
+    if layer_decay is not None:
+        if not 0.0 < layer_decay <= 1.0:
+            raise ConfigError(f"layer_decay={layer_decay} is outside (0, 1]; 0.65-0.75 is usual for fine-tuning ViTs.")
+        groups = param_groups_layer_decay(
+            model, weight_decay=_CONFIGURED_DECAY, no_weight_decay_list=skip, layer_decay=layer_decay
+        )
+        for i, group in enumerate(groups):
+            decayed = group.pop("weight_decay") == _CONFIGURED_DECAY
+            if not decayed:
+                group["weight_decay"] = 0.0
+            group.pop("param_names", None)
+            group["name"] = f"g{i:02d}_x{group['lr_scale']:.3g}_{'decay' if decayed else 'no_decay'}"
+        return groups
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         if not param.requires_grad:
@@ -39,6 +63,12 @@ def weight_decay_param_groups(model: nn.Module, skip: Iterable[str] = ()) -> lis
     # The names label LearningRateMonitor's curves (lr-AdamW/decay, lr-AdamW/no_decay).
     groups = [{"params": decay, "name": "decay"}, {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"}]
     return [g for g in groups if g["params"]]
+
+
+def apply_lr_scale(optimizer: torch.optim.Optimizer) -> None:
+    """Multiply each group's learning rate by its ``lr_scale`` (layer decay); call before building the scheduler."""
+    for group in optimizer.param_groups:
+        group["lr"] = group["lr"] * group.get("lr_scale", 1.0)
 
 
 class WarmupCosineLR(LambdaLR):

@@ -1,0 +1,97 @@
+"""CIFAR-10 and CIFAR-100 through torchvision: download, a seeded validation split, the classic augmentation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from torchvision.datasets import CIFAR10, CIFAR100
+
+from vitlit.data.base import ImageClassificationDataModule, validation_count
+from vitlit.errors import ConfigError
+
+_DATASETS: dict[str, type[CIFAR10]] = {"cifar10": CIFAR10, "cifar100": CIFAR100}
+_NUM_CLASSES = {"cifar10": 10, "cifar100": 100}
+# Per-channel statistics of each training set (computed over its 50,000 images).
+_MEAN = {"cifar10": (0.4914, 0.4822, 0.4465), "cifar100": (0.5071, 0.4865, 0.4409)}
+_STD = {"cifar10": (0.2470, 0.2435, 0.2616), "cifar100": (0.2673, 0.2564, 0.2762)}
+_NATIVE_SIZE = 32
+_TRAIN_IMAGES = 50_000  # both data sets; torchvision's checksums guarantee it
+
+
+class CIFARDataModule(ImageClassificationDataModule):
+    """CIFAR-10 or CIFAR-100 from torchvision's files, with 5,000 training images held out for validation.
+
+    The test split is loaded only by ``test`` and ``predict``, so no model selection ever sees it. At
+    ``img_size`` other than 32 the images are resized first (e.g. 224 for patch-16 or pretrained models).
+
+    Args:
+        dataset: Which data set: ``cifar10`` (10 classes) or ``cifar100`` (100 classes).
+        data_dir: Folder that holds (or will receive) ``cifar-10-batches-py/`` or ``cifar-100-python/``.
+        download: Download the archive into ``data_dir`` if it is not there yet (about 170 MB).
+        **kwargs: The common options of `vitlit.data.ImageClassificationDataModule` (``img_size``,
+            ``batch_size``, ``val_size``, ``num_workers``, ...).
+    """
+
+    def __init__(
+        self,
+        dataset: Literal["cifar10", "cifar100"] = "cifar10",
+        data_dir: str | Path = "data",
+        download: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        if dataset not in _DATASETS:
+            raise ConfigError(f"dataset={dataset!r} is not known; use 'cifar10' or 'cifar100'.")
+        self.default_mean, self.default_std = _MEAN[dataset], _STD[dataset]
+        super().__init__(**kwargs)
+        self.dataset = dataset
+        self.data_dir = Path(data_dir).expanduser()
+        self.download = download
+        validation_count(_TRAIN_IMAGES, self.val_size)  # fail now, not after the run directory exists
+        if not download:
+            self._require_files()
+
+    @property
+    def num_classes(self) -> int:
+        """10 for CIFAR-10, 100 for CIFAR-100."""
+        return _NUM_CLASSES[self.dataset]
+
+    @property
+    def _cls(self) -> type[CIFAR10]:
+        return _DATASETS[self.dataset]
+
+    def _require_files(self) -> None:
+        folder = self.data_dir / self._cls.base_folder
+        names = [name for name, _ in self._cls.train_list + self._cls.test_list] + [self._cls.meta["filename"]]
+        missing = [name for name in names if not (folder / name).is_file()]
+        if missing:
+            raise ConfigError(
+                f"{self.dataset} is not in {folder} (missing {missing[0]}); pass --data.download true, "
+                f"or point --data.data_dir at the folder that contains {self._cls.base_folder}/."
+            )
+
+    def prepare_data(self) -> None:
+        """Download and verify both splits once (on rank 0 only, as Lightning calls it)."""
+        if self.download:
+            for train in (True, False):
+                self._cls(str(self.data_dir), train=train, download=True)
+
+    def _load(self, train: bool) -> CIFAR10:
+        try:
+            data = self._cls(str(self.data_dir), train=train, download=False)
+        except RuntimeError as err:  # torchvision's message for missing files or a failed checksum
+            raise ConfigError(
+                f"{self.dataset} in {self.data_dir} is missing or corrupted ({err}); delete "
+                f"{self.data_dir / self._cls.base_folder} and run again with --data.download true."
+            ) from None
+        self.classes = list(data.classes)
+        return data
+
+    def _train_source(self) -> CIFAR10:
+        return self._load(train=True)
+
+    def _test_source(self) -> CIFAR10:
+        return self._load(train=False)
+
+    def _needs_resize(self) -> bool:
+        return self.img_size != _NATIVE_SIZE

@@ -1,0 +1,100 @@
+"""Train and eval image pipelines (torchvision.transforms.v2), shared by every data module.
+
+Geometry runs on uint8 tensors and the conversion to float comes last, which is cheaper than augmenting floats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from torchvision.transforms import v2
+
+#: Per-image augmentation policies (torchvision.transforms.v2), applied after crop and flip.
+Policy = Literal["none", "trivialaugment", "randaugment", "autoaugment"]
+POLICIES: tuple[str, ...] = Policy.__args__
+#: RandAugment magnitudes run from 0 to num_magnitude_bins - 1 (torchvision's default of 31 bins).
+RANDAUGMENT_MAX_MAGNITUDE = 30
+
+
+def policy_transform(policy: Policy, num_ops: int = 2, magnitude: int = 9) -> v2.Transform | None:
+    """Return the augmentation policy as a transform, or ``None`` for ``"none"``.
+
+    Args:
+        policy: ``trivialaugment`` (TrivialAugmentWide, no parameters), ``randaugment`` (RandAugment with
+            ``num_ops`` and ``magnitude``), ``autoaugment`` (AutoAugment's learned CIFAR-10 policy) or ``none``.
+        num_ops: RandAugment: operations per image.
+        magnitude: RandAugment: strength of each operation, 0 to 30.
+    """
+    if policy == "none":
+        return None
+    if policy == "trivialaugment":
+        return v2.TrivialAugmentWide()
+    if policy == "randaugment":
+        return v2.RandAugment(num_ops=num_ops, magnitude=magnitude)
+    if policy == "autoaugment":
+        return v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10)
+    raise ValueError(f"unknown policy {policy!r}")  # callers validate first; this guards direct use
+
+
+def _resize(img_size: int) -> list[v2.Transform]:
+    # Shorter side to img_size, then a centred square: works for any aspect ratio, a no-op crop for square images.
+    return [v2.Resize(img_size, antialias=True), v2.CenterCrop(img_size)]
+
+
+def _to_normalized_float(mean: Sequence[float], std: Sequence[float]) -> list[v2.Transform]:
+    return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean=list(mean), std=list(std))]
+
+
+def train_transform(
+    img_size: int,
+    mean: Sequence[float],
+    std: Sequence[float],
+    *,
+    resize: bool,
+    crop_padding: int,
+    hflip: bool,
+    policy: v2.Transform | None = None,
+) -> v2.Compose:
+    """Build the training pipeline: [resize] -> random crop with padding -> [flip] -> [policy] -> normalise.
+
+    This is the classic CIFAR recipe (RandomCrop(32, padding=4) + flip), scaled with the image size.
+
+    Args:
+        img_size: Side of the square output image.
+        mean: Per-channel mean used for normalisation.
+        std: Per-channel standard deviation used for normalisation.
+        resize: Resize (shorter side) and centre-crop to ``img_size`` first; needed when the stored images differ.
+        crop_padding: Zero padding on each side before the random ``img_size`` crop; 0 disables the crop.
+        hflip: Flip horizontally with probability 0.5 (turn off for data that is not mirror-symmetric, e.g. digits).
+        policy: An augmentation policy on the uint8 image (`policy_transform`), or ``None``.
+
+    Returns:
+        A transform from a PIL image (or uint8 tensor) to a normalised float tensor of shape (3, img_size, img_size).
+    """
+    steps: list[v2.Transform] = [v2.ToImage()]
+    if resize:
+        steps += _resize(img_size)
+    if crop_padding > 0:
+        steps.append(v2.RandomCrop(img_size, padding=crop_padding))
+    if hflip:
+        steps.append(v2.RandomHorizontalFlip())
+    if policy is not None:
+        steps.append(policy)
+    return v2.Compose(steps + _to_normalized_float(mean, std))
+
+
+def eval_transform(img_size: int, mean: Sequence[float], std: Sequence[float], *, resize: bool) -> v2.Compose:
+    """Build the deterministic validation/test/predict pipeline: [resize] -> normalise.
+
+    Args:
+        img_size: Side of the square output image.
+        mean: Per-channel mean used for normalisation.
+        std: Per-channel standard deviation used for normalisation.
+        resize: Resize (shorter side) and centre-crop to ``img_size`` first.
+
+    Returns:
+        A transform from a PIL image (or uint8 tensor) to a normalised float tensor of shape (3, img_size, img_size).
+    """
+    return v2.Compose([v2.ToImage()] + (_resize(img_size) if resize else []) + _to_normalized_float(mean, std))

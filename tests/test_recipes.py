@@ -1,0 +1,167 @@
+"""Recipe features: augmentation policies, batch augmentations, class balancing, optimizers, EMA weights."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import CPU, ROOT, TINY_MODEL, cifar_args, run_cli
+from PIL import Image
+
+from vitlit import ImageFolderDataModule, ViTClassifier
+from vitlit.data.batch_augment import BatchAugment
+from vitlit.data.transforms import POLICIES, policy_transform
+
+TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
+
+
+@pytest.mark.parametrize("policy", [p for p in POLICIES if p != "none"])
+def test_policies_change_images_but_keep_shape_and_dtype(policy: str) -> None:
+    torch.manual_seed(0)
+    image = (torch.rand(3, 32, 32) * 255).to(torch.uint8)
+    transform = policy_transform(policy, num_ops=2, magnitude=9)
+    outputs = [transform(image) for _ in range(20)]
+    assert all(o.shape == image.shape and o.dtype == torch.uint8 for o in outputs)
+    assert sum(not torch.equal(o, image) for o in outputs) >= 10
+
+
+def test_erasing_schedule_and_per_sample_erasing() -> None:
+    augment = BatchAugment(10, erasing=0.4, erasing_end=0.2)
+    assert [augment.erasing_probability(p) for p in (0.0, 0.5, 1.0, 2.0)] == pytest.approx([0.4, 0.3, 0.2, 0.2])
+    torch.manual_seed(0)
+    images = torch.zeros(200, 3, 32, 32)
+    out, targets = BatchAugment(10, erasing=0.5)(images.clone(), torch.zeros(200, dtype=torch.long), 0.0)
+    erased = (out.flatten(1) != 0).any(dim=1).float().mean().item()
+    assert 0.35 < erased < 0.65  # each image decides on its own, not the whole batch at once
+    assert targets.dtype == torch.long
+
+
+def test_mixup_and_cutmix_give_probability_targets() -> None:
+    augment = BatchAugment(5, mixup_alpha=0.8, cutmix_alpha=1.0)
+    images = torch.arange(4, dtype=torch.float32)[:, None, None, None].expand(4, 3, 8, 8).clone()
+    mixed, targets = augment(images, torch.tensor([0, 1, 2, 3]), 0.5)
+    assert targets.shape == (4, 5) and targets.dtype == torch.float32
+    torch.testing.assert_close(targets.sum(dim=1), torch.ones(4))
+    assert (targets.max(dim=1).values < 1).all()  # every image is a blend of two classes
+    assert not torch.equal(mixed, torch.arange(4, dtype=torch.float32)[:, None, None, None].expand(4, 3, 8, 8))
+
+
+def test_soft_targets_train_with_label_smoothing_once() -> None:
+    model = ViTClassifier("test_vit", num_classes=4, img_size=32, patch_size=4, label_smoothing=0.1)
+    logits, hard = torch.randn(6, 4), torch.tensor([0, 1, 2, 3, 0, 1])
+    one_hot = torch.nn.functional.one_hot(hard, 4).float()
+    # A "mixed" target that is really one class must give exactly the loss of the hard label.
+    torch.testing.assert_close(model.criterion(logits, one_hot), model.criterion(logits, hard))
+
+
+class _Recorder(ViTClassifier):
+    """Keeps the targets each step receives, after the data module's on-device batch hook."""
+
+    seen: dict[str, list[torch.Tensor]]
+
+    def training_step(self, batch, batch_idx):
+        self.seen.setdefault("train", []).append(batch[1])
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch, batch_idx):
+        self.seen.setdefault("val", []).append(batch[1])
+        return super().validation_step(batch, batch_idx)
+
+
+def test_batch_augmentations_reach_training_batches_only(digits_dir: Path) -> None:
+    import lightning as L
+
+    model = _Recorder("test_vit", img_size=32, patch_size=4)
+    model.seen = {}
+    data = ImageFolderDataModule(
+        digits_dir, img_size=32, batch_size=8, num_workers=0, mixup_alpha=0.8, cutmix_alpha=1.0, random_erasing=0.25
+    )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=3,
+        limit_val_batches=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        val_check_interval=3,
+    )
+    trainer.fit(model, data)
+    assert all(t.shape == (8, 10) and t.is_floating_point() for t in model.seen["train"])
+    assert all(t.dtype == torch.long for t in model.seen["val"])
+    assert torch.isfinite(trainer.callback_metrics["train/loss"])
+
+
+def test_class_balanced_sampling_evens_out_an_imbalanced_folder(tmp_path: Path) -> None:
+    for name, count in (("common", 90), ("rare", 10)):
+        (tmp_path / "train" / name).mkdir(parents=True)
+        for i in range(count):
+            Image.new("RGB", (8, 8)).save(tmp_path / "train" / name / f"{i}.png")
+    counts = Counter()
+    for balanced in (False, True):
+        data = ImageFolderDataModule(
+            tmp_path, img_size=8, batch_size=10, num_workers=0, val_size=2, class_balanced=balanced
+        )
+        data.setup("fit")
+        torch.manual_seed(0)
+        labels = torch.cat([y for _ in range(5) for _, y in data.train_dataloader()])
+        counts[balanced] = (labels == 1).float().mean().item()
+    assert counts[False] < 0.15  # the natural 10% share of "rare"
+    assert 0.4 < counts[True] < 0.6
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "expected"),
+    [("torch.optim.AdamW", "AdamW"), ("torch.optim.SGD", "SGD"), ("timm.optim.Lamb", "Lamb")],
+)
+def test_optimizer_is_chosen_in_config(optimizer: str, expected: str, tmp_path: Path, cifar_dir: Path) -> None:
+    cli = run_cli(
+        "fit",
+        "--config",
+        TINY_CONFIG,
+        *CPU,
+        *TINY_MODEL,
+        *cifar_args(cifar_dir),
+        "--trainer.default_root_dir",
+        tmp_path,
+        "--trainer.fast_dev_run",
+        "2",
+        "--model.optimizer",
+        optimizer,
+        "--model.optimizer.init_args.lr",
+        "0.01",
+    )
+    assert type(cli.trainer.optimizers[0]).__name__ == expected
+    assert cli.trainer.optimizers[0].defaults["lr"] == 0.01
+    assert [g["name"] for g in cli.trainer.optimizers[0].param_groups] == ["decay", "no_decay"]
+
+
+def test_ema_weights_are_validated_and_checkpointed(tmp_path: Path, cifar_dir: Path) -> None:
+    config = tmp_path / "ema.yaml"
+    config.write_text(
+        "trainer:\n  callbacks+:\n    - class_path: EMAWeightAveraging\n      init_args:\n        decay: 0.9\n"
+    )
+    common = [
+        "--config",
+        TINY_CONFIG,
+        "--config",
+        config,
+        *CPU,
+        *TINY_MODEL,
+        *cifar_args(cifar_dir),
+        "--trainer.default_root_dir",
+        tmp_path,
+    ]
+    fit = run_cli("fit", *common, "--trainer.max_epochs", "1", "--model.scheduler.init_args.warmup_steps", "1")
+    last = Path(fit.trainer.log_dir) / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(last, map_location="cpu", weights_only=False)
+    key = "net.blocks.0.mlp.fc1.weight"
+    assert not torch.equal(checkpoint["state_dict"][key], checkpoint["current_model_state"][key])
+    # The checkpoint's weights are the EMA weights, the ones the end-of-epoch validation used.
+    validate = run_cli("validate", *common, "--ckpt_path", last)
+    assert float(validate.trainer.callback_metrics["val/loss"]) == pytest.approx(
+        float(fit.trainer.callback_metrics["val/loss"]), abs=1e-6
+    )
