@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 from torchvision.datasets import CIFAR10, CIFAR100
 
 from vitlit.cli import main
+from vitlit.data.digits import write_digits_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -82,22 +82,6 @@ def cifar_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         mp.setattr(CIFAR100, "test_list", sums["c100_test"])
         mp.setattr(CIFAR100, "meta", sums["c100_meta"])
         yield root
-
-
-def write_digits_folder(root: Path, size: int = 32, test_fraction: float = 0.25, seed: int = 0) -> Path:
-    """Save sklearn's 1,797 real 8x8 digit images, upsampled to ``size`` px, as ``root/{train,test}/<digit>/*.png``."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    order = np.random.default_rng(seed).permutation(len(digits.images))
-    n_test = int(len(order) * test_fraction)
-    for rank, i in enumerate(order):
-        split = "test" if rank < n_test else "train"
-        folder = root / split / str(digits.target[i])
-        folder.mkdir(parents=True, exist_ok=True)
-        pixels = (digits.images[i] * (255 / 16)).astype(np.uint8)
-        Image.fromarray(pixels).resize((size, size), Image.BILINEAR).convert("RGB").save(folder / f"{i}.png")
-    return root
 
 
 @pytest.fixture(scope="session")
