@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import subprocess
@@ -58,6 +59,10 @@ def test_fit_then_validate_test_predict_on_cifar_files(tmp_path: Path, cifar_dir
     probs = torch.cat(predict.trainer.predict_loop.predictions)
     assert probs.shape == (24, 10)
     torch.testing.assert_close(probs.sum(dim=1), torch.ones(24))
+    with (Path(predict.trainer.log_dir) / "predictions.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 24 and rows[0]["predicted"] in fit.datamodule.classes
+    assert float(rows[5]["p_airplane"]) == pytest.approx(float(probs[5, 0]), abs=1e-6)
 
 
 def test_image_folder_end_to_end(tmp_path: Path, digits_dir: Path) -> None:
@@ -99,7 +104,15 @@ def test_image_folder_end_to_end(tmp_path: Path, digits_dir: Path) -> None:
     assert "test/acc" in test.trainer.callback_metrics
     predict = run_cli("predict", *common, "--ckpt_path", last)
     n_test = sum(1 for _ in (digits_dir / "test").rglob("*.png"))
-    assert torch.cat(predict.trainer.predict_loop.predictions).shape == (n_test, 10)
+    probs = torch.cat(predict.trainer.predict_loop.predictions)
+    assert probs.shape == (n_test, 10)
+    with (Path(predict.trainer.log_dir) / "predictions.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == n_test
+    row = rows[7]  # the image file, its predicted class name and the probability of that class
+    assert Path(row["source"]).parent.parent == digits_dir / "test"
+    assert row["predicted"] == str(int(probs[7].argmax()))
+    assert float(row["confidence"]) == pytest.approx(float(probs[7].max()), abs=1e-6)
 
 
 def test_print_config_reparses_to_the_same_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
