@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,98 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path: Path, digits_
         torch.testing.assert_close(resumed_state[key], value, rtol=0, atol=0, msg=key)
     for name in ("val/loss", "val/acc"):
         assert float(resumed.trainer.callback_metrics[name]) == float(whole.trainer.callback_metrics[name])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_signal_saves_a_checkpoint_and_says_how_to_resume(sig, status, tmp_path: Path, digits_dir: Path) -> None:
+    flags = """
+        --trainer.max_epochs 1000 --trainer.enable_progress_bar false
+        --trainer.limit_train_batches 5 --trainer.limit_val_batches 2
+        --data ImageFolderDataModule --data.num_workers 0 --data.batch_size 16
+    """.split()
+    root = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "vitlit",
+        "fit",
+        "--config",
+        str(TINY_CONFIG),
+        *CPU,
+        *TINY_MODEL,
+        *flags,
+        "--data.root",
+        str(digits_dir),
+        "--trainer.default_root_dir",
+        str(root),
+    ]
+    last = root / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        deadline = time.monotonic() + 180
+        while not last.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # wait for the end of the first epoch
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == status, err[-2000:]
+    message = [line for line in err.splitlines() if line.startswith(f"vitlit: interrupted by {sig.name}")]
+    assert len(message) == 1, err[-2000:]
+    assert message[0].endswith(
+        f"resume with: python -m vitlit fit --config {last.parent.parent / 'config.yaml'} --ckpt_path {last}"
+    )
+    # Saved on the signal (or at the epoch end just before it): the checkpoint holds the step the run stopped at.
+    checkpoint = torch.load(last, map_location="cpu", weights_only=True)  # loadable without trusting pickles
+    stopped_at = int(re.search(r"step (\d+);", message[0]).group(1))
+    assert checkpoint["global_step"] == stopped_at > 0
+
+    resumed = run_cli(
+        "fit",
+        "--config",
+        last.parent.parent / "config.yaml",
+        "--ckpt_path",
+        last,
+        "--trainer.max_epochs",
+        str(checkpoint["epoch"] + 2),
+    )
+    assert resumed.trainer.global_step > checkpoint["global_step"]
+
+
+@pytest.mark.slow
+def test_sigterm_during_validation_resumes(tmp_path: Path, digits_dir: Path) -> None:
+    """The checkpoint saved mid-validation resumes too (EarlyStopping must not demand that validation's metric)."""
+    interrupt = tmp_path / "interrupt.yaml"
+    interrupt.write_text("trainer:\n  callbacks+:\n    - class_path: helpers.kill.SignalInValidation\n")
+    flags = """
+        --trainer.max_epochs 3 --trainer.enable_progress_bar false
+        --trainer.limit_train_batches 5 --trainer.limit_val_batches 3
+        --data ImageFolderDataModule --data.num_workers 0 --data.batch_size 16
+    """.split()
+    root = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "vitlit",
+        "fit",
+        "--config",
+        str(TINY_CONFIG),
+        "--config",
+        str(interrupt),
+        *CPU,
+        *TINY_MODEL,
+        *flags,
+        "--data.root",
+        str(digits_dir),
+        "--trainer.default_root_dir",
+        str(root),
+    ]
+    env = {
+        **os.environ,
+        "VITLIT_TEST_KILL": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 143, done.stderr[-2000:]
+    assert "vitlit: interrupted by SIGTERM at epoch 1, step 10; resume with:" in done.stderr
+    run_dir = root / "lightning_logs" / "version_0"
+    resumed = run_cli("fit", "--config", run_dir / "config.yaml", "--ckpt_path", run_dir / "checkpoints" / "last.ckpt")
+    assert resumed.trainer.current_epoch == 3 and resumed.trainer.global_step == 15

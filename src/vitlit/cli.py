@@ -9,14 +9,19 @@ the Trainer with its callbacks comes from the YAML. Example::
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import ConfigError
@@ -76,12 +81,62 @@ class VitLitCLI(LightningCLI):
         # remove it, so a failed start leaves no trace. A directory that existed before is never touched.
         log_dir = Path(self.trainer.log_dir) if self.trainer.log_dir else None
         existed = log_dir is not None and log_dir.exists()
+        self._stop_signal: str | None = None
+        previous = self._install_sigint_handler() if subcommand == "fit" else None
         try:
             super()._run_subcommand(subcommand)
+        except SystemExit as err:  # SIGTERM (SIGTERMException) or a second Ctrl-C (Lightning exits after cleanup)
+            if not self.trainer.interrupted:
+                raise
+            name = self._stop_signal or ("SIGTERM" if isinstance(err, SIGTERMException) else "SIGINT")
+            print(f"{PROG}: {self._interruption_report(name)}", file=sys.stderr)
+            raise SystemExit(128 + signal.Signals[name].value) from None  # the shell's convention: 130, 143
         except Exception as err:
             if log_dir is not None and not existed and _user_error(err) is not None:
                 shutil.rmtree(log_dir, ignore_errors=True)
             raise
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+
+    def _install_sigint_handler(self) -> signal.Handlers | None:
+        """Make the first Ctrl-C stop like SIGTERM: at the next safe point of the loop, with a checkpoint.
+
+        Python raises KeyboardInterrupt wherever the main thread happens to be, and where that is inside a finaliser
+        or a C callback it is swallowed and training goes on. Lightning's SIGTERM handling instead sets a flag the
+        loops check between steps; the first Ctrl-C is routed there. A second Ctrl-C interrupts at once. POSIX only
+        (on Windows a SIGTERM to oneself terminates the process), main thread only (signal handlers live there), and
+        for ``fit`` only: the other subcommands have no checkpoint to save.
+        """
+        if os.name != "posix" or threading.current_thread() is not threading.main_thread():
+            return None
+
+        def on_sigint(signum: int, frame: object) -> None:
+            if self._stop_signal is not None:
+                raise KeyboardInterrupt
+            self._stop_signal = "SIGINT"
+            print(
+                f"{PROG}: stopping after this step and saving a checkpoint; Ctrl-C again to stop at once",
+                file=sys.stderr,
+            )
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        return signal.signal(signal.SIGINT, on_sigint)
+
+    def _interruption_report(self, signal_name: str) -> str:
+        """Say where the run stopped and the command that resumes it (the checkpoint was saved on the signal)."""
+        trainer = self.trainer
+        where = f"interrupted by {signal_name} at epoch {trainer.current_epoch}, step {trainer.global_step}"
+        folders = {
+            Path(cb.dirpath) for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath
+        }
+        saved = [p for folder in folders for p in folder.glob("*.ckpt")]
+        if not saved or trainer.log_dir is None:
+            return f"{where}; no checkpoint was written, so there is nothing to resume."
+        # last.ckpt where the config keeps one (it was rewritten on the signal), else the newest checkpoint.
+        newest = max(saved, key=lambda p: (p.name == "last.ckpt", p.stat().st_mtime))
+        config = Path(trainer.log_dir) / "config.yaml"
+        return f"{where}; resume with: python -m {PROG} fit --config {config} --ckpt_path {newest}"
 
 
 def main(args: Sequence[str] | None = None) -> VitLitCLI:

@@ -21,3 +21,20 @@ class KillAtEpoch(Callback):
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.current_epoch == self.epoch and os.environ.get("VITLIT_TEST_KILL"):
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class SignalInValidation(Callback):
+    """Send ``signum`` to the own process during the first validation batch of epoch ``epoch`` (VITLIT_TEST_KILL).
+
+    Args:
+        signum: The signal number, e.g. 15 for SIGTERM.
+        epoch: The epoch whose validation is interrupted.
+    """
+
+    def __init__(self, signum: int = 15, epoch: int = 1) -> None:
+        self.signum = signum
+        self.epoch = epoch
+
+    def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: object, **kwargs: object):
+        if trainer.current_epoch == self.epoch and not trainer.sanity_checking and os.environ.get("VITLIT_TEST_KILL"):
+            os.kill(os.getpid(), self.signum)
