@@ -31,6 +31,17 @@ FLAGS = """
 """.split()
 
 
+def _vitlit(*args: object) -> list[str]:
+    """The command line of ``python -m vitlit`` with ``args``, for a fresh process."""
+    return [sys.executable, "-m", "vitlit", *map(str, args)]
+
+
+def _env() -> dict[str, str]:
+    """The environment of a killing subprocess: tests/ importable (helpers.kill) and VITLIT_TEST_KILL armed."""
+    path = os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, "VITLIT_TEST_KILL": "1"}
+
+
 @pytest.mark.slow
 def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path: Path, digits_dir: Path) -> None:
     killer = tmp_path / "kill.yaml"
@@ -39,22 +50,8 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path: Path, digits_
 
     whole = run_cli("fit", *common, "--trainer.default_root_dir", tmp_path / "whole")
 
-    tests_dir = str(ROOT / "tests")  # makes helpers.kill importable in the subprocess
-    env = {
-        **os.environ,
-        "VITLIT_TEST_KILL": "1",
-        "PYTHONPATH": os.pathsep.join([tests_dir, os.environ.get("PYTHONPATH", "")]),
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "vitlit",
-        "fit",
-        *map(str, common),
-        "--trainer.default_root_dir",
-        str(tmp_path / "killed"),
-    ]
-    killed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    command = _vitlit("fit", *common, "--trainer.default_root_dir", tmp_path / "killed")
+    killed = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     run_dir = tmp_path / "killed" / "lightning_logs" / "version_0"
     last = run_dir / "checkpoints" / "last.ckpt"
@@ -78,21 +75,18 @@ def test_signal_saves_a_checkpoint_and_says_how_to_resume(sig, status, tmp_path:
         --data ImageFolderDataModule --data.num_workers 0 --data.batch_size 16
     """.split()
     root = tmp_path / "run"
-    command = [
-        sys.executable,
-        "-m",
-        "vitlit",
+    command = _vitlit(
         "fit",
         "--config",
-        str(TINY_CONFIG),
+        TINY_CONFIG,
         *CPU,
         *TINY_MODEL,
         *flags,
         "--data.root",
-        str(digits_dir),
+        digits_dir,
         "--trainer.default_root_dir",
-        str(root),
-    ]
+        root,
+    )
     last = root / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         deadline = time.monotonic() + 180
@@ -134,29 +128,21 @@ def test_sigterm_during_validation_resumes(tmp_path: Path, digits_dir: Path) -> 
         --data ImageFolderDataModule --data.num_workers 0 --data.batch_size 16
     """.split()
     root = tmp_path / "run"
-    command = [
-        sys.executable,
-        "-m",
-        "vitlit",
+    command = _vitlit(
         "fit",
         "--config",
-        str(TINY_CONFIG),
+        TINY_CONFIG,
         "--config",
-        str(interrupt),
+        interrupt,
         *CPU,
         *TINY_MODEL,
         *flags,
         "--data.root",
-        str(digits_dir),
+        digits_dir,
         "--trainer.default_root_dir",
-        str(root),
-    ]
-    env = {
-        **os.environ,
-        "VITLIT_TEST_KILL": "1",
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]),
-    }
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        root,
+    )
+    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 143, done.stderr[-2000:]
     assert "vitlit: interrupted by SIGTERM at epoch 1, step 10; resume with:" in done.stderr
     run_dir = root / "lightning_logs" / "version_0"
