@@ -13,6 +13,8 @@ import pytest
 import torch
 from conftest import CONFIGS, CPU, ROOT, TINY_MODEL, cifar_args, run_cli
 
+from vitlit.runs import read_scalars
+
 TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
 
 
@@ -205,6 +207,7 @@ def test_resume_from_saved_config_and_last_checkpoint(tmp_path: Path, cifar_dir:
     )
     run_dir = Path(first.trainer.log_dir)
     steps_per_epoch = first.trainer.global_step
+    config_before = (run_dir / "config.yaml").read_bytes()
     resumed = run_cli(
         "fit",
         "--config",
@@ -218,4 +221,10 @@ def test_resume_from_saved_config_and_last_checkpoint(tmp_path: Path, cifar_dir:
     # The schedule continued rather than restarting, and keeps the length the checkpoint was written with.
     scheduler = resumed.model.lr_schedulers()
     assert scheduler.last_epoch == 2 * steps_per_epoch and scheduler.total_steps == steps_per_epoch
-    assert Path(resumed.trainer.log_dir) != run_dir  # a new version directory; the first run is left as it was
+    # One run, one TensorBoard curve: the resumed part logs into the same version directory, next to its own config.
+    assert Path(resumed.trainer.log_dir) == run_dir
+    assert (run_dir / "config.yaml").read_bytes() == config_before
+    assert "max_epochs: 2" in (run_dir / "config.resume-1.yaml").read_text()
+    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 2
+    val_steps = [step for step, _ in read_scalars(run_dir)["val/loss"]]
+    assert val_steps == [steps_per_epoch - 1, 2 * steps_per_epoch - 1]  # one curve across the interruption

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import CPU, ROOT, TINY_MODEL, cifar_args, run_cli, tree_digest
 
 TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
@@ -29,6 +32,30 @@ def existing_run(tmp_path_factory: pytest.TempPathFactory, cifar_dir: Path) -> P
         "2",
     )
     return root
+
+
+def _last(run: Path) -> Path:
+    return run / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+
+
+def _truncated(tmp: Path, source: Path, name: str) -> Path:
+    """The first half of ``source``'s bytes: what a kill during a non-atomic save leaves behind."""
+    data = source.read_bytes()
+    (tmp / name).write_bytes(data[: len(data) // 2])
+    return tmp / name
+
+
+def _saved(tmp: Path, name: str, obj: object) -> Path:
+    torch.save(obj, tmp / name)
+    return tmp / name
+
+
+def _corrupt_cifar(tmp: Path, cifar_dir: Path) -> Path:
+    """A copy of the CIFAR files with one training batch cut short (its checksum no longer matches)."""
+    shutil.copytree(cifar_dir, tmp / "cifar")
+    batch = tmp / "cifar" / "cifar-10-batches-py" / "data_batch_1"
+    batch.write_bytes(batch.read_bytes()[:1000])
+    return tmp / "cifar"
 
 
 def _empty_class_folder(tmp: Path) -> Path:
@@ -66,6 +93,32 @@ CASES = [
     ("odd batch with mixup", lambda tmp, run: ["--data.cutmix_alpha", "1.0", "--data.batch_size", "7"], ["odd"]),
     ("layer decay zero", lambda tmp, run: ["--model.layer_decay", "0"], ["layer_decay=0"]),
     ("layer decay above one", lambda tmp, run: ["--model.layer_decay", "1.2"], ["layer_decay=1.2"]),
+    ("checkpoint missing", lambda tmp, run: ["--ckpt_path", tmp / "none.ckpt"], ["none.ckpt does not exist"]),
+    (
+        "checkpoint truncated",
+        lambda tmp, run: ["--ckpt_path", _truncated(tmp, _last(run), "half.ckpt")],
+        ["half.ckpt cannot be read", "earlier snapshot"],
+    ),
+    (
+        "checkpoint of plain weights",
+        lambda tmp, run: ["--ckpt_path", _saved(tmp, "w.ckpt", {"weight": torch.zeros(2)})],
+        ["w.ckpt is not a Lightning checkpoint", "--model.pretrained_file"],
+    ),
+    (
+        "checkpoint with pickled objects",
+        lambda tmp, run: ["--ckpt_path", _saved(tmp, "p.ckpt", {"state_dict": {}, "args": argparse.Namespace()})],
+        ["p.ckpt holds Python objects", "--weights_only false"],
+    ),
+    (
+        "weights file truncated",
+        lambda tmp, run: ["--model.pretrained_file", _truncated(tmp, _last(run), "half.pth")],
+        ["half.pth", "not a readable state dict of test_vit"],
+    ),
+    (
+        "weights of another model",
+        lambda tmp, run: ["--model.pretrained_file", _saved(tmp, "other.pth", {"fc.weight": torch.zeros(2, 2)})],
+        ["other.pth", "not a readable state dict of test_vit"],
+    ),
 ]
 
 
@@ -142,3 +195,57 @@ def test_checkpoint_of_other_class_count_is_refused(
     assert "vitlit: error: the checkpoint was trained with num_classes=10 but this run has num_classes=100" in err
     assert tree_digest(existing_run) == before  # the refused run's fresh version_N directory is removed too
     assert sorted(p.name for p in (existing_run / "lightning_logs").iterdir()) == ["version_0"]
+
+
+def test_corrupt_cifar_file_is_named(tmp_path: Path, cifar_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(
+            "fit",
+            "--config",
+            TINY_CONFIG,
+            *CPU,
+            *TINY_MODEL,
+            *cifar_args(cifar_dir),
+            "--data.data_dir",
+            _corrupt_cifar(tmp_path, cifar_dir),
+            "--trainer.default_root_dir",
+            tmp_path / "run",
+        )
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "vitlit: error: cifar10 in" in err and "is missing or corrupted" in err and "--data.download true" in err
+    assert "Traceback" not in err
+
+
+def test_ckpt_path_last_without_a_run_is_refused(
+    tmp_path: Path, cifar_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(
+            "fit",
+            "--config",
+            TINY_CONFIG,
+            *CPU,
+            *TINY_MODEL,
+            *cifar_args(cifar_dir),
+            "--trainer.default_root_dir",
+            tmp_path,
+            "--ckpt_path",
+            "last",
+        )
+    assert exit_info.value.code == 2
+    assert "vitlit: error: --ckpt_path last found no last.ckpt under" in capsys.readouterr().err
+    assert not list(tmp_path.rglob("*.*"))
+
+
+def test_a_second_run_into_the_same_root_never_touches_the_first(
+    tmp_path: Path, existing_run: Path, cifar_dir: Path
+) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(existing_run, root)
+    before = tree_digest(root)
+    args = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.default_root_dir", root]
+    run_cli("fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, *cifar_args(cifar_dir), *args)
+    after = tree_digest(root)
+    assert {k: v for k, v in after.items() if k.startswith("lightning_logs/version_0/")} == before
+    assert any(k.startswith("lightning_logs/version_1/checkpoints/") for k in after)

@@ -148,3 +148,53 @@ def test_sigterm_during_validation_resumes(tmp_path: Path, digits_dir: Path) -> 
     run_dir = root / "lightning_logs" / "version_0"
     resumed = run_cli("fit", "--config", run_dir / "config.yaml", "--ckpt_path", run_dir / "checkpoints" / "last.ckpt")
     assert resumed.trainer.current_epoch == 3 and resumed.trainer.global_step == 15
+
+
+@pytest.mark.slow
+def test_kill_while_saving_keeps_last_ckpt_and_auto_resume_continues_the_run(tmp_path: Path, digits_dir: Path) -> None:
+    dying = tmp_path / "dying.yaml"
+    dying.write_text("trainer:\n  callbacks+:\n    - class_path: helpers.kill.DieWhileSavingLast\n")
+    flags = """
+        --trainer.max_epochs 3 --trainer.enable_progress_bar false
+        --trainer.limit_train_batches 4 --trainer.limit_val_batches 2
+        --data ImageFolderDataModule --data.num_workers 0 --data.batch_size 16
+    """.split()
+    common = ["--config", TINY_CONFIG, "--config", dying, *CPU, *TINY_MODEL, *flags, "--data.root", digits_dir]
+    root = tmp_path / "run"
+    command = _vitlit("fit", *common, "--trainer.default_root_dir", root, "--ckpt_path", "auto")
+    killed = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    run_dir = root / "lightning_logs" / "version_0"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    partial = list(last.parent.glob(".last.ckpt.*.tmp"))
+    assert len(partial) == 1  # the kill came during the write of the new last.ckpt ...
+    assert torch.load(last, map_location="cpu", weights_only=True)["epoch"] == 0  # ... and the old one is whole
+
+    # The same command again, as a restarted job script would run it: it finds last.ckpt and continues version_0.
+    config_before = (run_dir / "config.yaml").read_bytes()
+    resumed = run_cli("fit", *common, "--trainer.default_root_dir", root, "--ckpt_path", "auto")
+    assert Path(resumed.trainer.log_dir) == run_dir
+    assert resumed.trainer.current_epoch == 3 and resumed.trainer.global_step == 12
+    assert (run_dir / "config.yaml").read_bytes() == config_before and (run_dir / "config.resume-1.yaml").is_file()
+    assert sorted(p.name for p in root.joinpath("lightning_logs").iterdir()) == ["version_0"]
+    assert not list(last.parent.glob(".*.tmp"))  # the next save of last.ckpt removed the partial file
+
+
+@pytest.mark.parametrize("every", [["every_fraction", "0.25"], ["every_n_steps", "2"]], ids=["fraction", "steps"])
+def test_snapshots_are_periodic_and_keep_the_newest(every: list[str], tmp_path: Path, digits_dir: Path) -> None:
+    flags = """
+        --trainer.max_epochs 2 --trainer.enable_progress_bar false
+        --trainer.limit_train_batches 4 --trainer.limit_val_batches 1
+        --data ImageFolderDataModule --data.num_workers 0 --data.batch_size 16
+        --trainer.callbacks+=vitlit.callbacks.Snapshots --trainer.callbacks.init_args.keep 2
+    """.split()
+    flags += [f"--trainer.callbacks.init_args.{every[0]}", every[1]]
+    cli = run_cli(
+        "fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, *flags, "--data.root", digits_dir,
+        "--trainer.default_root_dir", tmp_path,
+    )  # fmt: skip
+    folder = Path(cli.trainer.log_dir) / "checkpoints"
+    # 8 optimizer steps, a snapshot every 2: steps 2, 4, 6, 8 were written, the two newest are kept.
+    kept = sorted(p.name for p in folder.glob("snapshot-*"))
+    assert kept == ["snapshot-step0000006.ckpt", "snapshot-step0000008.ckpt"]
+    assert torch.load(folder / "snapshot-step0000006.ckpt", map_location="cpu", weights_only=True)["global_step"] == 6

@@ -16,15 +16,18 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from vitlit.checkpoint_io import UNREADABLE, AtomicCheckpointIO, unreadable_checkpoint
 from vitlit.data import ImageClassificationDataModule
-from vitlit.errors import ConfigError
+from vitlit.errors import ConfigError, TrainingHalted
 from vitlit.model import ViTClassifier
 
 PROG = "vitlit"
@@ -75,7 +78,23 @@ class VitLitCLI(LightningCLI):
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
         parser.link_arguments("data.img_size", "model.img_size", apply_on="instantiate")
 
+    def _parse_ckpt_path(self) -> None:
+        # Lightning reads the checkpoint's hyperparameters into the config before anything is built; a file it cannot
+        # read is reported like any other bad value.
+        try:
+            super()._parse_ckpt_path()
+        except UNREADABLE as err:
+            raise unreadable_checkpoint(self.config[self.config.subcommand].get("ckpt_path"), err) from None
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        trainer = super().instantiate_trainer(**kwargs)
+        # Atomic checkpoint writes, unless the config names a CheckpointIO of its own (then that one is respected).
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        return trainer
+
     def _run_subcommand(self, subcommand: str) -> None:
+        self._resolve_ckpt_path(subcommand)
         # Lightning creates the logger's version_N directory before the data and checkpoint are checked. If the
         # run then stops on a user error, that directory holds nothing but an empty event file (and the config):
         # remove it, so a failed start leaves no trace. A directory that existed before is never touched.
@@ -89,15 +108,73 @@ class VitLitCLI(LightningCLI):
             if not self.trainer.interrupted:
                 raise
             name = self._stop_signal or ("SIGTERM" if isinstance(err, SIGTERMException) else "SIGINT")
-            print(f"{PROG}: {self._interruption_report(name)}", file=sys.stderr)
+            where = f"interrupted by {name} at epoch {self.trainer.current_epoch}, step {self.trainer.global_step}"
+            print(f"{PROG}: {where}; {self._resume_hint()}", file=sys.stderr)
             raise SystemExit(128 + signal.Signals[name].value) from None  # the shell's convention: 130, 143
+        except TrainingHalted as err:
+            print(f"{PROG}: error: {err}; {self._resume_hint()}", file=sys.stderr)
+            raise SystemExit(1) from None
         except Exception as err:
-            if log_dir is not None and not existed and _user_error(err) is not None:
+            fresh = log_dir is not None and not existed and not any(log_dir.rglob("*.ckpt"))
+            if fresh and _user_error(err) is not None:
                 shutil.rmtree(log_dir, ignore_errors=True)
             raise
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
+
+    def _resolve_ckpt_path(self, subcommand: str) -> None:
+        """Turn ``--ckpt_path last|auto`` into a file, and make ``fit`` from a run's checkpoint continue that run.
+
+        Lightning's own ``last`` only looks in the new run's (empty) checkpoint folder. Here ``last`` means the newest
+        ``last.ckpt`` of any earlier run under the logger's root and fails if there is none; ``auto`` (fit only) is the
+        switch for job scripts that are restarted after preemption: resume if there is one, else start fresh. A fit
+        resumed from ``<root>/version_N/checkpoints/`` logs into ``version_N`` again (one TensorBoard curve, one
+        checkpoints folder); its resolved config goes next to the original as ``config.resume-K.yaml``.
+        """
+        config = self.config_init[subcommand]
+        ckpt_path = config.get("ckpt_path")
+        if ckpt_path in ("last", "auto"):
+            if ckpt_path == "auto" and subcommand != "fit":
+                raise ConfigError(f"--ckpt_path auto is for fit only; {subcommand} takes last or a checkpoint path.")
+            found = self._newest_last_checkpoint()
+            if found is None and ckpt_path == "last":
+                raise ConfigError(
+                    f"--ckpt_path last found no last.ckpt under {self._runs_root()}; give a checkpoint path, or check "
+                    f"--trainer.default_root_dir."
+                )
+            config["ckpt_path"] = None if found is None else str(found)
+        if subcommand == "fit" and config.get("ckpt_path"):
+            self._continue_run(Path(config["ckpt_path"]).expanduser().resolve())
+
+    def _runs_root(self) -> Path:
+        """The folder whose ``version_*`` subfolders are the runs (``<default_root_dir>/lightning_logs``)."""
+        logger = self.trainer.logger
+        root = getattr(logger, "root_dir", None) if logger is not None else None
+        return Path(root or self.trainer.default_root_dir).expanduser().resolve()
+
+    def _newest_last_checkpoint(self) -> Path | None:
+        candidates = list(self._runs_root().glob("*/checkpoints/last.ckpt"))
+        for cb in self.trainer.checkpoint_callbacks:  # folders given explicitly in a config
+            if isinstance(cb, ModelCheckpoint) and cb.dirpath:
+                candidates.append(Path(cb.dirpath) / "last.ckpt")
+        existing = [p for p in candidates if p.is_file()]
+        return max(existing, key=lambda p: p.stat().st_mtime) if existing else None
+
+    def _continue_run(self, ckpt_path: Path) -> None:
+        run_dir = ckpt_path.parent.parent
+        logger = self.trainer.logger
+        if run_dir.parent != self._runs_root() or not hasattr(logger, "_version"):
+            return  # a checkpoint from elsewhere (or a logger without versions): a new run continues from it
+        # TensorBoardLogger and CSVLogger take the version folder's name as their version.
+        logger._version = run_dir.name
+        k = 1
+        while (run_dir / f"config.resume-{k}.yaml").exists():
+            k += 1
+        name = f"config.resume-{k}.yaml"
+        for cb in self.trainer.callbacks:
+            if isinstance(cb, SaveConfigCallback):
+                cb.config_filename = name  # never overwrite the run's original config.yaml
 
     def _install_sigint_handler(self) -> signal.Handlers | None:
         """Make the first Ctrl-C stop like SIGTERM: at the next safe point of the loop, with a checkpoint.
@@ -123,20 +200,20 @@ class VitLitCLI(LightningCLI):
 
         return signal.signal(signal.SIGINT, on_sigint)
 
-    def _interruption_report(self, signal_name: str) -> str:
-        """Say where the run stopped and the command that resumes it (the checkpoint was saved on the signal)."""
+    def _resume_hint(self) -> str:
+        """The command that resumes the stopped run (its checkpoint was saved on the way out), or why there is none."""
         trainer = self.trainer
-        where = f"interrupted by {signal_name} at epoch {trainer.current_epoch}, step {trainer.global_step}"
         folders = {
             Path(cb.dirpath) for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath
         }
         saved = [p for folder in folders for p in folder.glob("*.ckpt")]
         if not saved or trainer.log_dir is None:
-            return f"{where}; no checkpoint was written, so there is nothing to resume."
-        # last.ckpt where the config keeps one (it was rewritten on the signal), else the newest checkpoint.
+            return "no checkpoint was written, so there is nothing to resume."
+        # last.ckpt where the config keeps one (it was rewritten on the way out), else the newest checkpoint.
         newest = max(saved, key=lambda p: (p.name == "last.ckpt", p.stat().st_mtime))
-        config = Path(trainer.log_dir) / "config.yaml"
-        return f"{where}; resume with: python -m {PROG} fit --config {config} --ckpt_path {newest}"
+        saved_config = [cb.config_filename for cb in trainer.callbacks if isinstance(cb, SaveConfigCallback)]
+        config = Path(trainer.log_dir) / (saved_config[0] if saved_config else "config.yaml")
+        return f"resume with: python -m {PROG} fit --config {config} --ckpt_path {newest}"
 
 
 def main(args: Sequence[str] | None = None) -> VitLitCLI:

@@ -1,10 +1,15 @@
-"""The one exception type for mistakes a user can make in a config, a flag or on disk.
+"""The exception types vitlit reports as one line instead of a traceback.
 
 `vitlit.cli.main` prints a `ConfigError` as a single line and exits with status 2, so a bad value never ends in a
 traceback. Raise it as early as the value is known (in `__init__` where possible), with the offending value and the
-fix in one sentence.
+fix in one sentence. A `TrainingHalted` is a run that stopped itself on purpose (see `vitlit.nonfinite`); the CLI
+prints it with the command that resumes from the last good checkpoint and exits with status 1.
 """
 
 
 class ConfigError(ValueError):
     """A user-caused problem (bad value, bad path, incompatible options), reported without a traceback."""
+
+
+class TrainingHalted(RuntimeError):
+    """Training stopped deliberately because going on would waste the run (e.g. a non-finite loss)."""

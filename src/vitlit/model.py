@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import pickle
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +128,6 @@ class ViTClassifier(LightningModule):
                 f"img_size={hp.img_size} is not divisible by the patch size {patch} of {hp.model_name}; "
                 f"change --data.img_size or --model.patch_size."
             )
-        pretrained = hp.pretrained or hp.pretrained_file is not None
         if hp.pretrained_file is not None:
             path = Path(hp.pretrained_file).expanduser()
             if not path.is_file():
@@ -134,7 +135,19 @@ class ViTClassifier(LightningModule):
                     f"pretrained_file={hp.pretrained_file!r} does not exist; give the path of a weights file."
                 )
             kwargs["pretrained_cfg_overlay"] = {"file": str(path)}
-        return timm.create_model(hp.model_name, pretrained=pretrained, **kwargs)
+            try:  # timm reads the file with torch.load(weights_only=True), or safetensors: no code runs from it
+                # timm loads non-strictly when the class count changes, so a file of another model would be
+                # skipped without a word and training would start from random weights: check the names first.
+                if not set(timm.models.load_state_dict(str(path))) & set(probe.state_dict()):
+                    raise KeyError("it shares no parameter name with the model")
+                return timm.create_model(hp.model_name, pretrained=True, **kwargs)
+            except (RuntimeError, EOFError, KeyError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as err:
+                first_line = (str(err).strip("'\" \n").splitlines() or [type(err).__name__])[0]
+                raise ConfigError(
+                    f"pretrained_file={hp.pretrained_file!r} is not a readable state dict of {hp.model_name} "
+                    f"({first_line[:200]}); give a .pth/.safetensors file of that timm model's weights."
+                ) from None
+        return timm.create_model(hp.model_name, pretrained=hp.pretrained, **kwargs)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Return class logits of shape (batch, num_classes) for images of shape (batch, 3, img_size, img_size)."""

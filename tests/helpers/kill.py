@@ -1,10 +1,14 @@
-"""A callback that kills its own process with SIGKILL, for the kill-and-resume test (imported by the subprocess)."""
+"""Callbacks that kill or signal their own process, for the kill-and-resume tests (imported by the subprocess)."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
+from pathlib import Path
+from typing import Any
 
+import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 
@@ -38,3 +42,39 @@ class SignalInValidation(Callback):
     def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: object, **kwargs: object):
         if trainer.current_epoch == self.epoch and not trainer.sanity_checking and os.environ.get("VITLIT_TEST_KILL"):
             os.kill(os.getpid(), self.signum)
+
+
+class DieWhileSavingLast(Callback):
+    """SIGKILL the process half-way through writing ``last.ckpt`` in epoch ``epoch`` (VITLIT_TEST_KILL).
+
+    Wraps the trainer's CheckpointIO: the checkpoint is serialised, half of its bytes reach the file, then the
+    process dies, exactly as it would if the kill came during the write.
+
+    Args:
+        epoch: The epoch whose save of ``last.ckpt`` never completes.
+    """
+
+    def __init__(self, epoch: int = 1) -> None:
+        self.epoch = epoch
+
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.current_epoch != self.epoch or trainer.sanity_checking or not os.environ.get("VITLIT_TEST_KILL"):
+            return
+        checkpoint_io = trainer.strategy.checkpoint_io
+        save = checkpoint_io.save_checkpoint
+
+        def dying_save(checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+            if Path(path).name == "last.ckpt":
+                real_save = torch.save
+
+                def half_then_die(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
+                    buffer = io.BytesIO()
+                    real_save(obj, buffer, *args, **kwargs)
+                    f.write(buffer.getvalue()[: buffer.tell() // 2])
+                    f.flush()
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+                torch.save = half_then_die
+            save(checkpoint, path, storage_options)
+
+        checkpoint_io.save_checkpoint = dying_save

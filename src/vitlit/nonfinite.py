@@ -1,0 +1,146 @@
+"""NonFiniteGuard: no NaN or inf reaches the weights; the bad step is skipped and counted, or the run stops cleanly.
+
+One NaN step ruins a run for good: AdamW spreads it into every weight and the moment states, and every later
+checkpoint is worthless. The guard flags a step whose loss (any micro-batch) or, where no fp16 GradScaler checks
+them already, whose gradients are not finite, and makes the optimizer skip it, all on the device: the fused AdamW of
+the configs takes the flag as its ``found_inf`` (the GradScaler's own mechanism) and leaves weights, moments and its
+step count untouched. The host reads the flags every ``check_every_n_steps`` steps and at epoch ends, so the check
+costs no per-step synchronisation. Lightning's SpikeDetection does not fit here: it acts after the step (the weights
+are already NaN), and its exception would then save those weights into ``last.ckpt``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.plugins.precision import MixedPrecision
+from lightning.pytorch.utilities import rank_zero_warn
+from torch.optim import Optimizer
+
+from vitlit.errors import ConfigError, TrainingHalted
+
+
+class NonFiniteGuard(Callback):
+    """Skip every optimizer step whose loss or gradients are NaN/inf; report them, and stop the run if asked.
+
+    ``stop`` (default): at the next check, raise `TrainingHalted` naming the first bad step. Its update was skipped,
+    so the weights in memory and those a ModelCheckpoint with ``save_on_exception`` writes to ``last.ckpt`` are
+    finite; the CLI prints the command that resumes from there. ``skip``: go on, count the skipped steps in
+    ``train/nonfinite_steps``, and stop anyway once ``max_consecutive_skips`` steps in a row were bad, because then
+    the run has diverged rather than met one bad batch.
+
+    Under ``16-mixed`` the GradScaler already skips steps with inf/NaN gradients (routine while it searches its
+    scale, so those are not counted); the guard adds the loss check. Optimizers other than a fused one (``fused:
+    true``, as in the configs) cannot skip on the device; for them a bad step is found with one host sync per step.
+
+    Args:
+        action: ``stop`` or ``skip``.
+        max_consecutive_skips: In ``skip`` mode, stop after this many non-finite optimizer steps in a row.
+        check_every_n_steps: Read the device-side flags every this many optimizer steps (and at every epoch end).
+    """
+
+    def __init__(
+        self, action: Literal["stop", "skip"] = "stop", max_consecutive_skips: int = 20, check_every_n_steps: int = 50
+    ) -> None:
+        if action not in ("stop", "skip"):
+            raise ConfigError(f"NonFiniteGuard action={action!r} is not one of 'stop', 'skip'.")
+        limits = {"max_consecutive_skips": max_consecutive_skips, "check_every_n_steps": check_every_n_steps}
+        for name, value in limits.items():
+            if value < 1:
+                raise ConfigError(f"NonFiniteGuard {name}={value} must be at least 1.")
+        self.action = action
+        self.max_consecutive_skips = max_consecutive_skips
+        self.check_every_n_steps = check_every_n_steps
+        self.skipped = 0  # skipped steps over the whole run (restored on resume), as of the last check
+        self._reported = 0
+        self._pending: torch.Tensor | None = None  # bad micro-batches of the step being accumulated
+        self._counts: torch.Tensor | None = None  # on the device: [skipped, first bad step, run of bad steps, longest]
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._counts = torch.tensor([self.skipped, -1, 0, 0], dtype=torch.long, device=pl_module.device)
+        self._reported = self.skipped
+
+    def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
+        bad = ~torch.isfinite(loss.detach())
+        self._pending = bad if self._pending is None else self._pending | bad
+
+    def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer: Optimizer) -> None:
+        bad, self._pending = self._pending, None
+        if bad is None or self._counts is None:
+            return
+        plugin = trainer.precision_plugin
+        scaled = isinstance(plugin, MixedPrecision) and plugin.scaler is not None
+        if not scaled:
+            grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            if grads:
+                bad = bad | ~torch.isfinite(_total_norm(grads))
+        counts = self._counts
+        first = torch.where((counts[1] < 0) & bad, trainer.global_step, counts[1])
+        run = (counts[2] + 1) * bad
+        self._counts = torch.stack([counts[0] + bad, first, run, torch.maximum(counts[3], run)])
+        if scaled:
+            return  # the GradScaler skips a step whose gradients are not finite, as a NaN loss makes them
+        if _is_fused(optimizer):
+            # Read by fused Adam/AdamW/SGD in their step (the GradScaler's mechanism); removed after the step.
+            optimizer.found_inf = bad.float()
+            optimizer.grad_scale = None
+        elif bool(bad):  # the one host sync, for optimizers that cannot skip on the device
+            optimizer.zero_grad(set_to_none=True)  # torch's optimizers leave parameters without a gradient alone
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
+        for optimizer in trainer.optimizers:
+            for name in ("found_inf", "grad_scale"):
+                if name in optimizer.__dict__:
+                    delattr(optimizer, name)
+        if self._counts is None:
+            return
+        # A device tensor: Lightning reads it only when it writes the logs.
+        pl_module.log("train/nonfinite_steps", self._counts[0].float(), on_step=True, on_epoch=False)
+        if trainer.global_step % self.check_every_n_steps == 0:
+            self._check(trainer)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._check(trainer)
+
+    def _check(self, trainer: Trainer) -> None:
+        if self._counts is None:
+            return
+        skipped, first, _, longest = self._counts.tolist()  # the host sync of the check
+        self.skipped = skipped
+        if first < 0:
+            return
+        where = f"step {first}"
+        if self.action == "stop" or longest >= self.max_consecutive_skips:
+            repeated = f" and on {longest} steps in a row" if self.action == "skip" else ""
+            raise TrainingHalted(
+                f"the loss or the gradients became NaN/inf at {where}{repeated} (that update was skipped; stopped at "
+                f"step {trainer.global_step}, epoch {trainer.current_epoch}); lower the learning rate "
+                f"(--model.optimizer.init_args.lr) or train in bf16 (--trainer.precision bf16-mixed)"
+            )
+        if skipped > self._reported:
+            rank_zero_warn(f"NonFiniteGuard: skipped {skipped - self._reported} NaN/inf steps since {where}.")
+            self._reported = skipped
+        self._counts[1] = -1  # report the next bad step afresh
+
+    def state_dict(self) -> dict[str, Any]:
+        if self._counts is not None:
+            self.skipped = int(self._counts[0])
+        return {"skipped": self.skipped}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.skipped = int(state_dict.get("skipped", 0))
+
+
+def _is_fused(optimizer: Optimizer) -> bool:
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False)) and all(
+        group.get("fused") for group in optimizer.param_groups
+    )
+
+
+def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The global L2 norm of ``grads`` (inf or NaN if any entry is), in one fused kernel where torch has it."""
+    if hasattr(torch.nn.utils, "get_total_norm"):  # torch >= 2.6
+        return torch.nn.utils.get_total_norm(grads)
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))

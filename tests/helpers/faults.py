@@ -1,0 +1,34 @@
+"""Callbacks that inject faults into a training run in the test process: a NaN batch, and a probe of the weights."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+
+
+class PoisonBatch(Callback):
+    """Fill the images of the batch at optimizer step ``step`` with NaN, so its loss and gradients are NaN.
+
+    Also keeps a copy of the weights just before that batch (``before``) and just after it (``after``).
+
+    Args:
+        step: The optimizer step (``trainer.global_step``) whose batch is poisoned.
+    """
+
+    def __init__(self, step: int = 3) -> None:
+        self.step = step
+        self.poisoned = False
+        self.before: dict[str, torch.Tensor] = {}
+        self.after: dict[str, torch.Tensor] = {}
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == self.step and not self.poisoned:
+            self.poisoned = True
+            self.before = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+            batch[0].fill_(float("nan"))
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
+        if self.poisoned and not self.after:
+            self.after = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}

@@ -1,0 +1,75 @@
+"""A NaN batch never reaches the weights: the guard stops the run with a resumable checkpoint, or skips the step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import CPU, ROOT, TINY_MODEL, cifar_args, run_cli
+from helpers.faults import PoisonBatch
+
+from vitlit.nonfinite import NonFiniteGuard
+
+TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
+
+
+def _fit(cifar_dir: Path, root: Path, *extra: object):
+    # The tiny recipe already lists NonFiniteGuard(action=stop) last; the poisoned batch is appended after it.
+    return run_cli(
+        "fit",
+        "--config",
+        TINY_CONFIG,
+        *CPU,
+        *TINY_MODEL,
+        *cifar_args(cifar_dir),
+        "--trainer.default_root_dir",
+        root,
+        "--trainer.max_epochs",
+        "1",
+        *extra,
+        "--trainer.callbacks+=helpers.faults.PoisonBatch",
+        "--trainer.callbacks.init_args.step",
+        "3",
+    )
+
+
+@pytest.mark.parametrize(("check_every", "stopped_at"), [("1", 4), ("50", 8)], ids=["next-step", "epoch-end"])
+def test_stop_skips_the_update_and_halts_with_a_resumable_checkpoint(
+    check_every: str, stopped_at: int, tmp_path: Path, cifar_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        _fit(cifar_dir, tmp_path, "--trainer.callbacks.init_args.check_every_n_steps", check_every)
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("vitlit: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
+    assert f"became NaN/inf at step 3 (that update was skipped; stopped at step {stopped_at}, epoch 0)" in lines[0]
+    assert "--trainer.precision bf16-mixed" in lines[0]
+    last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    assert lines[0].endswith(f"--ckpt_path {last}")
+    checkpoint = torch.load(last, map_location="cpu", weights_only=True)
+    assert checkpoint["global_step"] == stopped_at
+    assert all(torch.isfinite(v).all() for v in checkpoint["state_dict"].values())
+
+
+@pytest.mark.parametrize("fused", ["true", "false"], ids=["fused-on-device", "foreach-with-sync"])
+def test_skip_drops_the_step_counts_it_and_trains_on(fused: str, tmp_path: Path, cifar_dir: Path) -> None:
+    cli = _fit(
+        cifar_dir,
+        tmp_path,
+        "--trainer.callbacks.init_args.action",
+        "skip",
+        "--model.optimizer.init_args.fused",
+        fused,
+    )
+    guard = next(cb for cb in cli.trainer.callbacks if isinstance(cb, NonFiniteGuard))
+    poison = next(cb for cb in cli.trainer.callbacks if isinstance(cb, PoisonBatch))
+    assert guard.action == "skip" and guard.skipped == 1
+    assert cli.trainer.global_step == 8  # the whole epoch ran
+    for name, before in poison.before.items():  # the poisoned step changed nothing
+        torch.testing.assert_close(poison.after[name], before, rtol=0, atol=0, msg=name)
+    assert all(torch.isfinite(p).all() for p in cli.model.parameters())
+    assert float(cli.trainer.callback_metrics["train/nonfinite_steps"]) == 1.0
+    adam_steps = {int(state["step"]) for state in cli.model.optimizers().optimizer.state.values()}
+    assert adam_steps == {7}  # eight steps, one of them skipped: AdamW's bias correction did not count it
