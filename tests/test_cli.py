@@ -134,7 +134,7 @@ def test_print_config_reparses_to_the_same_config(tmp_path: Path, capsys: pytest
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
 def test_every_recipe_runs_a_fast_dev_run(config: Path, tmp_path: Path, cifar_dir: Path) -> None:
-    # The recipe's own architecture and image size; only GPU precision, downloads and batch size are overridden.
+    # The recipe's own architecture and image size; only GPU precision, compile, downloads and batch size change.
     cli = run_cli(
         "fit",
         "--config",
@@ -144,6 +144,8 @@ def test_every_recipe_runs_a_fast_dev_run(config: Path, tmp_path: Path, cifar_di
         "--data.batch_size",
         "2",
         "--model.pretrained",
+        "false",
+        "--model.compile",  # compiling on CPU takes minutes; the compiled path is the GPU benchmark's
         "false",
         "--trainer.fast_dev_run",
         "1",

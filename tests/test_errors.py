@@ -93,6 +93,7 @@ CASES = [
     ("odd batch with mixup", lambda tmp, run: ["--data.cutmix_alpha", "1.0", "--data.batch_size", "7"], ["odd"]),
     ("layer decay zero", lambda tmp, run: ["--model.layer_decay", "0"], ["layer_decay=0"]),
     ("layer decay above one", lambda tmp, run: ["--model.layer_decay", "1.2"], ["layer_decay=1.2"]),
+    ("policy on device", lambda tmp, run: ["--data.on_device", "true"], ["augment='autoaugment'", "on_device false"]),
     ("checkpoint missing", lambda tmp, run: ["--ckpt_path", tmp / "none.ckpt"], ["none.ckpt does not exist"]),
     (
         "checkpoint truncated",

@@ -17,6 +17,7 @@ from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 
 from vitlit.data.batch_augment import BatchAugment
+from vitlit.data.device import DeviceLoader, images_as_uint8
 from vitlit.data.transforms import (
     POLICIES,
     RANDAUGMENT_MAX_MAGNITUDE,
@@ -121,6 +122,9 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         mixup_switch_prob: With both enabled, probability that a mixed batch uses CutMix rather than Mixup.
         class_balanced: Draw training images with probability inversely proportional to their class's frequency
             (with replacement, one epoch = as many draws as images), for class-imbalanced data.
+        on_device: Keep every split as one uint8 tensor on the training device and crop, flip and normalise whole
+            batches there (`vitlit.data.device`): no worker processes, no CPU bottleneck; for data that fits in
+            device memory (CIFAR: 150 MB). Per-image policies (``augment``) need the DataLoader path (false).
     """
 
     #: Normalisation statistics used when ``mean``/``std`` are not given.
@@ -150,6 +154,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         mixup_prob: float = 1.0,
         mixup_switch_prob: float = 0.5,
         class_balanced: bool = False,
+        on_device: bool = False,
     ) -> None:
         super().__init__()
         for name, value, low in (
@@ -177,6 +182,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             mixup_switch_prob,
             batch_size,
         )
+        if on_device and augment != "none":
+            raise ConfigError(
+                f"augment={augment!r} is a per-image policy, which the batched on_device path does not run; "
+                f"pass --data.on_device false for it, or --data.augment none."
+            )
         self.img_size = img_size
         self.batch_size = batch_size
         self.val_size = val_size
@@ -198,6 +208,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self.mixup_prob = mixup_prob
         self.mixup_switch_prob = mixup_switch_prob
         self.class_balanced = class_balanced
+        self.on_device = on_device
+        self._uint8_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.batch_augment: BatchAugment | None = None
         self._total_steps: float | None = None
         self.classes: list[str] | None = None
@@ -285,9 +297,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             self._total_steps = self.trainer.estimated_stepping_batches
         return 0.0 if math.isinf(self._total_steps) else self.trainer.global_step / max(1.0, self._total_steps)
 
-    def _loader(self, dataset: Dataset | None, train: bool) -> DataLoader:
+    def _loader(self, dataset: Dataset | None, train: bool) -> DataLoader | DeviceLoader:
         if dataset is None:
             raise RuntimeError("setup() must run before the loaders are requested; the Trainer does this for you.")
+        if self.on_device:
+            return self._device_loader(dataset, train)
         sampler = _class_balanced_sampler(dataset) if train and self.class_balanced else None
         return DataLoader(
             dataset,
@@ -302,19 +316,45 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             persistent_workers=self.persistent_workers and self.num_workers > 0,
         )
 
-    def train_dataloader(self) -> DataLoader:
+    def _device_loader(self, dataset: TransformedSubset, train: bool) -> DeviceLoader:
+        """The split as a DeviceLoader; train and validation share one decoded copy of their source."""
+        device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
+        key = id(dataset.source)
+        if key not in self._uint8_cache:
+            self._uint8_cache[key] = images_as_uint8(dataset.source, self.img_size, self._needs_resize())
+        all_images, all_targets = self._uint8_cache[key]
+        index = torch.as_tensor(dataset.indices, dtype=torch.long)
+        images, targets = all_images[index].to(device), all_targets[index].to(device)
+        weights = None
+        if train and self.class_balanced:
+            weights = 1.0 / torch.bincount(targets.cpu()).double()[targets.cpu()]
+        return DeviceLoader(
+            images,
+            targets,
+            self.batch_size,
+            img_size=self.img_size,
+            mean=self.mean,
+            std=self.std,
+            shuffle=train,
+            drop_last=train,
+            crop_padding=self.crop_padding if train else 0,
+            hflip=self.hflip and train,
+            sample_weights=weights,
+        )
+
+    def train_dataloader(self) -> DataLoader | DeviceLoader:
         """Shuffled training batches."""
         return self._loader(self.train_set, train=True)
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> DataLoader | DeviceLoader:
         """Validation batches in a fixed order."""
         return self._loader(self.val_set, train=False)
 
-    def test_dataloader(self) -> DataLoader:
+    def test_dataloader(self) -> DataLoader | DeviceLoader:
         """Test batches in a fixed order."""
         return self._loader(self.test_set, train=False)
 
-    def predict_dataloader(self) -> DataLoader:
+    def predict_dataloader(self) -> DataLoader | DeviceLoader:
         """The test split, in order, for ``predict``."""
         return self._loader(self.test_set, train=False)
 

@@ -38,7 +38,8 @@ def policy_transform(policy: Policy, num_ops: int = 2, magnitude: int = 9) -> v2
     raise ValueError(f"unknown policy {policy!r}")  # callers validate first; this guards direct use
 
 
-def _resize(img_size: int) -> list[v2.Transform]:
+def resize_steps(img_size: int) -> list[v2.Transform]:
+    """Resize (shorter side) and centre-crop to a square of ``img_size``: the geometry both pipelines start with."""
     # Shorter side to img_size, then a centred square: works for any aspect ratio, a no-op crop for square images.
     return [v2.Resize(img_size, antialias=True), v2.CenterCrop(img_size)]
 
@@ -75,7 +76,7 @@ def train_transform(
     """
     steps: list[v2.Transform] = [v2.ToImage()]
     if resize:
-        steps += _resize(img_size)
+        steps += resize_steps(img_size)
     if crop_padding > 0:
         steps.append(v2.RandomCrop(img_size, padding=crop_padding))
     if hflip:
@@ -97,4 +98,4 @@ def eval_transform(img_size: int, mean: Sequence[float], std: Sequence[float], *
     Returns:
         A transform from a PIL image (or uint8 tensor) to a normalised float tensor of shape (3, img_size, img_size).
     """
-    return v2.Compose([v2.ToImage()] + (_resize(img_size) if resize else []) + _to_normalized_float(mean, std))
+    return v2.Compose([v2.ToImage()] + (resize_steps(img_size) if resize else []) + _to_normalized_float(mean, std))

@@ -1,0 +1,112 @@
+"""Throughput, model FLOP utilisation and peak device memory in TensorBoard, without a per-step sync.
+
+Lightning's ThroughputMonitor synchronises the GPU after every training batch so that its clock is right; for a
+small ViT whose step takes a few milliseconds that stall costs a visible share of the throughput it reports. This
+callback does the same arithmetic with the same library pieces (`lightning.fabric.utilities.throughput`: Throughput,
+get_available_flops) but reads the clock only when the logger writes (every ``log_every_n_steps``), after one
+synchronise, and counts images in between from the batch shapes (no sync).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from lightning.fabric.utilities.throughput import Throughput as ThroughputWindow
+from lightning.fabric.utilities.throughput import get_available_flops
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_only
+
+# Compute dtype of each Trainer precision, for the device's peak FLOP/s.
+_PRECISION_DTYPE = {
+    "bf16-mixed": torch.bfloat16,
+    "bf16-true": torch.bfloat16,
+    "16-mixed": torch.float16,
+    "16-true": torch.float16,
+    "32-true": torch.float32,
+}
+
+
+class Throughput(Callback):
+    """Log training images/s, achieved TFLOP/s and MFU every logging step, and peak device memory every epoch.
+
+    Logged: ``perf/images_per_sec``; ``perf/tflops_per_sec`` (model FLOPs of forward and backward, counted once per
+    image by the model's ``flops_per_image()``, e.g. `vitlit.model.ViTClassifier.flops_per_image`);
+    ``perf/mfu``, the fraction of the device's peak for the run's precision, where Lightning knows the chip (A100,
+    H100, H200, ...); and per epoch ``perf/peak_memory_gib`` (``torch.cuda.max_memory_allocated``, CUDA only). The
+    rates average the last ``window`` logging intervals; the first interval of each epoch is left out, so
+    validation and data-loader start-up are not counted as training time.
+
+    Args:
+        window: Logging intervals the rates are averaged over (with ``log_every_n_steps: 50`` and ``window: 2``, the
+            last 100 steps).
+    """
+
+    def __init__(self, window: int = 2) -> None:
+        self.window = window
+        self.flops_per_image: int | None = None
+        self.available_flops: float | None = None
+        self.last: dict[str, float] = {}
+        self._meter: ThroughputWindow | None = None
+        self._pending = [0, 0]  # images and batches since the clock was last read
+        self._totals = [0, 0, 0.0]  # timed images, batches and seconds
+        self._t0: float | None = None
+        self._logged_step = -1
+
+    @rank_zero_only
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        measure = getattr(pl_module, "flops_per_image", None)
+        self.flops_per_image = measure() if callable(measure) else None
+        dtype = _PRECISION_DTYPE.get(str(trainer.precision), torch.float32)
+        self.available_flops = get_available_flops(trainer.strategy.root_device, dtype)
+        # window + 1 points span `window` intervals.
+        self._meter = ThroughputWindow(available_flops=self.available_flops, window_size=self.window + 1)
+        if trainer.strategy.root_device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(trainer.strategy.root_device)
+
+    @rank_zero_only
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._t0 = None  # restart the clock at the first logging step of the epoch
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if self._meter is None:
+            return
+        images = batch[0] if isinstance(batch, (list, tuple)) else batch
+        self._pending[0] += len(images)
+        self._pending[1] += 1
+        step = trainer.global_step
+        if step % trainer.log_every_n_steps or step == self._logged_step:
+            return  # not a logging step, or one still accumulating gradients
+        self._logged_step = step
+        if trainer.strategy.root_device.type == "cuda":
+            torch.cuda.synchronize()  # one sync per logging step: the clock must see the queued work finished
+        now = time.perf_counter()
+        t0, self._t0 = self._t0, now
+        (images, batches), self._pending = self._pending, [0, 0]
+        if t0 is None:
+            return  # the clock starts here: epoch start-up and validation are not training time
+        self._totals[0] += images
+        self._totals[1] += batches
+        self._totals[2] += now - t0
+        flops = self.flops_per_image * images if self.flops_per_image is not None else None
+        self._meter.update(time=self._totals[2], batches=self._totals[1], samples=self._totals[0], flops=flops)
+        metrics = self._meter.compute()
+        names = {
+            "device/samples_per_sec": ("perf/images_per_sec", 1.0),
+            "device/flops_per_sec": ("perf/tflops_per_sec", 1e-12),
+            "device/mfu": ("perf/mfu", 1.0),
+        }
+        self.last = {name: metrics[key] * scale for key, (name, scale) in names.items() if key in metrics}
+        for name, value in self.last.items():
+            pl_module.log(name, value, on_step=True, on_epoch=False)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        device = trainer.strategy.root_device
+        if device.type != "cuda":
+            return
+        self.peak_memory_gib = torch.cuda.max_memory_allocated(device) / 2**30
+        pl_module.log("perf/peak_memory_gib", self.peak_memory_gib, on_step=False, on_epoch=True)
+        torch.cuda.reset_peak_memory_stats(device)

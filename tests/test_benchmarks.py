@@ -1,0 +1,39 @@
+"""The benchmark scripts run and end with their figure line (tiny settings; the figures themselves are not tested)."""
+
+from __future__ import annotations
+
+import json
+import re
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+
+def _run(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> str:
+    monkeypatch.setattr(sys, "argv", [script, *args])
+    runpy.run_path(str(ROOT / "benchmarks" / script), run_name="__main__")
+    return capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def test_overhead_prints_the_ratio(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    last = _run("overhead.py", "--batches 3 --batch-size 16 --epochs 3".split(), monkeypatch, capsys)
+    assert re.fullmatch(r"overhead ratio=\d+\.\d{3}", last), last
+
+
+def test_data_pipeline_prints_the_speedup(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    args = "--images 1024 --batch-size 256 --workers 0 --epochs 1".split()
+    last = _run("data_pipeline.py", args, monkeypatch, capsys)
+    assert re.fullmatch(r"data speedup=\d+\.\d", last), last
+
+
+def test_gpu_script_smoke_writes_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "gpu.json"
+    last = _run("gpu.py", ["--smoke", "--out", str(out)], monkeypatch, capsys)
+    assert last.startswith("gpu test_vit/4@32 images_per_sec=")
+    (result,) = json.loads(out.read_text())["results"]
+    assert result["images_per_sec"] > 0 and result["gflops_per_image"] > 0

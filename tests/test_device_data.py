@@ -1,0 +1,93 @@
+"""The on-device data path: the per-image pipeline's semantics on whole batches, and runs that use it end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import CPU, ROOT, TINY_MODEL, cifar_args, run_cli
+from torchvision.transforms import v2
+
+from vitlit.data import CIFARDataModule
+from vitlit.data.device import DeviceLoader, random_crop, random_flip
+
+TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
+N = 4000  # draws per pipeline: a frequency's standard error is below 0.008
+
+
+def _marker_positions(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row and column of the single lit pixel of each (C, H, W) image of a batch."""
+    flat = images[:, 0].flatten(1).argmax(dim=1)
+    return flat // images.shape[-1], flat % images.shape[-1]
+
+
+def test_batched_crop_and_flip_match_the_per_image_pipeline() -> None:
+    torch.manual_seed(0)
+    image = torch.zeros(3, 32, 32, dtype=torch.uint8)
+    image[:, 10, 5] = 255  # rows 6..14 and columns 1..9 (22..30 mirrored) after a padding-4 crop: never cut off
+    per_image = v2.Compose([v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip()])
+    cpu_rows, cpu_cols = _marker_positions(torch.stack([per_image(image) for _ in range(N)]))
+    # The loader's path (crops straight out of a pre-padded copy) and the batch functions (pad per batch).
+    loader = DeviceLoader(
+        image.expand(N, -1, -1, -1).contiguous(), torch.zeros(N, dtype=torch.long), 500, img_size=32,
+        mean=(0, 0, 0), std=(1, 1, 1), shuffle=True, crop_padding=4, hflip=True,
+    )  # fmt: skip
+    loader_rows, loader_cols = _marker_positions(torch.cat([images for images, _ in loader]))
+    batch_rows, batch_cols = _marker_positions(random_flip(random_crop(image.expand(N, -1, -1, -1), 4)))
+    for rows, cols in ((cpu_rows, cpu_cols), (loader_rows, loader_cols), (batch_rows, batch_cols)):
+        flipped = cols > 15
+        assert abs(flipped.float().mean() - 0.5) < 0.03
+        offsets = torch.cat([rows - 6, torch.where(flipped, 30 - cols, cols - 1)])  # both axes, 0..8
+        frequencies = torch.bincount(offsets, minlength=9).float() / len(offsets)
+        assert len(frequencies) == 9 and (frequencies - 1 / 9).abs().max() < 0.02, frequencies
+
+
+@pytest.mark.parametrize("img_size", [32, 64], ids=["native", "resized"])
+def test_eval_batches_equal_the_per_image_pipeline(img_size: int, cifar_dir: Path) -> None:
+    dm = CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, img_size=img_size, batch_size=8)
+    dm.setup("fit")
+    expected = torch.stack([dm.val_set[i][0] for i in range(16)])
+    expected_targets = torch.tensor([dm.val_set[i][1] for i in range(16)])
+    dm.on_device = True
+    loader = dm.val_dataloader()
+    assert isinstance(loader, DeviceLoader) and len(loader) == 2
+    images, targets = map(torch.cat, zip(*loader, strict=True))
+    assert torch.equal(targets, expected_targets)
+    # Same pixels; the resized ones may differ by one uint8 level where the two resize kernels round differently.
+    atol = 1e-5 if img_size == 32 else 1.01 / 255 / min(dm.std)
+    torch.testing.assert_close(images, expected, rtol=0, atol=atol)
+
+
+def test_train_batches_shuffle_crop_and_keep_every_image_once(cifar_dir: Path) -> None:
+    dm = CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, batch_size=8, on_device=True)
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    first = torch.cat([t for _, t in loader])
+    second = torch.cat([t for _, t in loader])
+    assert len(first) == 64 and sorted(first.tolist()) == sorted(second.tolist())
+    assert not torch.equal(first, second)  # a new order each epoch
+    images, _ = next(iter(loader))
+    assert images.dtype == torch.float32 and images.shape == (8, 3, 32, 32)
+
+
+def _fit(cifar_dir: Path, root: Path, *extra: object):
+    flags = """--data.on_device true --data.augment none --trainer.deterministic true
+               --trainer.enable_progress_bar false --trainer.max_epochs 2""".split()
+    return run_cli(
+        "fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, *cifar_args(cifar_dir), *flags,
+        "--trainer.default_root_dir", root, *extra,
+    )  # fmt: skip
+
+
+def test_on_device_fit_resumes_exactly(tmp_path: Path, cifar_dir: Path) -> None:
+    """Shuffle, crop, flip, erasing and Mixup/CutMix on the device draw from generators the checkpoint restores."""
+    whole = _fit(cifar_dir, tmp_path / "whole")
+    half = _fit(cifar_dir, tmp_path / "half", "--trainer.max_epochs", "1")
+    run_dir = Path(half.trainer.log_dir)
+    resumed = run_cli("fit", "--config", run_dir / "config.yaml", "--trainer.max_epochs", "2", "--ckpt_path", "last")
+    assert resumed.trainer.global_step == whole.trainer.global_step == 16
+    resumed_state = resumed.model.state_dict()
+    for key, value in whole.model.state_dict().items():
+        torch.testing.assert_close(resumed_state[key], value, rtol=0, atol=0, msg=key)
+    assert float(whole.trainer.callback_metrics["val/acc"]) == float(resumed.trainer.callback_metrics["val/acc"])

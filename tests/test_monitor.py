@@ -1,0 +1,36 @@
+"""Throughput logging: images/s and TFLOP/s reach TensorBoard; FLOPs per image agree with the published count."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import CPU, ROOT, TINY_MODEL, cifar_args, run_cli
+
+from vitlit.model import ViTClassifier
+from vitlit.monitor import Throughput
+from vitlit.runs import read_scalars
+
+TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
+
+
+def test_flops_per_image_is_three_forward_passes_of_the_published_count() -> None:
+    # timm's table: vit_small_patch16_224 takes 4.6 GMACs (9.2 GFLOPs) forward; backward costs two forwards.
+    model = ViTClassifier("vit_small_patch16_224", num_classes=1000, img_size=224)
+    assert abs(model.flops_per_image() / 3 / 9.2e9 - 1) < 0.02
+
+
+def test_throughput_is_logged_at_logging_steps(tmp_path: Path, cifar_dir: Path) -> None:
+    cli = run_cli(
+        "fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, *cifar_args(cifar_dir),
+        "--trainer.max_epochs", "2", "--trainer.log_every_n_steps", "2", "--trainer.default_root_dir", tmp_path,
+    )  # fmt: skip
+    monitor = next(cb for cb in cli.trainer.callbacks if isinstance(cb, Throughput))
+    assert monitor.flops_per_image == cli.model.flops_per_image() > 0
+    scalars = read_scalars(cli.trainer.log_dir)
+    images_per_sec = [v for _, v in scalars["perf/images_per_sec"]]
+    tflops = [v for _, v in scalars["perf/tflops_per_sec"]]
+    assert images_per_sec and all(v > 0 for v in images_per_sec)
+    # TFLOP/s is images/s times FLOPs per image over the same window.
+    expected = images_per_sec[-1] * monitor.flops_per_image / 1e12
+    assert abs(tflops[-1] / expected - 1) < 1e-6
+    assert "perf/mfu" not in scalars  # Lightning knows no peak FLOP/s for a CPU
