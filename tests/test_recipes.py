@@ -9,9 +9,10 @@ import pytest
 import torch
 from conftest import CPU, ROOT, TINY_MODEL, cifar_args, run_cli
 from PIL import Image
+from timm.data.random_erasing import RandomErasing
 
 from vitlit import ImageFolderDataModule, ViTClassifier
-from vitlit.data.batch_augment import BatchAugment
+from vitlit.data.batch_augment import BatchAugment, random_erasing
 from vitlit.data.transforms import POLICIES, policy_transform
 
 TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
@@ -36,6 +37,30 @@ def test_erasing_schedule_and_per_sample_erasing() -> None:
     erased = (out.flatten(1) != 0).any(dim=1).float().mean().item()
     assert 0.35 < erased < 0.65  # each image decides on its own, not the whole batch at once
     assert targets.dtype == torch.long
+
+
+def _erased_boxes(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per image of an erased all-zero batch: whether it was erased, and the erased box's height and width."""
+    mask = out[:, 0] != 0
+    return mask.flatten(1).any(dim=1), mask.any(dim=2).sum(dim=1).float(), mask.any(dim=1).sum(dim=1).float()
+
+
+def test_batched_erasing_draws_timms_distribution() -> None:
+    """Erase rate, box area and box shape match timm's per-image RandomErasing(mode="pixel") statistically."""
+    torch.manual_seed(0)
+    images = torch.zeros(4000, 3, 32, 32)
+    timm_erasing = RandomErasing(0.5, mode="pixel", device="cpu")
+    ours = _erased_boxes(random_erasing(images, 0.5))
+    theirs = _erased_boxes(timm_erasing(images.clone()))
+    assert abs(ours[0].float().mean() - 0.5) < 0.03 and abs(theirs[0].float().mean() - 0.5) < 0.03
+    for name, i in (("height", 1), ("width", 2)):
+        a, b = ours[i][ours[0]], theirs[i][theirs[0]]
+        assert abs(a.mean() - b.mean()) < 0.5, name  # pixels; both means are about 9
+        assert abs(a.std() - b.std()) < 0.5, name
+    area_ours = (ours[1] * ours[2])[ours[0]].mean() / 1024
+    area_theirs = (theirs[1] * theirs[2])[theirs[0]].mean() / 1024
+    assert abs(area_ours - area_theirs) < 0.01  # both about 0.17 of the image
+    assert not images.any()  # the input batch is left untouched
 
 
 def test_mixup_and_cutmix_give_probability_targets() -> None:

@@ -1,15 +1,60 @@
 """Augmentations that act on whole training batches on the training device: random erasing and Mixup/CutMix.
 
-Both come from timm (``timm.data.RandomErasing`` erases per sample on a normalised batch; ``timm.data.Mixup`` mixes
-pairs of images and their one-hot targets). Running them after the batch reaches the GPU keeps the per-image
-worker pipeline cheap, and lets the erasing probability follow the progress of training.
+Mixup/CutMix is timm's (``timm.data.Mixup`` mixes pairs of images and their one-hot targets). Random erasing draws
+timm's distribution (``timm.data.RandomErasing`` with ``mode="pixel"``: area 2-33% of the image, aspect ratio
+0.3-3.3 log-uniform, up to 10 attempts to fit, per-pixel normal noise) but for the whole batch at once: timm's
+version loops over the images in Python with one host-side draw and one kernel per erased image, which on a GPU
+costs more than the erasing itself. Running both after the batch reaches the device keeps the per-image worker
+pipeline cheap (or absent, with ``on_device``), and lets the erasing probability follow the progress of training.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from timm.data import Mixup
-from timm.data.random_erasing import RandomErasing
+
+# timm's RandomErasing defaults, which DeiT's recipe uses.
+_MIN_AREA, _MAX_AREA = 0.02, 1 / 3
+_LOG_ASPECT = (math.log(0.3), math.log(1 / 0.3))
+_ATTEMPTS = 10
+
+
+def random_erasing(images: torch.Tensor, probability: float) -> torch.Tensor:
+    """Replace one random rectangle of each image, with ``probability``, by normal noise; one pass over the batch.
+
+    Per image, as ``timm.data.RandomErasing(probability, mode="pixel")``: up to 10 attempts draw an area fraction
+    uniform in [0.02, 1/3] and a log-uniform aspect ratio in [0.3, 3.33] until the rectangle fits; its position is
+    uniform; an image where no attempt fits stays as it is. No host synchronisation. The noise is drawn for the
+    whole batch, which a GPU does in microseconds; on a CPU timm's loop is cheaper (about 6 against 12 ms for 512
+    images at 32 px), but there the model's step dominates anyway.
+
+    Args:
+        images: Normalised images, shape (B, C, H, W).
+        probability: Chance that an image is erased.
+
+    Returns:
+        A new batch; ``images`` is not modified.
+    """
+    b, _, h, w = images.shape
+    device = images.device
+    area = torch.empty(b, _ATTEMPTS, device=device).uniform_(_MIN_AREA, _MAX_AREA) * (h * w)
+    aspect = torch.empty(b, _ATTEMPTS, device=device).uniform_(*_LOG_ASPECT).exp_()
+    heights = (area * aspect).sqrt_().round_()
+    widths = (area / aspect).sqrt_().round_()
+    fits = (heights < h) & (widths < w)
+    first = fits.int().argmax(dim=1, keepdim=True)  # the first attempt that fits (0 if none does)
+    height, width = heights.gather(1, first), widths.gather(1, first)  # (B, 1)
+    erase = (torch.rand(b, 1, device=device) < probability) & fits.any(dim=1, keepdim=True)
+    top = (torch.rand(b, 1, device=device) * (h - height + 1)).floor_()
+    left = (torch.rand(b, 1, device=device) * (w - width + 1)).floor_()
+    rows = torch.arange(h, device=device)
+    cols = torch.arange(w, device=device)
+    inside_rows = (rows >= top) & (rows < top + height) & erase  # (B, H)
+    inside_cols = (cols >= left) & (cols < left + width)  # (B, W)
+    mask = (inside_rows[:, :, None] & inside_cols[:, None, :])[:, None]  # (B, 1, H, W)
+    return torch.where(mask, torch.randn_like(images), images)
 
 
 class BatchAugment:
@@ -38,7 +83,6 @@ class BatchAugment:
     ) -> None:
         self.erasing_start = erasing
         self.erasing_end = erasing if erasing_end is None else erasing_end
-        self._erasing: RandomErasing | None = None
         # label_smoothing=0: the model's loss smooths once, for hard and mixed targets alike.
         self.mixup = (
             Mixup(
@@ -79,11 +123,7 @@ class BatchAugment:
         """
         probability = self.erasing_probability(progress)
         if probability > 0:
-            if self._erasing is None or self._erasing.device != images.device:
-                # mode="pixel": erase with per-pixel normal noise, which matches normalised images (timm's default).
-                self._erasing = RandomErasing(probability, mode="pixel", device=images.device)
-            self._erasing.probability = probability
-            images = self._erasing(images)
+            images = random_erasing(images, probability)
         if self.mixup is not None:
             images, targets = self.mixup(images, targets)
         return images, targets
