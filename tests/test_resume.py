@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CPU, ROOT, TINY_MODEL, run_cli
+from conftest import CPU, ROOT, TINY_MODEL, cifar_args, run_cli
 
 TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
 KILLER = """
@@ -198,3 +198,21 @@ def test_snapshots_are_periodic_and_keep_the_newest(every: list[str], tmp_path: 
     kept = sorted(p.name for p in folder.glob("snapshot-*"))
     assert kept == ["snapshot-step0000006.ckpt", "snapshot-step0000008.ckpt"]
     assert torch.load(folder / "snapshot-step0000006.ckpt", map_location="cpu", weights_only=True)["global_step"] == 6
+
+
+def test_resume_restores_ema_weights(tmp_path: Path, cifar_dir: Path) -> None:
+    """EMAWeightAveraging's averaged weights and count come back on resume: 1 + 1 epochs equal 2 epochs."""
+    flags = """
+        --trainer.deterministic true --trainer.enable_progress_bar false
+        --trainer.callbacks+=EMAWeightAveraging --trainer.callbacks.decay 0.9
+    """.split()
+    common = ["--config", TINY_CONFIG, *CPU, *TINY_MODEL, *cifar_args(cifar_dir), *flags]
+    whole = run_cli("fit", *common, "--trainer.max_epochs", "2", "--trainer.default_root_dir", tmp_path / "whole")
+    half = run_cli("fit", *common, "--trainer.max_epochs", "1", "--trainer.default_root_dir", tmp_path / "half")
+    config = Path(half.trainer.log_dir) / "config.yaml"
+    resumed = run_cli("fit", "--config", config, "--trainer.max_epochs", "2", "--ckpt_path", "last")
+    resumed_state = resumed.model.state_dict()  # after fit, the model holds the EMA weights
+    for key, value in whole.model.state_dict().items():
+        torch.testing.assert_close(resumed_state[key], value, rtol=0, atol=0, msg=key)
+    ema = next(cb for cb in resumed.trainer.callbacks if type(cb).__name__ == "EMAWeightAveraging")
+    assert ema._average_model.n_averaged.item() == 16  # counted across the interruption
