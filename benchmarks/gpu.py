@@ -6,7 +6,8 @@ case stores 32 px images and resizes each batch, as CIFAR at 224 does). The imag
 downloaded on a benchmark machine); the work per step does not depend on the pixels. After ``--warmup`` steps
 (compilation, allocator, cuDNN autotuning) the clock runs for ``--steps`` steps between two synchronisations.
 MFU is model FLOPs (forward + backward, `ViTClassifier.flops_per_image`) per second over the GPU's dense bf16 peak
-as Lightning knows it (``get_available_flops``). Cases stop being started once ``--budget`` seconds have passed,
+as Lightning knows it (``get_available_flops``); ``syncs_per_step`` counts host synchronisations just before the
+clock starts (PyTorch's sync debug mode). Cases stop being started once ``--budget`` seconds have passed,
 so the whole script fits a time slot; results so far are written after every case.
 
     python benchmarks/gpu.py --out results.json     # last line: gpu <best case> images_per_sec=<x> mfu=<y>
@@ -19,6 +20,7 @@ import argparse
 import json
 import platform
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -55,14 +57,23 @@ TARGETS = {"vit_small/4@32": 35_000, "vit_base/16@224": 3_000}
 
 
 class Clock(L.Callback):
-    """Synchronise and read the clock at the end of step ``warmup`` and at the end of the run."""
+    """Synchronise and read the clock at the end of step ``warmup`` and at the end of the run.
+
+    On CUDA it also counts the host synchronisations of the ``SYNC_STEPS`` steps before the clock starts, with
+    PyTorch's sync debug mode (each sync raises a warning): a step that syncs cannot queue the next one ahead.
+    """
+
+    SYNC_STEPS = 10
 
     def __init__(self, warmup: int) -> None:
         self.warmup = warmup
         self.start: float | None = None
         self.first_step_s: float | None = None
         self.measured_s: float | None = None
+        self.syncs_per_step: float | None = None
         self._fit_start = 0.0
+        self._catcher: warnings.catch_warnings | None = None
+        self._records: list[warnings.WarningMessage] = []
 
     def _now(self, trainer: L.Trainer) -> float:
         if trainer.strategy.root_device.type == "cuda":
@@ -73,9 +84,22 @@ class Clock(L.Callback):
         self._fit_start = self._now(trainer)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: object) -> None:
-        if trainer.global_step == 1:
+        step = trainer.global_step
+        if step == 1:
             self.first_step_s = self._now(trainer) - self._fit_start  # includes compilation
-        if trainer.global_step == self.warmup:
+        cuda = trainer.strategy.root_device.type == "cuda"
+        if cuda and step == self.warmup - self.SYNC_STEPS and self.warmup > self.SYNC_STEPS:
+            self._catcher = warnings.catch_warnings(record=True)
+            self._records = self._catcher.__enter__()
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+        if step == self.warmup:
+            if self._catcher is not None:
+                torch.cuda.set_sync_debug_mode("default")
+                self._catcher.__exit__(None, None, None)
+                syncs = sum("synchroniz" in str(r.message) for r in self._records)
+                self.syncs_per_step = syncs / self.SYNC_STEPS
+                self._catcher = None
             self.start = self._now(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -132,6 +156,7 @@ def run_case(case: Case, compiled: bool, args: argparse.Namespace) -> dict[str, 
         "mfu": round(images_per_sec * flops / peak, 4) if peak else None,
         "gflops_per_image": round(flops / 1e9, 3),
         "first_step_s": round(clock.first_step_s or 0.0, 1),
+        "syncs_per_step": clock.syncs_per_step,
         "target_images_per_sec": TARGETS.get(case.name),
         "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None,
     }
@@ -172,7 +197,8 @@ def main() -> None:
         args.out.write_text(json.dumps(report, indent=2))
         rate, tflops, target = result["images_per_sec"], result["tflops_per_sec"], result["target_images_per_sec"]
         goal = f" (target {target:,})" if target else ""
-        print(f"{label}: {rate:,.0f} img/s{goal}, {tflops} TFLOP/s, mfu={result['mfu']}", flush=True)
+        mfu, syncs = result["mfu"], result["syncs_per_step"]
+        print(f"{label}: {rate:,.0f} img/s{goal}, {tflops} TFLOP/s, mfu={mfu}, syncs/step={syncs}", flush=True)
     args.out.write_text(json.dumps(report, indent=2))
     best = max(report["results"], key=lambda r: r["tflops_per_sec"])
     print(f"gpu {best['name']} images_per_sec={best['images_per_sec']} mfu={best['mfu']}")
