@@ -91,3 +91,19 @@ def test_on_device_fit_resumes_exactly(tmp_path: Path, cifar_dir: Path) -> None:
     for key, value in whole.model.state_dict().items():
         torch.testing.assert_close(resumed_state[key], value, rtol=0, atol=0, msg=key)
     assert float(whole.trainer.callback_metrics["val/acc"]) == float(resumed.trainer.callback_metrics["val/acc"])
+
+
+def test_image_folder_on_device_decodes_once_and_trains(tmp_path: Path, digits_dir: Path) -> None:
+    flags = """--data ImageFolderDataModule --data.on_device true --data.augment none --data.batch_size 64
+               --trainer.max_epochs 1 --trainer.limit_train_batches 3 --trainer.enable_progress_bar false""".split()
+    cli = run_cli(
+        "fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, *flags, "--data.root", digits_dir,
+        "--trainer.default_root_dir", tmp_path,
+    )  # fmt: skip
+    loader = cli.datamodule.train_dataloader()
+    assert isinstance(loader, DeviceLoader)
+    # The folder's train/ images, decoded once into one uint8 tensor that train and validation index into.
+    assert loader.targets.numel() == len(cli.datamodule.train_set) > 1000 and loader.images.dtype == torch.uint8
+    assert torch.equal(loader.targets.cpu(), torch.tensor(cli.datamodule.train_set.targets))
+    assert len(cli.datamodule._uint8_cache) == 1
+    assert cli.trainer.global_step == 3
