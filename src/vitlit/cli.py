@@ -155,6 +155,7 @@ class VitLitCLI(LightningCLI):
 
     def _newest_last_checkpoint(self) -> Path | None:
         candidates = list(self._runs_root().glob("*/checkpoints/last.ckpt"))
+        candidates.append(Path(self.trainer.default_root_dir) / "checkpoints" / "last.ckpt")  # runs without a logger
         for cb in self.trainer.checkpoint_callbacks:  # folders given explicitly in a config
             if isinstance(cb, ModelCheckpoint) and cb.dirpath:
                 candidates.append(Path(cb.dirpath) / "last.ckpt")
