@@ -44,6 +44,15 @@ def test_gradient_checkpointing_gives_the_same_gradients() -> None:
     torch.testing.assert_close(ckpt.net.blocks[0].attn.qkv.weight.grad, plain.net.blocks[0].attn.qkv.weight.grad)
 
 
+def test_compiled_model_keeps_checkpoint_names() -> None:
+    """compile=True compiles in place: a checkpoint of a compiled run loads into an eager model and back."""
+    compiled = ViTClassifier("test_vit", num_classes=3, img_size=32, patch_size=4, compile=True)
+    eager = ViTClassifier("test_vit", num_classes=3, img_size=32, patch_size=4)
+    assert list(compiled.state_dict()) == list(eager.state_dict())  # no "_orig_mod." prefix
+    eager.load_state_dict(compiled.state_dict())
+    assert compiled.net._compiled_call_impl is not None  # forward goes through torch.compile
+
+
 def test_predict_step_returns_probabilities_and_few_classes_work() -> None:
     model = ViTClassifier("test_vit", num_classes=3, img_size=32, patch_size=4).eval()
     probs = model.predict_step((torch.randn(5, 3, 32, 32), torch.zeros(5)), 0)
