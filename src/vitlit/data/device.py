@@ -127,7 +127,7 @@ class DeviceLoader:
         sample_weights: torch.Tensor | None = None,
     ) -> None:
         resized = images.shape[-1] != img_size or images.shape[-2] != img_size
-        # Crops of stored images come straight out of a copy padded once (60% more memory for CIFAR's 4 px);
+        # Crops of stored images come straight out of a copy padded once (56% more memory for CIFAR's 4 px);
         # images that are resized first are padded a batch at a time, after the resize.
         self._prepadded = crop_padding > 0 and not resized
         p = crop_padding
