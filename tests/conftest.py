@@ -16,6 +16,7 @@ from vitlit.data.digits import write_digits_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
 CIFAR_TRAIN_PER_BATCH = 16  # 5 batches -> 80 CIFAR-10 training images
 CIFAR_TEST = 24
 
@@ -109,6 +110,14 @@ def cifar_args(cifar_dir: Path, dataset: str = "cifar10") -> list[str]:
 def run_cli(*args: str):
     """Run ``vitlit`` in-process, exactly as the console script does."""
     return main([str(a) for a in args])
+
+
+def tiny_cifar_fit(cifar_dir: Path, root: Path, *extra: object):
+    """``fit`` of the tiny recipe on the test CIFAR files (CPU, fp32, test_vit) into ``root``; ``extra`` goes last."""
+    return run_cli(
+        "fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, *cifar_args(cifar_dir),
+        "--trainer.default_root_dir", root, *extra,
+    )  # fmt: skip
 
 
 def tree_digest(root: Path) -> dict[str, str]:

@@ -11,11 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIGS, CPU, ROOT, TINY_MODEL, cifar_args, run_cli
+from conftest import CONFIGS, CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli
 
 from vitlit.runs import read_scalars
-
-TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
 
 
 def _metrics(cli, *names: str) -> dict[str, float]:

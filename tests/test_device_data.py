@@ -6,13 +6,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CPU, ROOT, TINY_MODEL, cifar_args, run_cli
+from conftest import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
 from torchvision.transforms import v2
 
 from vitlit.data import CIFARDataModule
 from vitlit.data.device import DeviceLoader, random_crop, random_flip
 
-TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
 N = 4000  # draws per pipeline: a frequency's standard error is below 0.008
 
 
@@ -74,10 +73,7 @@ def test_train_batches_shuffle_crop_and_keep_every_image_once(cifar_dir: Path) -
 def _fit(cifar_dir: Path, root: Path, *extra: object):
     flags = """--data.on_device true --data.augment none --trainer.deterministic true
                --trainer.enable_progress_bar false --trainer.max_epochs 2""".split()
-    return run_cli(
-        "fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, *cifar_args(cifar_dir), *flags,
-        "--trainer.default_root_dir", root, *extra,
-    )  # fmt: skip
+    return tiny_cifar_fit(cifar_dir, root, *flags, *extra)
 
 
 def test_on_device_fit_resumes_exactly(tmp_path: Path, cifar_dir: Path) -> None:

@@ -8,29 +8,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CPU, ROOT, TINY_MODEL, cifar_args, run_cli, tree_digest
-
-TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
+from conftest import CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli, tiny_cifar_fit, tree_digest
 
 
 @pytest.fixture(scope="module")
 def existing_run(tmp_path_factory: pytest.TempPathFactory, cifar_dir: Path) -> Path:
     """A finished run; every bad invocation below points at the same root and must leave it byte-identical."""
     root = tmp_path_factory.mktemp("existing")
-    run_cli(
-        "fit",
-        "--config",
-        TINY_CONFIG,
-        *CPU,
-        *TINY_MODEL,
-        *cifar_args(cifar_dir),
-        "--trainer.default_root_dir",
-        root,
-        "--trainer.max_epochs",
-        "1",
-        "--trainer.limit_train_batches",
-        "2",
-    )
+    tiny_cifar_fit(cifar_dir, root, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2")
     return root
 
 
@@ -129,17 +114,7 @@ def test_bad_input_is_one_line_and_touches_nothing(
 ) -> None:
     before = tree_digest(existing_run)
     with pytest.raises(SystemExit) as exit_info:
-        run_cli(
-            "fit",
-            "--config",
-            TINY_CONFIG,
-            *CPU,
-            *TINY_MODEL,
-            *cifar_args(cifar_dir),
-            "--trainer.default_root_dir",
-            existing_run,
-            *args(tmp_path, existing_run),
-        )
+        tiny_cifar_fit(cifar_dir, existing_run, *args(tmp_path, existing_run))
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
@@ -200,18 +175,7 @@ def test_checkpoint_of_other_class_count_is_refused(
 
 def test_corrupt_cifar_file_is_named(tmp_path: Path, cifar_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        run_cli(
-            "fit",
-            "--config",
-            TINY_CONFIG,
-            *CPU,
-            *TINY_MODEL,
-            *cifar_args(cifar_dir),
-            "--data.data_dir",
-            _corrupt_cifar(tmp_path, cifar_dir),
-            "--trainer.default_root_dir",
-            tmp_path / "run",
-        )
+        tiny_cifar_fit(cifar_dir, tmp_path / "run", "--data.data_dir", _corrupt_cifar(tmp_path, cifar_dir))
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "vitlit: error: cifar10 in" in err and "is missing or corrupted" in err and "--data.download true" in err
@@ -222,18 +186,7 @@ def test_ckpt_path_last_without_a_run_is_refused(
     tmp_path: Path, cifar_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        run_cli(
-            "fit",
-            "--config",
-            TINY_CONFIG,
-            *CPU,
-            *TINY_MODEL,
-            *cifar_args(cifar_dir),
-            "--trainer.default_root_dir",
-            tmp_path,
-            "--ckpt_path",
-            "last",
-        )
+        tiny_cifar_fit(cifar_dir, tmp_path, "--ckpt_path", "last")
     assert exit_info.value.code == 2
     assert "vitlit: error: --ckpt_path last found no last.ckpt under" in capsys.readouterr().err
     assert not list(tmp_path.rglob("*.*"))
@@ -245,8 +198,7 @@ def test_a_second_run_into_the_same_root_never_touches_the_first(
     root = tmp_path / "root"
     shutil.copytree(existing_run, root)
     before = tree_digest(root)
-    args = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.default_root_dir", root]
-    run_cli("fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, *cifar_args(cifar_dir), *args)
+    tiny_cifar_fit(cifar_dir, root, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2")
     after = tree_digest(root)
     assert {k: v for k, v in after.items() if k.startswith("lightning_logs/version_0/")} == before
     assert any(k.startswith("lightning_logs/version_1/checkpoints/") for k in after)

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import CPU, ROOT, TINY_MODEL, cifar_args, run_cli
+from conftest import tiny_cifar_fit
 
 from vitlit.model import ViTClassifier
 from vitlit.monitor import Throughput
 from vitlit.runs import read_scalars
-
-TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
 
 
 def test_flops_per_image_is_three_forward_passes_of_the_published_count() -> None:
@@ -20,10 +18,7 @@ def test_flops_per_image_is_three_forward_passes_of_the_published_count() -> Non
 
 
 def test_throughput_is_logged_at_logging_steps(tmp_path: Path, cifar_dir: Path) -> None:
-    cli = run_cli(
-        "fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, *cifar_args(cifar_dir),
-        "--trainer.max_epochs", "2", "--trainer.log_every_n_steps", "2", "--trainer.default_root_dir", tmp_path,
-    )  # fmt: skip
+    cli = tiny_cifar_fit(cifar_dir, tmp_path, "--trainer.max_epochs", "2", "--trainer.log_every_n_steps", "2")
     monitor = next(cb for cb in cli.trainer.callbacks if isinstance(cb, Throughput))
     assert monitor.flops_per_image == cli.model.flops_per_image() > 0
     scalars = read_scalars(cli.trainer.log_dir)

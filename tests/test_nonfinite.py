@@ -6,32 +6,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CPU, ROOT, TINY_MODEL, cifar_args, run_cli
+from conftest import tiny_cifar_fit
 from helpers.faults import PoisonBatch
 
 from vitlit.nonfinite import NonFiniteGuard
 
-TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
-
 
 def _fit(cifar_dir: Path, root: Path, *extra: object):
     # The tiny recipe already lists NonFiniteGuard(action=stop) last; the poisoned batch is appended after it.
-    return run_cli(
-        "fit",
-        "--config",
-        TINY_CONFIG,
-        *CPU,
-        *TINY_MODEL,
-        *cifar_args(cifar_dir),
-        "--trainer.default_root_dir",
-        root,
-        "--trainer.max_epochs",
-        "1",
-        *extra,
-        "--trainer.callbacks+=helpers.faults.PoisonBatch",
-        "--trainer.callbacks.init_args.step",
-        "3",
-    )
+    poison = ["--trainer.callbacks+=helpers.faults.PoisonBatch", "--trainer.callbacks.init_args.step", "3"]
+    return tiny_cifar_fit(cifar_dir, root, "--trainer.max_epochs", "1", *extra, *poison)
 
 
 @pytest.mark.parametrize(("check_every", "stopped_at"), [("1", 4), ("50", 8)], ids=["next-step", "epoch-end"])

@@ -7,15 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CPU, ROOT, TINY_MODEL, cifar_args, run_cli
+from conftest import CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli
 from PIL import Image
 from timm.data.random_erasing import RandomErasing
 
 from vitlit import ImageFolderDataModule, ViTClassifier
 from vitlit.data.batch_augment import BatchAugment, random_erasing
 from vitlit.data.transforms import POLICIES, policy_transform
-
-TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
 
 
 @pytest.mark.parametrize("policy", [p for p in POLICIES if p != "none"])

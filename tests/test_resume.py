@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CPU, ROOT, TINY_MODEL, cifar_args, run_cli
+from conftest import CPU, ROOT, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
 
-TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
 KILLER = """
 trainer:
   callbacks+:
@@ -22,13 +21,23 @@ trainer:
       init_args:
         epoch: 1
 """
-# The recipe's randomness stays on (shuffling, crop, flip, AutoAugment, erasing, Mixup/CutMix, drop path); real
-# image files, because the killed run is a fresh process (the CIFAR test files need this session's checksums).
-FLAGS = """
-    --trainer.max_epochs 2 --trainer.deterministic true --trainer.enable_progress_bar false
-    --trainer.limit_train_batches 6 --trainer.limit_val_batches 3
-    --data ImageFolderDataModule --data.num_workers 0 --data.batch_size 16 --data.persistent_workers false
-""".split()
+
+
+def _digits_run(digits: Path, epochs: int, train_batches: int, val_batches: int, *configs: Path) -> list[object]:
+    """Arguments of a short run of the tiny recipe (plus ``configs``) on the digits folder, CPU, no progress bar.
+
+    The recipe's randomness stays on (shuffling, crop, flip, AutoAugment, erasing, Mixup/CutMix, drop path). The
+    data are real image files, because these runs happen in fresh processes, and the CIFAR test files need this
+    session's checksums.
+    """
+    extra = [arg for config in configs for arg in ("--config", config)]
+    return [
+        "--config", TINY_CONFIG, *extra, *CPU, *TINY_MODEL,
+        "--trainer.max_epochs", epochs, "--trainer.enable_progress_bar", "false",
+        "--trainer.limit_train_batches", train_batches, "--trainer.limit_val_batches", val_batches,
+        "--data", "ImageFolderDataModule", "--data.num_workers", "0", "--data.batch_size", "16",
+        "--data.root", digits,
+    ]  # fmt: skip
 
 
 def _vitlit(*args: object) -> list[str]:
@@ -46,7 +55,8 @@ def _env() -> dict[str, str]:
 def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path: Path, digits_dir: Path) -> None:
     killer = tmp_path / "kill.yaml"
     killer.write_text(KILLER)
-    common = ["--config", TINY_CONFIG, "--config", killer, *CPU, *TINY_MODEL, *FLAGS, "--data.root", digits_dir]
+    exact = ["--trainer.deterministic", "true", "--data.persistent_workers", "false"]
+    common = [*_digits_run(digits_dir, 2, 6, 3, killer), *exact]
 
     whole = run_cli("fit", *common, "--trainer.default_root_dir", tmp_path / "whole")
 
@@ -69,24 +79,8 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path: Path, digits_
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
 def test_signal_saves_a_checkpoint_and_says_how_to_resume(sig, status, tmp_path: Path, digits_dir: Path) -> None:
-    flags = """
-        --trainer.max_epochs 1000 --trainer.enable_progress_bar false
-        --trainer.limit_train_batches 5 --trainer.limit_val_batches 2
-        --data ImageFolderDataModule --data.num_workers 0 --data.batch_size 16
-    """.split()
     root = tmp_path / "run"
-    command = _vitlit(
-        "fit",
-        "--config",
-        TINY_CONFIG,
-        *CPU,
-        *TINY_MODEL,
-        *flags,
-        "--data.root",
-        digits_dir,
-        "--trainer.default_root_dir",
-        root,
-    )
+    command = _vitlit("fit", *_digits_run(digits_dir, 1000, 5, 2), "--trainer.default_root_dir", root)
     last = root / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         deadline = time.monotonic() + 180
@@ -122,26 +116,8 @@ def test_sigterm_during_validation_resumes(tmp_path: Path, digits_dir: Path) -> 
     """The checkpoint saved mid-validation resumes too (EarlyStopping must not demand that validation's metric)."""
     interrupt = tmp_path / "interrupt.yaml"
     interrupt.write_text("trainer:\n  callbacks+:\n    - class_path: helpers.kill.SignalInValidation\n")
-    flags = """
-        --trainer.max_epochs 3 --trainer.enable_progress_bar false
-        --trainer.limit_train_batches 5 --trainer.limit_val_batches 3
-        --data ImageFolderDataModule --data.num_workers 0 --data.batch_size 16
-    """.split()
     root = tmp_path / "run"
-    command = _vitlit(
-        "fit",
-        "--config",
-        TINY_CONFIG,
-        "--config",
-        interrupt,
-        *CPU,
-        *TINY_MODEL,
-        *flags,
-        "--data.root",
-        digits_dir,
-        "--trainer.default_root_dir",
-        root,
-    )
+    command = _vitlit("fit", *_digits_run(digits_dir, 3, 5, 3, interrupt), "--trainer.default_root_dir", root)
     done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 143, done.stderr[-2000:]
     assert "vitlit: interrupted by SIGTERM at epoch 1, step 10; resume with:" in done.stderr
@@ -154,12 +130,7 @@ def test_sigterm_during_validation_resumes(tmp_path: Path, digits_dir: Path) -> 
 def test_kill_while_saving_keeps_last_ckpt_and_auto_resume_continues_the_run(tmp_path: Path, digits_dir: Path) -> None:
     dying = tmp_path / "dying.yaml"
     dying.write_text("trainer:\n  callbacks+:\n    - class_path: helpers.kill.DieWhileSavingLast\n")
-    flags = """
-        --trainer.max_epochs 3 --trainer.enable_progress_bar false
-        --trainer.limit_train_batches 4 --trainer.limit_val_batches 2
-        --data ImageFolderDataModule --data.num_workers 0 --data.batch_size 16
-    """.split()
-    common = ["--config", TINY_CONFIG, "--config", dying, *CPU, *TINY_MODEL, *flags, "--data.root", digits_dir]
+    common = _digits_run(digits_dir, 3, 4, 2, dying)
     root = tmp_path / "run"
     command = _vitlit("fit", *common, "--trainer.default_root_dir", root, "--ckpt_path", "auto")
     killed = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
@@ -182,17 +153,9 @@ def test_kill_while_saving_keeps_last_ckpt_and_auto_resume_continues_the_run(tmp
 
 @pytest.mark.parametrize("every", [["every_fraction", "0.25"], ["every_n_steps", "2"]], ids=["fraction", "steps"])
 def test_snapshots_are_periodic_and_keep_the_newest(every: list[str], tmp_path: Path, digits_dir: Path) -> None:
-    flags = """
-        --trainer.max_epochs 2 --trainer.enable_progress_bar false
-        --trainer.limit_train_batches 4 --trainer.limit_val_batches 1
-        --data ImageFolderDataModule --data.num_workers 0 --data.batch_size 16
-        --trainer.callbacks+=vitlit.callbacks.Snapshots --trainer.callbacks.init_args.keep 2
-    """.split()
-    flags += [f"--trainer.callbacks.init_args.{every[0]}", every[1]]
-    cli = run_cli(
-        "fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, *flags, "--data.root", digits_dir,
-        "--trainer.default_root_dir", tmp_path,
-    )  # fmt: skip
+    snapshots = ["--trainer.callbacks+=vitlit.callbacks.Snapshots", "--trainer.callbacks.init_args.keep", "2"]
+    snapshots += [f"--trainer.callbacks.init_args.{every[0]}", every[1]]
+    cli = run_cli("fit", *_digits_run(digits_dir, 2, 4, 1), *snapshots, "--trainer.default_root_dir", tmp_path)
     folder = Path(cli.trainer.log_dir) / "checkpoints"
     # 8 optimizer steps, a snapshot every 2: steps 2, 4, 6, 8 were written, the two newest are kept.
     kept = sorted(p.name for p in folder.glob("snapshot-*"))
@@ -206,9 +169,8 @@ def test_resume_restores_ema_weights(tmp_path: Path, cifar_dir: Path) -> None:
         --trainer.deterministic true --trainer.enable_progress_bar false
         --trainer.callbacks+=EMAWeightAveraging --trainer.callbacks.decay 0.9
     """.split()
-    common = ["--config", TINY_CONFIG, *CPU, *TINY_MODEL, *cifar_args(cifar_dir), *flags]
-    whole = run_cli("fit", *common, "--trainer.max_epochs", "2", "--trainer.default_root_dir", tmp_path / "whole")
-    half = run_cli("fit", *common, "--trainer.max_epochs", "1", "--trainer.default_root_dir", tmp_path / "half")
+    whole = tiny_cifar_fit(cifar_dir, tmp_path / "whole", *flags, "--trainer.max_epochs", "2")
+    half = tiny_cifar_fit(cifar_dir, tmp_path / "half", *flags, "--trainer.max_epochs", "1")
     config = Path(half.trainer.log_dir) / "config.yaml"
     resumed = run_cli("fit", "--config", config, "--trainer.max_epochs", "2", "--ckpt_path", "last")
     resumed_state = resumed.model.state_dict()  # after fit, the model holds the EMA weights
