@@ -31,6 +31,7 @@ from lightning.fabric.utilities.throughput import get_available_flops
 
 from vitlit.data.device import DeviceLoader
 from vitlit.model import ViTClassifier
+from vitlit.monitor import COMPUTE_DTYPE
 from vitlit.optim import WarmupCosineLR
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
@@ -145,8 +146,7 @@ def run_case(case: Case, compiled: bool, args: argparse.Namespace) -> dict[str, 
     trainer.fit(model, train_dataloaders=loader)
     images_per_sec = args.steps * case.batch_size / clock.measured_s
     flops = model.flops_per_image()
-    dtype = torch.bfloat16 if args.precision.startswith("bf16") else torch.float32
-    peak = get_available_flops(device, dtype)
+    peak = get_available_flops(device, COMPUTE_DTYPE[args.precision])
     return {
         **asdict(case),
         "compiled": compiled,

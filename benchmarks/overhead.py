@@ -26,7 +26,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from vitlit.model import ViTClassifier
-from vitlit.monitor import Throughput
+from vitlit.monitor import COMPUTE_DTYPE, Throughput
 from vitlit.nonfinite import NonFiniteGuard
 from vitlit.optim import WarmupCosineLR, param_groups
 
@@ -63,8 +63,9 @@ class PlainLoop:
             param_groups(self.net, skip=no_decay), lr=5e-4, weight_decay=0.05, fused=args.fused
         )
         self.scheduler = WarmupCosineLR(self.optimizer, warmup_steps=10, total_steps=10_000)
-        dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(args.precision)
-        self.autocast = torch.autocast(self.device.type, dtype=dtype) if dtype is not None else nullcontext()
+        mixed = args.precision.endswith("-mixed")
+        dtype = COMPUTE_DTYPE[args.precision]
+        self.autocast = torch.autocast(self.device.type, dtype=dtype) if mixed else nullcontext()
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=args.precision == "16-mixed")
         self.loader = make_loader(args)
 

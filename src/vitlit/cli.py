@@ -156,11 +156,17 @@ class VitLitCLI(LightningCLI):
     def _newest_last_checkpoint(self) -> Path | None:
         candidates = list(self._runs_root().glob("*/checkpoints/last.ckpt"))
         candidates.append(Path(self.trainer.default_root_dir) / "checkpoints" / "last.ckpt")  # runs without a logger
-        for cb in self.trainer.checkpoint_callbacks:  # folders given explicitly in a config
-            if isinstance(cb, ModelCheckpoint) and cb.dirpath:
-                candidates.append(Path(cb.dirpath) / "last.ckpt")
+        candidates += [folder / "last.ckpt" for folder in self._checkpoint_folders()]  # folders set in a config
         existing = [p for p in candidates if p.is_file()]
         return max(existing, key=lambda p: p.stat().st_mtime) if existing else None
+
+    def _checkpoint_folders(self) -> set[Path]:
+        """The folders the ModelCheckpoints write to: set in the config, or resolved by Lightning once fit started."""
+        return {
+            Path(cb.dirpath)
+            for cb in self.trainer.checkpoint_callbacks
+            if isinstance(cb, ModelCheckpoint) and cb.dirpath
+        }
 
     def _continue_run(self, ckpt_path: Path) -> None:
         run_dir = ckpt_path.parent.parent
@@ -204,10 +210,7 @@ class VitLitCLI(LightningCLI):
     def _resume_hint(self) -> str:
         """The command that resumes the stopped run (its checkpoint was saved on the way out), or why there is none."""
         trainer = self.trainer
-        folders = {
-            Path(cb.dirpath) for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath
-        }
-        saved = [p for folder in folders for p in folder.glob("*.ckpt")]
+        saved = [p for folder in self._checkpoint_folders() for p in folder.glob("*.ckpt")]
         if not saved or trainer.log_dir is None:
             return "no checkpoint was written, so there is nothing to resume."
         # last.ckpt where the config keeps one (it was rewritten on the way out), else the newest checkpoint.

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import pickle
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ from torch import nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
+from vitlit.checkpoint_io import UNREADABLE
 from vitlit.errors import ConfigError
 from vitlit.optim import WarmupCosineLR, apply_lr_scale, param_groups
 
@@ -166,7 +165,7 @@ class ViTClassifier(LightningModule):
                 if not set(timm.models.load_state_dict(str(path))) & set(probe.state_dict()):
                     raise KeyError("it shares no parameter name with the model")
                 return timm.create_model(hp.model_name, pretrained=True, **kwargs)
-            except (RuntimeError, EOFError, KeyError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as err:
+            except (*UNREADABLE, KeyError) as err:
                 first_line = (str(err).strip("'\" \n").splitlines() or [type(err).__name__])[0]
                 raise ConfigError(
                     f"pretrained_file={hp.pretrained_file!r} is not a readable state dict of {hp.model_name} "

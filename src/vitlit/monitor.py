@@ -18,8 +18,8 @@ from lightning.fabric.utilities.throughput import get_available_flops
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
 
-# Compute dtype of each Trainer precision, for the device's peak FLOP/s.
-_PRECISION_DTYPE = {
+#: Compute dtype of each Trainer precision (the device's peak FLOP/s depends on it; autocast uses it).
+COMPUTE_DTYPE = {
     "bf16-mixed": torch.bfloat16,
     "bf16-true": torch.bfloat16,
     "16-mixed": torch.float16,
@@ -58,7 +58,7 @@ class Throughput(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         measure = getattr(pl_module, "flops_per_image", None)
         self.flops_per_image = measure() if callable(measure) else None
-        dtype = _PRECISION_DTYPE.get(str(trainer.precision), torch.float32)
+        dtype = COMPUTE_DTYPE.get(str(trainer.precision), torch.float32)
         self.available_flops = get_available_flops(trainer.strategy.root_device, dtype)
         # window + 1 points span `window` intervals.
         self._meter = ThroughputWindow(available_flops=self.available_flops, window_size=self.window + 1)

@@ -325,9 +325,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         all_images, all_targets = self._uint8_cache[key]
         index = torch.as_tensor(dataset.indices, dtype=torch.long)
         images, targets = all_images[index].to(device), all_targets[index].to(device)
-        weights = None
-        if train and self.class_balanced:
-            weights = 1.0 / torch.bincount(targets.cpu()).double()[targets.cpu()]
+        weights = _class_balance_weights(dataset) if train and self.class_balanced else None
         return DeviceLoader(
             images,
             targets,
@@ -359,12 +357,16 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         return self._loader(self.test_set, train=False)
 
 
-def _class_balanced_sampler(dataset: Dataset) -> WeightedRandomSampler:
-    """Sample each image with weight 1 / (its class's count), so every class is drawn equally often on average."""
+def _class_balance_weights(dataset: Dataset) -> torch.Tensor:
+    """Weight 1 / (its class's count) per image, so every class is drawn equally often on average."""
     targets = dataset.targets
     counts = Counter(targets)
-    weights = torch.tensor([1.0 / counts[t] for t in targets], dtype=torch.double)
-    return WeightedRandomSampler(weights, num_samples=len(targets), replacement=True)
+    return torch.tensor([1.0 / counts[t] for t in targets], dtype=torch.double)
+
+
+def _class_balanced_sampler(dataset: Dataset) -> WeightedRandomSampler:
+    """Draw as many images as the split holds, with replacement, by `_class_balance_weights`."""
+    return WeightedRandomSampler(_class_balance_weights(dataset), num_samples=len(dataset), replacement=True)
 
 
 def _check_augmentation(

@@ -126,10 +126,10 @@ class DeviceLoader:
         hflip: bool = False,
         sample_weights: torch.Tensor | None = None,
     ) -> None:
-        resized = images.shape[-1] != img_size or images.shape[-2] != img_size
+        self._resize = images.shape[-1] != img_size or images.shape[-2] != img_size
         # Crops of stored images come straight out of a copy padded once (56% more memory for CIFAR's 4 px);
         # images that are resized first are padded a batch at a time, after the resize.
-        self._prepadded = crop_padding > 0 and not resized
+        self._prepadded = crop_padding > 0 and not self._resize
         p = crop_padding
         self.images = F.pad(images, (p, p, p, p)) if self._prepadded else images
         self.targets = targets
@@ -172,7 +172,7 @@ class DeviceLoader:
             images = crop(self.images, self.img_size, dy, dx, index)
         else:
             images = self.images[index]
-            if images.shape[-1] != self.img_size or images.shape[-2] != self.img_size:
+            if self._resize:
                 size = (self.img_size, self.img_size)
                 images = F.interpolate(images.float(), size=size, mode="bilinear", antialias=True, align_corners=False)
                 images = images.round_().clamp_(0, 255)  # as torchvision's uint8 resize
