@@ -1,15 +1,47 @@
 #!/usr/bin/env bash
-# Everything a GPU session measures, in under 8 minutes: training images/s, TFLOP/s and MFU of ViT-Ti/4 and ViT-S/4
-# at 32 px and ViT-B/16 at 224 px, eager and compiled (benchmarks/gpu.py), then vitlit's per-step overhead against a
-# plain PyTorch loop on the GPU (benchmarks/overhead.py). Figures go to ${OUT:-benchmarks/results}/; copy them into
+# Everything a GPU session checks and measures, in under 8 minutes, in this order:
+#   1. smoke: every shipped config trains a few steps in its exact precision (16-mixed with the GradScaler, or
+#      bf16-mixed), clipping, fused AdamW and compile as shipped, real architectures, on the small test CIFAR files
+#      (the tests marked `cuda` in tests/test_precision.py), so a gap between CPU tests and GPU runs shows at once;
+#   2. training images/s, TFLOP/s and MFU of ViT-Ti/4 and ViT-S/4 at 32 px and ViT-B/16 at 224 px, eager and compiled
+#      (benchmarks/gpu.py);
+#   3. vitlit's per-step overhead against a plain PyTorch loop on the GPU (benchmarks/overhead.py), with and without
+#      the configs' callbacks, and a count of host syncs per step with their source.
+# A failing step does not stop the later ones (one GPU session should bring back every figure it can); the exit
+# status is that of the first failure. Logs and JSON go to ${OUT:-benchmarks/results}/; copy the figures into
 # benchmarks/RESULTS.md with the date and the machine.
 #   bash benchmarks/gpu.sh
-set -euo pipefail
+set -uo pipefail
+cd "$(dirname "$0")/.."
 out="${OUT:-benchmarks/results}"
+py="${PYTHON:-python3}"
+export PYTHONUNBUFFERED=1
 mkdir -p "$out"
-python -c "import vitlit" 2>/dev/null || python -m pip install -q --no-deps -e .
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.csv" || true
+# Run from the checkout without installing it (a GPU machine may have no package index to build from).
+"$py" -c "import vitlit" 2>/dev/null || export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.csv" 2>&1 || true
+"$py" -c "import torch, lightning, timm; print('torch', torch.__version__, 'lightning', lightning.__version__, 'timm', \
+timm.__version__)" | tee -a "$out/gpu.csv"
+
+status=0
+step() {  # step <name> <seconds> <command...>: run with a time limit, log to $out/<name>.log, remember a failure
+    local name=$1 limit=$2
+    shift 2
+    local started=$SECONDS
+    timeout "$limit" "$@" > "$out/$name.log" 2>&1
+    local rc=$?
+    grep -v -i -E "warn|^\s*$" "$out/$name.log" | tail -12
+    echo "== $name: exit $rc after $((SECONDS - started)) s"
+    if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=$rc; fi
+}
+
+step smoke 150 "$py" -m pytest -m cuda tests/test_precision.py -q -p no:cacheprovider --durations=5
 # gpu.py starts no new case after --budget seconds; the slowest case (compiled ViT-B) takes about a minute more.
-timeout 420 python benchmarks/gpu.py --out "$out/gpu.json" --budget 300 2>&1 | tee "$out/gpu.log" | grep -v -i warn
-timeout 90 python benchmarks/overhead.py --device cuda --precision bf16-mixed --model vit_small_patch16_224 \
-    --batch-size 512 --batches 30 --epochs 5 2>&1 | tee "$out/overhead_gpu.log" | tail -3
+step gpu 240 "$py" benchmarks/gpu.py --out "$out/gpu.json" --budget 130
+vit_s=(--device cuda --precision bf16-mixed --model vit_small_patch16_224 --batch-size 512)
+step overhead_gpu 60 "$py" benchmarks/overhead.py "${vit_s[@]}" --batches 90 --epochs 4
+# The same without the configs' NonFiniteGuard and Throughput (2026-11-30: 1.019 vs 1.204 with them), and where
+# vitlit's remaining host syncs come from.
+step overhead_gpu_bare 60 "$py" benchmarks/overhead.py "${vit_s[@]}" --batches 90 --epochs 4 --no-callbacks
+step sync_debug 40 "$py" benchmarks/overhead.py "${vit_s[@]}" --batches 20 --epochs 2 --sync-debug
+exit "$status"

@@ -10,6 +10,8 @@ plain epoch, run from a callback, so both see the same machine state. The figure
 
     python benchmarks/overhead.py                        # CPU, test_vit; last line: overhead ratio=<vitlit/plain>
     python benchmarks/overhead.py --device cuda --precision bf16-mixed --model vit_small_patch16_224
+    ... --no-callbacks     # Lightning and the model alone, without the configs' NonFiniteGuard and Throughput
+    ... --sync-debug       # CUDA: also print vitlit's host syncs per step and the code that issued them
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import argparse
 import copy
 import statistics
 import time
+import warnings
+from collections import Counter
 from contextlib import nullcontext
 
 import lightning as L
@@ -109,6 +113,36 @@ class Alternate(L.Callback):
         self.plain_times.append(self.plain.train_epoch())
 
 
+class SyncCounter(L.Callback):
+    """Count host synchronisations inside vitlit's second epoch, away from its ends (PyTorch's sync debug mode).
+
+    A sync makes the CPU wait for the GPU; the GPU then idles while the next step is prepared (batch collation,
+    hooks). Prints syncs per step and where in Python they were issued.
+    """
+
+    def __init__(self, batches: int) -> None:
+        self.first, self.last = min(3, batches // 2), max(batches - 3, batches // 2 + 1)
+        self._catcher: warnings.catch_warnings | None = None
+        self._records: list[warnings.WarningMessage] = []
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: object, i: int) -> None:
+        if trainer.current_epoch != 1:
+            return
+        if i == self.first:
+            self._catcher = warnings.catch_warnings(record=True)
+            self._records = self._catcher.__enter__()
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+        elif i == self.last and self._catcher is not None:
+            torch.cuda.set_sync_debug_mode("default")
+            self._catcher.__exit__(None, None, None)
+            self._catcher = None
+            syncs = [r for r in self._records if "synchroniz" in str(r.message)]
+            print(f"vitlit syncs per step={len(syncs) / (self.last - self.first):.2f}")
+            for place, count in Counter(f"{r.filename}:{r.lineno}" for r in syncs).most_common(5):
+                print(f"  {count} at {place}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="test_vit", help="timm model (test_vit: 0.26 M parameters)")
@@ -120,6 +154,15 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--precision", default="32-true", choices=["32-true", "16-mixed", "bf16-mixed"])
     parser.add_argument("--fused", action=argparse.BooleanOptionalAction, default=True, help="fused AdamW")
+    parser.add_argument(
+        "--callbacks",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="vitlit's side runs the configs' NonFiniteGuard and Throughput (--no-callbacks: Lightning + model only)",
+    )
+    parser.add_argument(
+        "--sync-debug", action="store_true", help="CUDA: count vitlit's syncs per step and their source"
+    )
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -137,7 +180,11 @@ def main() -> None:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[NonFiniteGuard(), Throughput(), alternate],
+        callbacks=[
+            *([SyncCounter(args.batches)] if args.sync_debug and args.device == "cuda" else []),
+            *([NonFiniteGuard(), Throughput()] if args.callbacks else []),
+            alternate,
+        ],
     )
     trainer.fit(model, train_dataloaders=make_loader(args))
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+import torch
 from conftest import tiny_cifar_fit
 
 from vitlit.model import ViTClassifier
-from vitlit.monitor import Throughput
+from vitlit.monitor import Throughput, available_flops
 from vitlit.runs import read_scalars
 
 
@@ -29,3 +31,13 @@ def test_throughput_is_logged_at_logging_steps(tmp_path: Path, cifar_dir: Path) 
     expected = images_per_sec[-1] * monitor.flops_per_image / 1e12
     assert abs(tflops[-1] / expected - 1) < 1e-6
     assert "perf/mfu" not in scalars  # Lightning knows no peak FLOP/s for a CPU
+
+
+def test_mfu_denominator_knows_the_h200(monkeypatch: pytest.MonkeyPatch) -> None:
+    # CUDA names the chip plain "NVIDIA H200", which Lightning 2.6's table does not resolve (MFU would be missing).
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    cuda = torch.device("cuda")
+    assert available_flops(cuda, torch.bfloat16) == available_flops(cuda, torch.float16) == 989.4e12  # dense
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
+    assert available_flops(cuda, torch.float32) == 494.7e12  # TF32, as Lightning counts fp32 matmuls when allowed
+    assert available_flops(torch.device("cpu"), torch.float32) is None

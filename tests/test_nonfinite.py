@@ -37,8 +37,14 @@ def test_stop_skips_the_update_and_halts_with_a_resumable_checkpoint(
     assert all(torch.isfinite(v).all() for v in checkpoint["state_dict"].values())
 
 
-@pytest.mark.parametrize("fused", ["true", "false"], ids=["fused-on-device", "foreach-with-sync"])
-def test_skip_drops_the_step_counts_it_and_trains_on(fused: str, tmp_path: Path, cifar_dir: Path) -> None:
+@pytest.mark.parametrize(
+    ("fused", "precision"),
+    [("true", "32-true"), ("false", "32-true"), ("true", "bf16-mixed")],
+    ids=["fused-on-device", "foreach-with-sync", "fused-bf16-clipped"],
+)
+def test_skip_drops_the_step_counts_it_and_trains_on(
+    fused: str, precision: str, tmp_path: Path, cifar_dir: Path
+) -> None:
     cli = _fit(
         cifar_dir,
         tmp_path,
@@ -46,7 +52,10 @@ def test_skip_drops_the_step_counts_it_and_trains_on(fused: str, tmp_path: Path,
         "skip",
         "--model.optimizer.init_args.fused",
         fused,
+        "--trainer.precision",
+        precision,
     )
+    assert cli.trainer.precision == precision and cli.trainer.gradient_clip_val == 1.0
     guard = next(cb for cb in cli.trainer.callbacks if isinstance(cb, NonFiniteGuard))
     poison = next(cb for cb in cli.trainer.callbacks if isinstance(cb, PoisonBatch))
     assert guard.action == "skip" and guard.skipped == 1

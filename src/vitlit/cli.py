@@ -22,6 +22,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -29,6 +30,7 @@ from vitlit.checkpoint_io import UNREADABLE, AtomicCheckpointIO, unreadable_chec
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import ConfigError, TrainingHalted
 from vitlit.model import ViTClassifier
+from vitlit.progress import ProgressBar
 
 PROG = "vitlit"
 # Lines of jsonargparse's nested Union report that repeat what the first error already says.
@@ -87,10 +89,17 @@ class VitLitCLI(LightningCLI):
             raise unreadable_checkpoint(self.config[self.config.subcommand].get("ckpt_path"), err) from None
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        # Read before the Trainer exists: it appends its default callbacks to this same list.
+        configured = self.config_init[self.subcommand]["trainer"].get("callbacks") or []
+        own_bar = any(isinstance(cb, LightningProgressBar) for cb in configured)
         trainer = super().instantiate_trainer(**kwargs)
         # Atomic checkpoint writes, unless the config names a CheckpointIO of its own (then that one is respected).
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        # vitlit's bar in place of the one Lightning adds when the config names none (see vitlit.progress).
+        bar = trainer.progress_bar_callback
+        if bar is not None and not own_bar:
+            trainer.callbacks[trainer.callbacks.index(bar)] = ProgressBar()
         return trainer
 
     def _run_subcommand(self, subcommand: str) -> None:

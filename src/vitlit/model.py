@@ -16,6 +16,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from vitlit.checkpoint_io import UNREADABLE
+from vitlit.clipping import clip_true_gradients
 from vitlit.errors import ConfigError
 from vitlit.optim import WarmupCosineLR, apply_lr_scale, param_groups
 
@@ -185,7 +186,9 @@ class ViTClassifier(LightningModule):
         # With soft targets, accuracy counts the dominant class of each mixed image.
         hard = targets.argmax(dim=-1) if targets.is_floating_point() else targets
         self.train_metrics.update(logits.detach(), hard)
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(images))
+        # Not prog_bar=True: Lightning would turn it into a number after every batch, a GPU sync per step;
+        # vitlit.progress.ProgressBar shows it at the logging steps instead.
+        self.log("train/loss", loss, batch_size=len(images))
         self.log_dict(self.train_metrics, on_step=False, on_epoch=True, batch_size=len(images))
         return loss
 
@@ -221,6 +224,18 @@ class ViTClassifier(LightningModule):
                 )
             scheduler.total_steps = int(total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip ``--trainer.gradient_clip_val`` on unscaled gradients, also for fused optimizers in mixed precision.
+
+        Lightning's default refuses fused optimizers under 16-/bf16-mixed; `vitlit.clipping` explains why it can.
+        """
+        clip_true_gradients(optimizer, self.trainer.precision_plugin, gradient_clip_val, gradient_clip_algorithm)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuse a checkpoint whose architecture differs, with the reason, before any weights are copied."""

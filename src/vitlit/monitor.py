@@ -3,8 +3,8 @@
 Lightning's ThroughputMonitor synchronises the GPU after every training batch so that its clock is right; for a
 small ViT whose step takes a few milliseconds that stall costs a visible share of the throughput it reports. This
 callback does the same arithmetic with the same library pieces (`lightning.fabric.utilities.throughput`: Throughput,
-get_available_flops) but reads the clock only when the logger writes (every ``log_every_n_steps``), after one
-synchronise, and counts images in between from the batch shapes (no sync).
+get_available_flops, with the H200's dense peak added) but reads the clock only when the logger writes (every
+``log_every_n_steps``), after one synchronise, and counts images in between from the batch shapes (no sync).
 """
 
 from __future__ import annotations
@@ -26,6 +26,36 @@ COMPUTE_DTYPE = {
     "16-true": torch.float16,
     "32-true": torch.float32,
 }
+
+#: Dense peak FLOP/s of chips whose names Lightning's table (``lightning.fabric.utilities.throughput``, 2.6) does not
+#: resolve, or resolves to figures with sparsity. The H200 is the H100 SXM's GH100 chip at the same clocks with more
+#: memory: NVIDIA's datasheet gives it the same dense tensor-core peaks (its 1,979 TFLOP/s bf16 are "with sparsity",
+#: which is what Lightning's "h200 sxm1" entry holds). CUDA reports it as plain "NVIDIA H200".
+DENSE_PEAK_FLOPS: dict[str, dict[torch.dtype | str, float]] = {
+    "h200": {
+        torch.float64: 33.5e12,
+        torch.float32: 66.9e12,
+        "tfloat32": 494.7e12,
+        torch.bfloat16: 989.4e12,
+        torch.float16: 989.4e12,
+    },
+}
+
+
+def available_flops(device: torch.device, dtype: torch.dtype) -> float | None:
+    """The device's dense peak FLOP/s for ``dtype`` (MFU's denominator), or ``None`` where it is not known.
+
+    Lightning's ``get_available_flops`` where it knows the chip; `DENSE_PEAK_FLOPS` first for chips it does not.
+    fp32 matrix products count at the TF32 peak when ``torch.set_float32_matmul_precision`` allows TF32, as Lightning
+    counts them.
+    """
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device).lower()
+        for chip, peaks in DENSE_PEAK_FLOPS.items():
+            if chip in name:
+                tf32 = dtype == torch.float32 and torch.get_float32_matmul_precision() != "highest"
+                return peaks.get("tfloat32" if tf32 else dtype)
+    return get_available_flops(device, dtype)
 
 
 class Throughput(Callback):
@@ -59,7 +89,7 @@ class Throughput(Callback):
         measure = getattr(pl_module, "flops_per_image", None)
         self.flops_per_image = measure() if callable(measure) else None
         dtype = COMPUTE_DTYPE.get(str(trainer.precision), torch.float32)
-        self.available_flops = get_available_flops(trainer.strategy.root_device, dtype)
+        self.available_flops = available_flops(trainer.strategy.root_device, dtype)
         # window + 1 points span `window` intervals.
         self._meter = ThroughputWindow(available_flops=self.available_flops, window_size=self.window + 1)
         if trainer.strategy.root_device.type == "cuda":

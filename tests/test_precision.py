@@ -1,0 +1,129 @@
+"""Every recipe trains as shipped: its precision, clipping, fused optimizer and callbacks; only data and model shrink.
+
+On a CPU ``bf16-mixed`` stands in for ``16-mixed`` (CPUs have no fp16 autocast worth the name); the fp16 GradScaler
+path itself is driven on the CPU through Lightning's MixedPrecision plugin. The tests marked ``cuda`` run every
+config in its exact precision, compile included, with the real architectures; ``benchmarks/gpu.sh`` starts with
+them, so the first run on a GPU finds any gap at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+import yaml
+from conftest import CONFIGS, cifar_args, run_cli
+from helpers.probes import WeightProbe
+from lightning.pytorch.plugins.precision import MixedPrecision
+
+from vitlit import ImageFolderDataModule, ViTClassifier
+
+BATCHES = 4  # training batches of the one epoch each recipe runs
+
+
+def _shipped(config: Path) -> dict:
+    return yaml.safe_load(config.read_text())
+
+
+def _run_recipe(config: Path, cifar_dir: Path, root: Path, *device: str):
+    """Fit one short epoch of ``config`` on the test CIFAR files with everything else as the file ships it."""
+    dataset = "cifar100" if "cifar100" in config.stem else "cifar10"
+    return run_cli(
+        "fit", "--config", config, *cifar_args(dataset=dataset, cifar_dir=cifar_dir),
+        "--trainer.default_root_dir", root, "--trainer.max_epochs", "1",
+        "--trainer.limit_train_batches", BATCHES, "--trainer.limit_val_batches", "2",
+        "--trainer.callbacks+=helpers.probes.WeightProbe", "--model.pretrained", "false", *device,
+    )  # fmt: skip
+
+
+def _assert_trained_as_shipped(cli, config: Path, precision: str) -> None:
+    shipped = _shipped(config)
+    trainer = cli.trainer
+    assert trainer.state.finished and trainer.precision == precision
+    assert trainer.gradient_clip_val == shipped["trainer"]["gradient_clip_val"] > 0
+    optimizer = trainer.optimizers[0]
+    assert type(optimizer).__name__ == shipped["model"]["optimizer"]["class_path"].rsplit(".", 1)[1]
+    fused = shipped["model"]["optimizer"]["init_args"].get("fused", False)
+    assert all(bool(group.get("fused")) == fused for group in optimizer.param_groups)
+    accumulate = shipped["trainer"].get("accumulate_grad_batches", 1)
+    assert trainer.global_step == -(-BATCHES // accumulate)  # the last, partial accumulation steps too
+    probe = next(cb for cb in trainer.callbacks if isinstance(cb, WeightProbe))
+    assert probe.changed() == list(probe.before), "some weights did not change"
+    assert all(torch.isfinite(w).all() for w in probe.after.values())
+    assert torch.isfinite(trainer.callback_metrics["train/loss"])
+    assert (Path(trainer.log_dir) / "checkpoints" / "last.ckpt").is_file()
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
+def test_every_recipe_trains_in_its_mixed_precision_on_cpu(config: Path, tmp_path: Path, cifar_dir: Path) -> None:
+    shipped = _shipped(config)["trainer"]["precision"]
+    precision = "bf16-mixed" if shipped == "16-mixed" else shipped
+    cli = _run_recipe(
+        config, cifar_dir, tmp_path,
+        "--trainer.accelerator", "cpu", "--trainer.precision", precision,
+        # A small ViT with the recipe's patch and image size; compiling on a CPU takes minutes.
+        "--model.model_name", "test_vit", "--model.compile", "false",
+    )  # fmt: skip
+    _assert_trained_as_shipped(cli, config, precision)
+
+
+class _ClipRecorder(ViTClassifier):
+    """Records every parameter gradient's global norm and largest entry right after clipping."""
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        self.after_clipping.append(
+            (float(torch.nn.utils.get_total_norm(grads)), max(float(g.abs().max()) for g in grads))
+        )
+
+
+@pytest.mark.parametrize(
+    ("precision", "algorithm"),
+    [("16-mixed", "norm"), ("16-mixed", "value"), ("bf16-mixed", "norm"), ("32-true", "norm")],
+)
+def test_clipping_acts_on_unscaled_gradients_with_a_fused_optimizer(
+    precision: str, algorithm: str, digits_dir: Path
+) -> None:
+    torch.manual_seed(0)
+    clip = 0.01  # far below a fresh ViT's gradient norm (about 1), so every step is clipped
+    model = _ClipRecorder(
+        "test_vit", img_size=32, patch_size=4,
+        optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3, fused=True),
+    )  # fmt: skip
+    model.after_clipping = []
+    if precision == "16-mixed":  # fp16 autocast + GradScaler on the CPU, which the Trainer flag maps to bf16
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)  # no overflow at the start, so no step is skipped
+        device_args = {"plugins": [MixedPrecision("16-mixed", "cpu", scaler)]}
+    else:
+        device_args = {"precision": precision}
+    trainer = L.Trainer(
+        accelerator="cpu", max_steps=4, gradient_clip_val=clip, gradient_clip_algorithm=algorithm,
+        limit_val_batches=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, **device_args,
+    )  # fmt: skip
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer.fit(model, ImageFolderDataModule(digits_dir, img_size=32, batch_size=16, num_workers=0))
+    assert len(model.after_clipping) == 4
+    for norm, largest in model.after_clipping:
+        if algorithm == "norm":  # unscaled and clipped: the true norm is the limit, not the limit / 256
+            assert norm == pytest.approx(clip, rel=1e-3)
+        else:
+            assert largest == pytest.approx(clip, rel=1e-3)
+    assert all(
+        torch.isfinite(p).all() and not torch.equal(p, b) for p, b in zip(model.parameters(), before, strict=True)
+    )
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (benchmarks/gpu.sh runs it)")
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
+def test_every_recipe_trains_as_shipped_on_cuda(config: Path, tmp_path: Path, cifar_dir: Path) -> None:
+    """The real architecture in the exact precision, compile as shipped; only the data is the small test set."""
+    cli = _run_recipe(config, cifar_dir, tmp_path, "--trainer.accelerator", "gpu")
+    _assert_trained_as_shipped(cli, config, _shipped(config)["trainer"]["precision"])
