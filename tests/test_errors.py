@@ -30,6 +30,11 @@ def _truncated(tmp: Path, source: Path, name: str) -> Path:
     return tmp / name
 
 
+def _text(tmp: Path, name: str, text: str = "not a checkpoint\n") -> Path:
+    (tmp / name).write_text(text)
+    return tmp / name
+
+
 def _saved(tmp: Path, name: str, obj: object) -> Path:
     torch.save(obj, tmp / name)
     return tmp / name
@@ -94,6 +99,45 @@ CASES = [
         "checkpoint with pickled objects",
         lambda tmp, run: ["--ckpt_path", _saved(tmp, "p.ckpt", {"state_dict": {}, "args": argparse.Namespace()})],
         ["p.ckpt holds Python objects", "--weights_only false"],
+    ),
+    (
+        "checkpoint is a text file",
+        lambda tmp, run: ["--ckpt_path", _text(tmp, "notes.ckpt")],
+        ["notes.ckpt is not a PyTorch checkpoint"],
+    ),
+    (
+        "text file with --weights_only false",
+        lambda tmp, run: ["--ckpt_path", _text(tmp, "notes.ckpt"), "--weights_only", "false"],
+        ["notes.ckpt is not a PyTorch checkpoint"],
+    ),
+    ("checkpoint is a folder", lambda tmp, run: ["--ckpt_path", run], ["is a folder", "last.ckpt"]),
+    ("negative learning rate", lambda tmp, run: ["--model.optimizer.init_args.lr", "-1"], ["learning rate: -1.0"]),
+    ("patch size zero", lambda tmp, run: ["--model.patch_size", "0"], ["patch_size=0"]),
+    ("negative patch size", lambda tmp, run: ["--model.patch_size", "-4"], ["patch_size=-4"]),
+    ("no accumulation", lambda tmp, run: ["--trainer.accumulate_grad_batches", "0"], ["accumulate_grad_batches=0"]),
+    ("log every 0 steps", lambda tmp, run: ["--trainer.log_every_n_steps", "0"], ["log_every_n_steps=0"]),
+    ("negative seed", lambda tmp, run: ["--seed_everything", "-5"], ["seed_everything=-5", "0..4294967295"]),
+    (
+        "root inside a file",
+        lambda tmp, run: ["--trainer.default_root_dir", _text(tmp, "f") / "runs"],
+        ["default_root_dir=", "which is a file"],
+    ),
+    ("fp16 on the CPU", lambda tmp, run: ["--trainer.precision", "16-mixed"], ["16-mixed needs a GPU", "bf16-mixed"]),
+    ("zero steps", lambda tmp, run: ["--trainer.max_steps", "0"], ["max_steps=0 would train nothing"]),
+    ("no batches", lambda tmp, run: ["--trainer.limit_train_batches", "0"], ["limit_train_batches=0"]),
+    ("negative clipping", lambda tmp, run: ["--trainer.gradient_clip_val", "-1"], ["gradient_clip_val=-1"]),
+    ("zero epochs", lambda tmp, run: ["--trainer.max_epochs", "0"], ["max_epochs=0"]),
+    (
+        "unbounded run",
+        lambda tmp, run: ["--trainer.max_epochs", "-1", "--trainer.max_steps", "-1"],
+        ["max_epochs=-1 and max_steps=-1 set no end"],
+    ),
+    ("mean of two channels", lambda tmp, run: ["--data.mean", "[0.5,0.5]"], ["mean=[0.5, 0.5] has 2 value(s)"]),
+    ("empty config file", lambda tmp, run: ["--config", _text(tmp, "empty.yaml", "")], ["empty.yaml is empty"]),
+    (
+        "config file of a list",
+        lambda tmp, run: ["--config", _text(tmp, "list.yaml", "- a\n")],
+        ["list.yaml holds a list, not options"],
     ),
     (
         "weights file truncated",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
+import shutil
 import tempfile
 import zipfile
 from collections.abc import Callable
@@ -36,7 +38,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     that names it and the way out.
     """
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None) -> None:
+    def _save_atomically(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None) -> None:
         if storage_options is not None or not _is_local_file_protocol(path):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
@@ -49,6 +51,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 torch.save(checkpoint, f)
                 f.flush()
                 os.fsync(f.fileno())
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600; checkpoints follow the umask like every other file
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -58,38 +61,119 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         for stale in target.parent.glob(f".{target.name}.*.tmp"):
             stale.unlink(missing_ok=True)
 
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None) -> None:
+        try:
+            self._save_atomically(checkpoint, path, storage_options)
+        except OSError as err:
+            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            target = Path(path)
+            free = shutil.disk_usage(target.parent).free / 2**30
+            raise ConfigError(
+                f"the disk is full: saving {target} failed with {free:.2f} GiB free (the previous checkpoints are "
+                f"intact); free some space or set --trainer.default_root_dir to a larger disk, then resume."
+            ) from None
+
     def load_checkpoint(
         self,
         path: str | Path,
         map_location: Callable | None = lambda storage, loc: storage,
         weights_only: bool | None = None,
     ) -> dict[str, Any]:
-        if _is_local_file_protocol(path) and not Path(path).is_file():
-            raise ConfigError(f"checkpoint {path} does not exist; give the path of a .ckpt file of an earlier run.")
+        if _is_local_file_protocol(path):
+            require_checkpoint_file(path)
         try:
             checkpoint = super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
         except UNREADABLE as err:
-            raise unreadable_checkpoint(path, err) from None
-        if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-            raise ConfigError(
-                f"checkpoint {path} is not a Lightning checkpoint (no state_dict); for plain timm weights use "
-                f"--model.pretrained_file instead."
-            )
-        return checkpoint
+            raise unreadable_checkpoint(path, err, weights_only) from None
+        return require_lightning_checkpoint(checkpoint, path)
 
 
-def unreadable_checkpoint(path: str | Path, err: BaseException) -> ConfigError:
+def require_checkpoint_file(path: str | Path) -> Path:
+    """Return ``path`` if it is a file that can hold a PyTorch checkpoint; raise a one-line `ConfigError` if not."""
+    file = Path(path).expanduser()
+    if file.is_dir():
+        found = sorted(file.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+        hint = f", e.g. {found[-1]}" if found else ""
+        raise ConfigError(f"--ckpt_path {path} is a folder; give a .ckpt file in it{hint}.")
+    if not file.is_file():
+        raise ConfigError(f"checkpoint {path} does not exist; give the path of a .ckpt file of an earlier run.")
+    with file.open("rb") as f:
+        head = f.read(4)
+    # torch.save writes a zip archive (PK..); files of torch < 1.6 are a bare pickle (protocol 2+: 0x80).
+    if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):
+        raise ConfigError(
+            f"checkpoint {path} is not a PyTorch checkpoint (it is {'empty' if not head else 'another kind of file'}); "
+            f"give a .ckpt file that vitlit or Lightning saved."
+        )
+    return file
+
+
+def require_lightning_checkpoint(checkpoint: Any, path: str | Path) -> dict[str, Any]:
+    """Return ``checkpoint`` if it is a Lightning checkpoint (it has a ``state_dict``); raise a `ConfigError` if not."""
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise ConfigError(
+            f"checkpoint {path} is not a Lightning checkpoint (no state_dict); for plain timm weights use "
+            f"--model.pretrained_file instead."
+        )
+    return checkpoint
+
+
+def read_checkpoint(path: str | Path, weights_only: bool | None = True) -> dict[str, Any]:
+    """Read a checkpoint's counters and hyperparameters without reading its tensors (memory-mapped), or refuse it.
+
+    Used before a run starts, so that an unreadable or mismatched checkpoint stops it before anything is written.
+
+    Args:
+        path: The checkpoint file.
+        weights_only: ``torch.load``'s ``weights_only``; ``None`` means ``True`` (``--weights_only`` unset).
+
+    Raises:
+        ConfigError: For a missing, foreign, truncated or non-Lightning file, naming it and the way out.
+    """
+    file = require_checkpoint_file(path)
+    safe = weights_only is not False
+    try:
+        checkpoint = torch.load(file, map_location="cpu", weights_only=safe, mmap=True)
+    except UNREADABLE as err:
+        raise unreadable_checkpoint(path, err, safe) from None
+    return require_lightning_checkpoint(checkpoint, path)
+
+
+def checkpoint_step(path: str | Path) -> int | None:
+    """The optimizer step a checkpoint was saved at, or ``None`` if the file cannot be read as a checkpoint."""
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"])
+    except Exception:  # any unreadable or foreign file simply has no known step
+        return None
+
+
+def unreadable_checkpoint(path: str | Path, err: BaseException, weights_only: bool | None = True) -> ConfigError:
     """The one-line error for a checkpoint file that ``torch.load`` refused with ``err`` (one of `UNREADABLE`)."""
-    if isinstance(err, pickle.UnpicklingError) and "weights_only" in str(err):
+    if weights_only is not False and isinstance(err, pickle.UnpicklingError) and "weights_only" in str(err):
         return ConfigError(
             f"checkpoint {path} holds Python objects besides tensors, which weights-only loading refuses; "
             f"if you trust the file's origin, pass --weights_only false."
         )
-    first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
     return ConfigError(
-        f"checkpoint {path} cannot be read ({first_line[:120]}); it is truncated or not a PyTorch checkpoint: use an "
+        f"checkpoint {path} cannot be read ({_first_words(err)}); it is truncated or not a PyTorch checkpoint: use an "
         f"earlier snapshot from the same checkpoints/ folder."
     )
+
+
+def _first_words(err: BaseException, limit: int = 100) -> str:
+    """The first sentence of ``err``'s message, cut at a word boundary within ``limit`` characters."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    text = text.split(". ")[0].rstrip(".")
+    if len(text) > limit:
+        text = text[:limit].rsplit(" ", 1)[0] + " ..."
+    return text
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return mask
 
 
 def _fsync_dir(directory: Path) -> None:

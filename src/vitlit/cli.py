@@ -14,10 +14,13 @@ import shutil
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+import yaml
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Trainer
@@ -26,11 +29,22 @@ from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from vitlit.checkpoint_io import UNREADABLE, AtomicCheckpointIO, unreadable_checkpoint
+from vitlit.checkpoint_io import AtomicCheckpointIO, checkpoint_step, read_checkpoint
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import ConfigError, TrainingHalted
 from vitlit.model import ViTClassifier
+from vitlit.preflight import check_seed, check_trainer, check_writable_folder
 from vitlit.progress import ProgressBar
+from vitlit.runs import (
+    allocate_version,
+    logger_root,
+    newer_checkpoint,
+    newest_last_checkpoint,
+    own_files,
+    place_logger,
+    resume_config_name,
+    run_of_checkpoint,
+)
 
 PROG = "vitlit"
 # Lines of jsonargparse's nested Union report that repeat what the first error already says.
@@ -64,12 +78,43 @@ def _exit(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+def _message(err: BaseException) -> str:
+    """The one-line text of a user error (one raised in a DataLoader worker arrives wrapped in its traceback)."""
+    text = str(err)
+    if "Original Traceback" in text:  # torch's ExceptionWrapper: "Caught ... \n Original Traceback ... \n Type: msg"
+        text = text.strip().splitlines()[-1].split(": ", 1)[-1]
+    return text
+
+
 class VitLitArgumentParser(LightningArgumentParser):
     """LightningCLI's parser, reporting a bad option in one line instead of the full usage text."""
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         cause = _user_error(ex)
         _exit(f"{cause if cause is not None else _one_line(message)} (`{PROG} <subcommand> --help` lists the options)")
+
+
+@dataclass
+class _Placement:
+    """The folder a run writes into, and how to leave it as it was if the run stops on a user error."""
+
+    run_dir: Path
+    created: bool  # the folder was made for this run (else: an existing run continues)
+    before: set[Path] = field(default_factory=set)  # its top-level files before this run started
+    config_name: str | None = None
+
+    def undo(self, started: float, epochs_done: int) -> None:
+        """Remove what this process added, unless it trained something worth keeping.
+
+        A new run that stops in its first epoch goes entirely, also the ``last.ckpt`` that Lightning saves on the
+        way out, so ``--ckpt_path last`` never prefers a half-trained run. A run that finished an epoch, or that
+        continued an older run and saved a checkpoint, is kept: it can be resumed once the problem is fixed.
+        """
+        if self.created and epochs_done == 0:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        elif not self.created and not [p for p in self.run_dir.rglob("*.ckpt") if p.stat().st_mtime >= started]:
+            for path in own_files(self.run_dir, self.before, self.config_name):
+                path.unlink(missing_ok=True)
 
 
 class VitLitCLI(LightningCLI):
@@ -79,14 +124,22 @@ class VitLitCLI(LightningCLI):
         # The data decides what it delivers; the model adapts (its --model.num_classes/img_size flags disappear).
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
         parser.link_arguments("data.img_size", "model.img_size", apply_on="instantiate")
+        parser.link_arguments("data.class_names", "model.class_names", apply_on="instantiate")
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        super().parse_arguments(parser, args)
+        # Values Lightning would crash on, ignore or silently replace: refused before anything is built.
+        config = self.config[self.config["subcommand"]]
+        check_seed(config.get("seed_everything"))
+        check_trainer(config["trainer"])
+        check_writable_folder(config["trainer"].get("default_root_dir") or ".")
 
     def _parse_ckpt_path(self) -> None:
-        # Lightning reads the checkpoint's hyperparameters into the config before anything is built; a file it cannot
-        # read is reported like any other bad value.
-        try:
-            super()._parse_ckpt_path()
-        except UNREADABLE as err:
-            raise unreadable_checkpoint(self.config[self.config.subcommand].get("ckpt_path"), err) from None
+        # Lightning would copy the checkpoint's model hyperparameters over the parsed config here, silently replacing
+        # flags typed on the command line (and reading the whole file once more). vitlit runs with the config and
+        # the flags as given, for every form of --ckpt_path, and checks the checkpoint against them before the run
+        # starts (_check_checkpoint): architecture and classes must match, training knobs may change.
+        return
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         # Read before the Trainer exists: it appends its default callbacks to this same list.
@@ -103,12 +156,11 @@ class VitLitCLI(LightningCLI):
         return trainer
 
     def _run_subcommand(self, subcommand: str) -> None:
-        self._resolve_ckpt_path(subcommand)
-        # Lightning creates the logger's version_N directory before the data and checkpoint are checked. If the
-        # run then stops on a user error, that directory holds nothing but an empty event file (and the config):
-        # remove it, so a failed start leaves no trace. A directory that existed before is never touched.
-        log_dir = Path(self.trainer.log_dir) if self.trainer.log_dir else None
-        existed = log_dir is not None and log_dir.exists()
+        ckpt = self._resolve_ckpt_path(subcommand)
+        if ckpt is not None:
+            self._check_checkpoint(ckpt)  # before anything is written: a refused checkpoint changes nothing
+        placed = self._place_run(subcommand, ckpt)
+        started = time.time()
         self._stop_signal: str | None = None
         previous = self._install_sigint_handler() if subcommand == "fit" else None
         try:
@@ -124,50 +176,81 @@ class VitLitCLI(LightningCLI):
             print(f"{PROG}: error: {err}; {self._resume_hint()}", file=sys.stderr)
             raise SystemExit(1) from None
         except Exception as err:
-            fresh = log_dir is not None and not existed and not any(log_dir.rglob("*.ckpt"))
-            if fresh and _user_error(err) is not None:
-                shutil.rmtree(log_dir, ignore_errors=True)
+            if placed is not None and _user_error(err) is not None:
+                placed.undo(started, self.trainer.current_epoch)
             raise
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
 
-    def _resolve_ckpt_path(self, subcommand: str) -> None:
-        """Turn ``--ckpt_path last|auto`` into a file, and make ``fit`` from a run's checkpoint continue that run.
+    def _resolve_ckpt_path(self, subcommand: str) -> Path | None:
+        """Turn ``--ckpt_path last|auto`` into a file and return the checkpoint to start from, if any.
 
         Lightning's own ``last`` only looks in the new run's (empty) checkpoint folder. Here ``last`` means the newest
         ``last.ckpt`` of any earlier run under the logger's root and fails if there is none; ``auto`` (fit only) is the
-        switch for job scripts that are restarted after preemption: resume if there is one, else start fresh. A fit
-        resumed from ``<root>/version_N/checkpoints/`` logs into ``version_N`` again (one TensorBoard curve, one
-        checkpoints folder); its resolved config goes next to the original as ``config.resume-K.yaml``.
+        switch for job scripts that are restarted after preemption: resume if there is one, else start fresh.
         """
         config = self.config_init[subcommand]
         ckpt_path = config.get("ckpt_path")
         if ckpt_path in ("last", "auto"):
             if ckpt_path == "auto" and subcommand != "fit":
                 raise ConfigError(f"--ckpt_path auto is for fit only; {subcommand} takes last or a checkpoint path.")
-            found = self._newest_last_checkpoint()
+            root = logger_root(self.trainer.logger) or Path(self.trainer.default_root_dir).expanduser().resolve()
+            # Runs without a logger save to <default_root_dir>/checkpoints; a config may name its own folders too.
+            folders = [Path(self.trainer.default_root_dir) / "checkpoints", *self._checkpoint_folders()]
+            found = newest_last_checkpoint([root], folders)
             if found is None and ckpt_path == "last":
                 raise ConfigError(
-                    f"--ckpt_path last found no last.ckpt under {self._runs_root()}; give a checkpoint path, or check "
+                    f"--ckpt_path last found no last.ckpt under {root}; give a checkpoint path, or check "
                     f"--trainer.default_root_dir."
                 )
             config["ckpt_path"] = None if found is None else str(found)
-        if subcommand == "fit" and config.get("ckpt_path"):
-            self._continue_run(Path(config["ckpt_path"]).expanduser().resolve())
+        return Path(config["ckpt_path"]).expanduser().resolve() if config.get("ckpt_path") else None
 
-    def _runs_root(self) -> Path:
-        """The folder whose ``version_*`` subfolders are the runs (``<default_root_dir>/lightning_logs``)."""
+    def _check_checkpoint(self, ckpt: Path) -> None:
+        """Refuse a checkpoint that cannot be read or does not fit the configured model, in one line."""
+        checkpoint = read_checkpoint(ckpt, self.config_init[self.subcommand].get("weights_only"))
+        check = getattr(self.model, "check_checkpoint", None)
+        if callable(check):
+            check(checkpoint.get("hyper_parameters", {}))
+
+    def _place_run(self, subcommand: str, ckpt: Path | None) -> _Placement | None:
+        """Choose the run folder and create it (atomically), before Lightning writes anything.
+
+        - ``fit`` from a run's checkpoint continues that run, wherever it is and whatever the current directory: one
+          TensorBoard curve, one checkpoints folder, its config saved as ``config.resume-K.yaml`` next to the
+          original. If the run holds a checkpoint of a later step (resuming from the best, say), the resume goes to
+          a new folder beside it instead, so nothing newer is overwritten.
+        - ``validate``/``test``/``predict`` of a run's checkpoint write into ``<run>/<subcommand>/version_K`` (metrics,
+          ``predictions.csv``), next to the run and without touching its training files.
+        - Anything else is a new ``version_N`` under the logger's root. Loggers other than TensorBoard's and the CSV
+          logger keep their own folders (``None`` is returned).
+        """
         logger = self.trainer.logger
-        root = getattr(logger, "root_dir", None) if logger is not None else None
-        return Path(root or self.trainer.default_root_dir).expanduser().resolve()
-
-    def _newest_last_checkpoint(self) -> Path | None:
-        candidates = list(self._runs_root().glob("*/checkpoints/last.ckpt"))
-        candidates.append(Path(self.trainer.default_root_dir) / "checkpoints" / "last.ckpt")  # runs without a logger
-        candidates += [folder / "last.ckpt" for folder in self._checkpoint_folders()]  # folders set in a config
-        existing = [p for p in candidates if p.is_file()]
-        return max(existing, key=lambda p: p.stat().st_mtime) if existing else None
+        if logger_root(logger) is None:
+            return None
+        save_dir, name = Path(logger.save_dir), logger.name
+        run = run_of_checkpoint(ckpt) if ckpt is not None else None
+        if run is not None and subcommand == "fit":
+            newer = newer_checkpoint(ckpt, run)
+            if newer is None:
+                config_name = resume_config_name(run)
+                for callback in self.trainer.callbacks:
+                    if isinstance(callback, SaveConfigCallback):
+                        callback.config_filename = config_name  # never overwrite the run's original config.yaml
+                place_logger(logger, run.parent.parent, run.parent.name, run.name)
+                return _Placement(run, created=False, before=set(run.iterdir()), config_name=config_name)
+            save_dir, name = run.parent.parent, run.parent.name
+            print(
+                f"{PROG}: {ckpt.name} is from step {checkpoint_step(ckpt)}, but {newer[0]} is from step {newer[1]}; "
+                f"continuing in a new run beside {run.name} so that nothing newer is overwritten",
+                file=sys.stderr,
+            )
+        elif run is not None:
+            save_dir, name = run, subcommand
+        version = allocate_version(save_dir / name)
+        place_logger(logger, save_dir, name, version)
+        return _Placement(save_dir / name / f"version_{version}", created=True)
 
     def _checkpoint_folders(self) -> set[Path]:
         """The folders the ModelCheckpoints write to: set in the config, or resolved by Lightning once fit started."""
@@ -176,21 +259,6 @@ class VitLitCLI(LightningCLI):
             for cb in self.trainer.checkpoint_callbacks
             if isinstance(cb, ModelCheckpoint) and cb.dirpath
         }
-
-    def _continue_run(self, ckpt_path: Path) -> None:
-        run_dir = ckpt_path.parent.parent
-        logger = self.trainer.logger
-        if run_dir.parent != self._runs_root() or not hasattr(logger, "_version"):
-            return  # a checkpoint from elsewhere (or a logger without versions): a new run continues from it
-        # TensorBoardLogger and CSVLogger take the version folder's name as their version.
-        logger._version = run_dir.name
-        k = 1
-        while (run_dir / f"config.resume-{k}.yaml").exists():
-            k += 1
-        name = f"config.resume-{k}.yaml"
-        for cb in self.trainer.callbacks:
-            if isinstance(cb, SaveConfigCallback):
-                cb.config_filename = name  # never overwrite the run's original config.yaml
 
     def _install_sigint_handler(self) -> signal.Handlers | None:
         """Make the first Ctrl-C stop like SIGTERM: at the next safe point of the loop, with a checkpoint.
@@ -229,6 +297,32 @@ class VitLitCLI(LightningCLI):
         return f"resume with: python -m {PROG} fit --config {config} --ckpt_path {newest}"
 
 
+def _check_config_files(argv: list[str]) -> None:
+    """Refuse a ``--config`` file that is empty, not YAML, or not a mapping of options.
+
+    jsonargparse reports those only as ``Unexpected config:``; a missing file it names itself.
+    """
+    values = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config"]
+    values += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
+    for value in values:
+        path = Path(value).expanduser()
+        if not path.is_file():
+            continue
+        try:
+            content = yaml.safe_load(path.read_text())
+        except (yaml.YAMLError, UnicodeDecodeError) as err:
+            where = getattr(err, "problem_mark", None)
+            at = f" at line {where.line + 1}" if where is not None else ""
+            raise ConfigError(f"config file {value} is not valid YAML{at}; fix it or start from configs/.") from None
+        if content is None:
+            raise ConfigError(f"config file {value} is empty; give a YAML file of options such as configs/*.yaml.")
+        if not isinstance(content, dict):
+            raise ConfigError(
+                f"config file {value} holds a {type(content).__name__}, not options (key: value lines such as "
+                f"'trainer:'); start from a file in configs/."
+            )
+
+
 def main(args: Sequence[str] | None = None) -> VitLitCLI:
     """Run the vitlit command line; the single entry of ``python -m vitlit``, ``vitlit``, the tests and notebooks.
 
@@ -242,6 +336,7 @@ def main(args: Sequence[str] | None = None) -> VitLitCLI:
         SystemExit: With status 2 and a one-line message on a user error (bad option, value, path or checkpoint).
     """
     try:
+        _check_config_files(sys.argv[1:] if args is None else [str(a) for a in args])
         return VitLitCLI(
             ViTClassifier,
             ImageClassificationDataModule,
@@ -257,4 +352,4 @@ def main(args: Sequence[str] | None = None) -> VitLitCLI:
         cause = _user_error(err)
         if cause is None:
             raise
-        _exit(str(cause))
+        _exit(_message(cause))

@@ -50,6 +50,9 @@ class ViTClassifier(LightningModule):
             here only, once, also to the soft targets of Mixup/CutMix (PyTorch's cross-entropy accepts both).
         layer_decay: Layer-wise learning-rate decay for fine-tuning (e.g. 0.75): block ``i`` of ``n`` learns at
             ``lr * layer_decay ** (n + 1 - i)``, the head at ``lr``. ``None`` trains all layers at one rate.
+        class_names: Name of each class in index order (linked from ``data.class_names``). Stored in checkpoints, so
+            that evaluating on data whose classes differ is refused and predictions are labelled with the names
+            the model learned.
         optimizer: Optimizer factory, called with the parameter groups (no weight decay on biases, norms,
             position embedding and class token). Default AdamW(lr=5e-4, weight_decay=0.05). Any optimizer class
             works, e.g. ``torch.optim.SGD`` or ``timm.optim.Lamb``. Rule of thumb for the learning rate: scale it
@@ -73,6 +76,7 @@ class ViTClassifier(LightningModule):
         compile: bool = False,
         label_smoothing: float = 0.1,
         layer_decay: float | None = None,
+        class_names: list[str] | None = None,
         optimizer: OptimizerCallable = lambda params: torch.optim.AdamW(params, lr=5e-4, weight_decay=0.05),
         scheduler: LRSchedulerCallable = lambda optimizer: WarmupCosineLR(optimizer, warmup_steps=500),
     ) -> None:
@@ -80,6 +84,7 @@ class ViTClassifier(LightningModule):
         self.save_hyperparameters()
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
+        self._check_optimization()
         self.net = self._create_net()
         if grad_checkpointing:
             self.net.set_grad_checkpointing(True)
@@ -118,6 +123,30 @@ class ViTClassifier(LightningModule):
             images = torch.empty(1, 3, self.hparams.img_size, self.hparams.img_size)
         return measure_flops(net, lambda: net(images), lambda logits: logits.sum())
 
+    def _check_optimization(self) -> None:
+        """Build the optimizer and scheduler once on a probe parameter, so a bad value stops the run before it starts.
+
+        torch's optimizers check their arguments (a negative learning rate, betas outside [0, 1)) only when they are
+        built, which Lightning does after the run's folder exists and the data is loaded.
+        """
+        probe = nn.Parameter(torch.zeros(1))
+        try:
+            optimizer = self.optimizer_factory([{"params": [probe], "name": "probe"}])
+        except ConfigError:
+            raise
+        except ValueError as err:
+            raise ConfigError(f"the optimizer refused its settings ({err}); fix --model.optimizer.init_args.") from None
+        except Exception:  # e.g. an optimizer that only accepts GPU parameters: it is checked when it is built
+            return
+        try:
+            self.scheduler_factory(optimizer)
+        except ConfigError:
+            raise
+        except ValueError as err:
+            raise ConfigError(f"the scheduler refused its settings ({err}); fix --model.scheduler.init_args.") from None
+        except Exception:
+            return
+
     def _create_net(self) -> nn.Module:
         """Check the architecture options, then build the timm model (loading pretrained weights if asked)."""
         hp = self.hparams
@@ -129,6 +158,12 @@ class ViTClassifier(LightningModule):
         for name in ("num_classes", "img_size"):
             if hp[name] < 1:
                 raise ConfigError(f"{name}={hp[name]} must be positive.")
+        if hp.class_names is not None and len(hp.class_names) != hp.num_classes:
+            raise ConfigError(f"class_names has {len(hp.class_names)} names for num_classes={hp.num_classes}.")
+        if hp.patch_size is not None and hp.patch_size < 1:
+            raise ConfigError(
+                f"patch_size={hp.patch_size} must be a positive number of pixels, e.g. 4 at 32 px or 16 at 224 px."
+            )
         if not 0.0 <= hp.label_smoothing < 1.0:
             raise ConfigError(f"label_smoothing={hp.label_smoothing} is outside [0, 1); 0.1 is the usual value.")
         if hp.layer_decay is not None and not 0.0 < hp.layer_decay <= 1.0:
@@ -219,8 +254,9 @@ class ViTClassifier(LightningModule):
             total = self.trainer.estimated_stepping_batches
             if math.isinf(total):
                 raise ConfigError(
-                    "the learning-rate schedule needs the run's length, but max_epochs and max_steps are unbounded; "
-                    "set --trainer.max_epochs or --trainer.max_steps."
+                    f"the learning-rate schedule needs the run's length, but max_epochs={self.trainer.max_epochs} and "
+                    f"max_steps={self.trainer.max_steps} set no end (-1 means no limit); give --trainer.max_epochs or "
+                    f"--trainer.max_steps a positive value."
                 )
             scheduler.total_steps = int(total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
@@ -238,8 +274,16 @@ class ViTClassifier(LightningModule):
         clip_true_gradients(optimizer, self.trainer.precision_plugin, gradient_clip_val, gradient_clip_algorithm)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Refuse a checkpoint whose architecture differs, with the reason, before any weights are copied."""
-        saved = checkpoint.get("hyper_parameters", {})
+        """Refuse a checkpoint whose architecture or classes differ, with the reason, before any weights are copied."""
+        self.check_checkpoint(checkpoint.get("hyper_parameters", {}))
+
+    def check_checkpoint(self, saved: dict[str, Any]) -> None:
+        """Raise a one-line `ConfigError` if weights saved with hyperparameters ``saved`` do not fit this model.
+
+        Architecture (``model_name``, ``num_classes``, ``img_size``, ``patch_size``) must match, and so must the class
+        names where both sides know them; training knobs (learning rate, smoothing, drop path) may differ. The CLI
+        calls this before a run starts, so a refused checkpoint leaves every run folder as it was.
+        """
         for key in _ARCHITECTURE_KEYS:
             if key in saved and saved[key] != self.hparams[key]:
                 raise ConfigError(
@@ -247,3 +291,10 @@ class ViTClassifier(LightningModule):
                     f"{key}={self.hparams[key]!r}; use the data and model options of the run that wrote it "
                     f"(its config.yaml)."
                 )
+        theirs, ours = saved.get("class_names"), self.hparams.get("class_names")
+        if theirs and ours and list(theirs) != list(ours):
+            i = next(i for i, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b)
+            raise ConfigError(
+                f"the checkpoint's class {i} is {theirs[i]!r} but this data's class {i} is {ours[i]!r}; evaluate on "
+                f"data with the classes the model was trained on (the run's config.yaml)."
+            )

@@ -1,10 +1,21 @@
-"""Read a finished run back: the scalars TensorBoard shows, for notebooks, benchmarks and tests."""
+"""Run folders (``<root>/version_N``): allocate one safely, find the newest checkpoint, continue a run, read it back.
+
+A run folder is what a logger writes: ``config.yaml``, ``hparams.yaml``, TensorBoard events and ``checkpoints/``.
+The CLI uses these functions; notebooks, benchmarks and tests use `read_scalars`.
+"""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from vitlit.checkpoint_io import checkpoint_step
+
+_VERSION = re.compile(r"version_(\d+)")
 
 
 def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
@@ -20,3 +31,102 @@ def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     events.Reload()
     return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def is_run_dir(folder: Path) -> bool:
+    """Whether ``folder`` is a run's folder (a logger wrote its config or hyperparameters there)."""
+    return (folder / "config.yaml").is_file() or (folder / "hparams.yaml").is_file()
+
+
+def run_of_checkpoint(ckpt_path: Path) -> Path | None:
+    """The run folder a checkpoint belongs to (``<run>/checkpoints/<file>.ckpt``), or ``None`` for a loose file."""
+    run_dir = ckpt_path.parent.parent
+    return run_dir if ckpt_path.parent.name == "checkpoints" and is_run_dir(run_dir) else None
+
+
+def allocate_version(root: Path) -> int:
+    """Create the next free ``root/version_N`` folder and return ``N``; two runs started at once never share one.
+
+    ``os.mkdir`` fails for all but one process that asks for the same name, so the loser takes the next number
+    (Lightning's own loggers only list the folders, and two runs then both pick the same ``N``).
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    taken = [int(m.group(1)) for p in root.iterdir() if (m := _VERSION.fullmatch(p.name)) and p.is_dir()]
+    n = max(taken, default=-1) + 1
+    while True:
+        try:
+            (root / f"version_{n}").mkdir()
+            return n
+        except FileExistsError:
+            n += 1
+
+
+def place_logger(logger: Logger | None, save_dir: Path, name: str, version: int | str) -> bool:
+    """Make a TensorBoardLogger or CSVLogger write into ``save_dir/name/version`` (``version_N`` for an int).
+
+    Lightning's loggers take these only in their constructor, which LightningCLI calls from the config; the config
+    itself must stay as the user wrote it (it is saved with the run and used to resume), so the instantiated logger
+    is pointed at the folder here. This is the one place that sets a logger's private fields; checked against
+    Lightning 2.5 and 2.6, and ``tests/test_runs.py`` fails if they change.
+
+    Returns:
+        Whether the logger was placed (``False`` for other loggers, which keep their own folders).
+    """
+    if isinstance(logger, TensorBoardLogger):
+        logger._root_dir = os.fspath(save_dir)
+    elif isinstance(logger, CSVLogger):
+        logger._save_dir = os.fspath(save_dir)
+        logger._root_dir = os.fspath(save_dir)
+    else:
+        return False
+    logger._name = name
+    logger._version = version
+    return True
+
+
+def logger_root(logger: Logger | None) -> Path | None:
+    """The folder whose ``version_*`` subfolders a TensorBoardLogger/CSVLogger writes (``save_dir/name``)."""
+    if isinstance(logger, (TensorBoardLogger, CSVLogger)):
+        return Path(logger.root_dir).expanduser().resolve()
+    return None
+
+
+def newest_last_checkpoint(roots: list[Path], folders: list[Path]) -> Path | None:
+    """The most recently written ``last.ckpt`` of the runs under ``roots`` or in the checkpoint ``folders``."""
+    candidates = [p for root in roots for p in root.glob("*/checkpoints/last.ckpt")]
+    candidates += [folder / "last.ckpt" for folder in folders]
+    existing = [p for p in candidates if p.is_file()]
+    return max(existing, key=lambda p: p.stat().st_mtime) if existing else None
+
+
+def newer_checkpoint(ckpt_path: Path, run_dir: Path) -> tuple[Path, int] | None:
+    """A checkpoint of ``run_dir`` saved at a later step than ``ckpt_path``, if there is one (with its step).
+
+    Resuming from an older checkpoint into the same run would overwrite the newer ones (``last.ckpt`` first), so
+    the CLI continues such a resume in a new run instead. Steps are read memory-mapped, without the tensors.
+    """
+    step = checkpoint_step(ckpt_path)
+    if step is None:
+        return None
+    others = [p for p in (run_dir / "checkpoints").glob("*.ckpt") if p.resolve() != ckpt_path.resolve()]
+    later = [(p, s) for p in others if (s := checkpoint_step(p)) is not None and s > step]
+    return max(later, key=lambda item: item[1]) if later else None
+
+
+def resume_config_name(run_dir: Path) -> str:
+    """The first free ``config.resume-K.yaml`` name in ``run_dir``: a resumed run never overwrites a saved config."""
+    k = 1
+    while (run_dir / f"config.resume-{k}.yaml").exists():
+        k += 1
+    return f"config.resume-{k}.yaml"
+
+
+def own_files(run_dir: Path, before: set[Path], config_name: str | None) -> list[Path]:
+    """Files this process added to an existing run folder: its resumed config and its TensorBoard event files.
+
+    TensorBoard names event files ``events.out.tfevents.<time>.<host>.<pid>.<n>``, so a file of another process
+    writing into the same folder is never taken for one of ours.
+    """
+    pid = f".{os.getpid()}."
+    added = [p for p in run_dir.iterdir() if p.is_file() and p not in before]
+    return [p for p in added if p.name == config_name or (p.name.startswith("events.out.tfevents.") and pid in p.name)]

@@ -140,8 +140,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         pin_memory: bool = True,
         persistent_workers: bool = True,
         seed: int = 42,
-        mean: tuple[float, float, float] | None = None,
-        std: tuple[float, float, float] | None = None,
+        mean: list[float] | None = None,
+        std: list[float] | None = None,
         crop_padding: int | None = None,
         hflip: bool = True,
         augment: Policy = "none",
@@ -168,8 +168,14 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             raise ConfigError(f"val_size={val_size} is a fraction outside (0, 1); use e.g. 0.1, or a whole count.")
         if crop_padding is not None and crop_padding < 0:
             raise ConfigError(f"crop_padding={crop_padding} is negative; use 0 to disable the random crop.")
+        for name, values in (("mean", mean), ("std", std)):
+            if values is not None and len(values) != 3:
+                raise ConfigError(
+                    f"{name}={list(values)} has {len(values)} value(s) but the images have 3 channels; give one per "
+                    f"channel, e.g. --data.{name} [0.5,0.5,0.5]."
+                )
         if std is not None and min(std) <= 0:
-            raise ConfigError(f"std={std} has a value <= 0; every channel needs a positive standard deviation.")
+            raise ConfigError(f"std={list(std)} has a value <= 0; every channel needs a positive standard deviation.")
         _check_augmentation(
             augment,
             randaugment_num_ops,
@@ -223,6 +229,14 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     @abstractmethod
     def num_classes(self) -> int:
         """Number of classes; linked to ``model.num_classes`` by the CLI, so it must be known after ``__init__``."""
+
+    @property
+    def class_names(self) -> list[str]:
+        """Name of each class in index order; linked to ``model.class_names``, which checkpoints keep.
+
+        A subclass sets ``self.classes`` in ``__init__``; without it the classes are named by their index.
+        """
+        return list(self.classes) if self.classes is not None else [str(i) for i in range(self.num_classes)]
 
     @abstractmethod
     def _train_source(self) -> Dataset:

@@ -15,6 +15,19 @@ _NUM_CLASSES = {"cifar10": 10, "cifar100": 100}
 # Per-channel statistics of each training set (computed over its 50,000 images).
 _MEAN = {"cifar10": (0.4914, 0.4822, 0.4465), "cifar100": (0.5071, 0.4865, 0.4409)}
 _STD = {"cifar10": (0.2470, 0.2435, 0.2616), "cifar100": (0.2673, 0.2564, 0.2762)}
+# Class names in label order, as in the archives' meta files (torchvision's MD5 check pins those files).
+_CLASSES = {
+    "cifar10": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"],
+    "cifar100": """
+        apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus butterfly camel can
+        castle caterpillar cattle chair chimpanzee clock cloud cockroach couch crab crocodile cup dinosaur dolphin
+        elephant flatfish forest fox girl hamster house kangaroo keyboard lamp lawn_mower leopard lion lizard
+        lobster man maple_tree motorcycle mountain mouse mushroom oak_tree orange orchid otter palm_tree pear
+        pickup_truck pine_tree plain plate poppy porcupine possum rabbit raccoon ray road rocket rose sea seal
+        shark shrew skunk skyscraper snail snake spider squirrel streetcar sunflower sweet_pepper table tank
+        telephone television tiger tractor train trout tulip turtle wardrobe whale willow_tree wolf woman worm
+    """.split(),
+}
 _NATIVE_SIZE = 32
 _TRAIN_IMAGES = 50_000  # both data sets; torchvision's checksums guarantee it
 
@@ -45,6 +58,7 @@ class CIFARDataModule(ImageClassificationDataModule):
         self.default_mean, self.default_std = _MEAN[dataset], _STD[dataset]
         super().__init__(**kwargs)
         self.dataset = dataset
+        self.classes = list(_CLASSES[dataset])
         self.data_dir = Path(data_dir).expanduser()
         self.download = download
         validation_count(_TRAIN_IMAGES, self.val_size)  # fail now, not after the run directory exists
@@ -84,7 +98,6 @@ class CIFARDataModule(ImageClassificationDataModule):
                 f"{self.dataset} in {self.data_dir} is missing or corrupted ({err}); delete "
                 f"{self.data_dir / self._cls.base_folder} and run again with --data.download true."
             ) from None
-        self.classes = list(data.classes)
         return data
 
     def _train_source(self) -> CIFAR10:

@@ -6,35 +6,20 @@ This is the module to fork vitlit for new data: ``--data ImageFolderDataModule -
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from torchvision.datasets import ImageFolder
+from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from vitlit.data.base import ImageClassificationDataModule, validation_count
+from vitlit.data.images import BadImage, ImageFiles, check_images, image_files
 from vitlit.errors import ConfigError
 
-
-class _FixedClassesImageFolder(ImageFolder):
-    """An ImageFolder whose class indices come from the training folder.
-
-    A validation or test folder lacking a class would otherwise renumber every class after it.
-    """
-
-    def __init__(self, root: Path, class_to_idx: dict[str, int]) -> None:
-        self._fixed_class_to_idx = class_to_idx
-        super().__init__(str(root), allow_empty=True)
-
-    def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
-        return list(self._fixed_class_to_idx), dict(self._fixed_class_to_idx)
+SPLITS = ("train", "val", "test")
 
 
 def _class_dirs(split_dir: Path) -> list[Path]:
     return sorted(p for p in split_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
-
-
-def _count_images(class_dir: Path) -> int:
-    return sum(1 for f in class_dir.rglob("*") if f.suffix.lower() in IMG_EXTENSIONS and f.is_file())
 
 
 class ImageFolderDataModule(ImageClassificationDataModule):
@@ -42,70 +27,119 @@ class ImageFolderDataModule(ImageClassificationDataModule):
 
     Class names and their order come from the folder names under ``root/train`` (sorted). Without ``root/val`` a
     seeded validation split is carved from ``train`` (``val_size``); ``root/test`` is needed only by ``test`` and
-    ``predict``. Images of any size are resized (shorter side) and centre-cropped to ``img_size``.
+    ``predict``. Images of any size and mode are resized (shorter side) and centre-cropped to ``img_size``; 16-bit
+    images are scaled to 8 bits. Symbolic links to folders are followed once (a loop is refused); hidden files are
+    left out. Before training, every image of a split is checked (header and file ending, not a full decode).
 
     Args:
         root: Folder holding ``train/`` and optionally ``val/`` and ``test/``.
         val_size: Validation images carved from ``train`` when there is no ``val/``: a count (int) or a fraction
             (float in (0, 1)); a fraction suits data sets of any size.
+        bad_images: What to do with files that cannot be read as images (empty, truncated, not an image, a
+            dangling link, over PIL's size limit): ``error`` stops before training and names the first one;
+            ``skip`` trains without them, lists them in the run's ``skipped_images.txt`` and logs their count as
+            ``data/skipped_images``.
         **kwargs: The common options of `vitlit.data.ImageClassificationDataModule` (``img_size``,
             ``batch_size``, ``val_size``, ``mean``, ``std``, ...). ``mean``/``std`` default to ImageNet's.
     """
 
-    def __init__(self, root: str | Path, val_size: int | float = 0.1, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        val_size: int | float = 0.1,
+        bad_images: Literal["error", "skip"] = "error",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(val_size=val_size, **kwargs)
+        if bad_images not in ("error", "skip"):
+            raise ConfigError(f"bad_images={bad_images!r} is not one of 'error', 'skip'.")
         self.root = Path(root).expanduser()
+        self.bad_images = bad_images
+        self.skipped: list[BadImage] = []
+        self._files: dict[str, list[tuple[Path, int]]] = {}
         self.classes = self._scan()
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
 
     def _scan(self) -> list[str]:
-        """Check the layout before any work starts and return the class names."""
+        """Check the layout and list the image files before any work starts; return the class names."""
         train_dir = self.root / "train"
         if not train_dir.is_dir():
             raise ConfigError(
                 f"{train_dir} does not exist; --data.root must hold train/<class>/<images> "
                 f"(and optionally val/ and test/)."
             )
-        classes = _class_dirs(train_dir)
+        classes = [c.name for c in _class_dirs(train_dir)]
         if len(classes) < 2:
             raise ConfigError(f"{train_dir} has {len(classes)} class folder(s); a classifier needs at least 2.")
-        names = [c.name for c in classes]
-        n_train = 0
-        for split in ("train", "val", "test"):
+        for split in SPLITS:
             split_dir = self.root / split
             if not split_dir.is_dir():
                 continue
+            files = []
             for class_dir in _class_dirs(split_dir):
-                if class_dir.name not in names:
+                if class_dir.name not in classes:
                     raise ConfigError(
                         f"{class_dir} is a class that {train_dir} does not have; add it to train/ or remove it."
                     )
-                n_images = _count_images(class_dir)
-                if n_images == 0:
+                found = list(image_files(class_dir))
+                if not found:
                     raise ConfigError(
                         f"{class_dir} holds no image ({', '.join(IMG_EXTENSIONS)}); add images or remove the folder."
                     )
-                n_train += n_images if split == "train" else 0
-        if not (self.root / "val").is_dir():
-            validation_count(n_train, self.val_size)  # fail now, not after the run directory exists
-        return names
+                files += [(path, classes.index(class_dir.name)) for path in found]
+            if not files:
+                raise ConfigError(
+                    f"{split_dir} holds no class folder with images; add <class>/<images> to it or remove it"
+                    + (" (validation is then carved from train/)." if split == "val" else ".")
+                )
+            self._files[split] = files
+        if "val" not in self._files:
+            validation_count(len(self._files["train"]), self.val_size)  # fail now, not after the run folder exists
+        return classes
 
     @property
     def num_classes(self) -> int:
         """The number of class folders under ``root/train``."""
         return len(self.classes)
 
-    def _split(self, name: str) -> ImageFolder | None:
-        split_dir = self.root / name
-        return _FixedClassesImageFolder(split_dir, self.class_to_idx) if split_dir.is_dir() else None
+    def _split(self, name: str) -> ImageFiles | None:
+        """The split's images after the start-up check (bad files stop the run, or are left out with ``skip``)."""
+        if name not in self._files:
+            return None
+        files = self._files[name]
+        bad = check_images([path for path, _ in files])
+        if bad and self.bad_images == "error":
+            more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+            raise ConfigError(
+                f"image {bad[0].path} is {bad[0].problem}{more}; remove or replace it, or pass --data.bad_images skip "
+                f"to train without such files."
+            )
+        if bad:
+            self._report_skipped(name, bad)
+        skip = {b.path for b in bad}
+        return ImageFiles([(str(path), target) for path, target in files if path not in skip], self.classes)
 
-    def _train_source(self) -> ImageFolder:
+    @rank_zero_only
+    def _report_skipped(self, split: str, bad: list[BadImage]) -> None:
+        self.skipped += bad
+        where = Path(self.trainer.log_dir) if self.trainer is not None and self.trainer.log_dir else None
+        listed = ""
+        if where is not None:
+            where.mkdir(parents=True, exist_ok=True)
+            with (where / "skipped_images.txt").open("a") as f:
+                f.writelines(f"{b.path}\t{b.problem}\n" for b in bad)
+            listed = f", listed in {where / 'skipped_images.txt'}"
+            for logger in self.trainer.loggers:
+                logger.log_metrics({"data/skipped_images": float(len(self.skipped))}, step=0)
+        rank_zero_warn(f"skipping {len(bad)} unreadable image(s) of {split}/{listed}")
+
+    def _train_source(self) -> ImageFiles:
         return self._split("train")
 
-    def _val_source(self) -> ImageFolder | None:
+    def _val_source(self) -> ImageFiles | None:
         return self._split("val")
 
-    def _test_source(self) -> ImageFolder:
+    def _test_source(self) -> ImageFiles:
         test = self._split("test")
         if test is None:
             raise ConfigError(f"{self.root / 'test'} does not exist; test and predict need root/test/<class>/<images>.")

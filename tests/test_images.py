@@ -1,0 +1,170 @@
+"""Image folders as users have them: 16-bit images, symlink loops, unreadable files, renamed classes, empty splits."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tree_digest
+from PIL import Image
+
+from vitlit import ImageFolderDataModule
+from vitlit.data.images import image_problem, load_rgb
+from vitlit.runs import read_scalars
+
+
+def _folder(root: Path, per_class: int = 12, classes: tuple[str, ...] = ("a", "b"), splits=("train",)) -> Path:
+    rng = np.random.default_rng(0)
+    for split in splits:
+        for name in classes:
+            (root / split / name).mkdir(parents=True)
+            for i in range(per_class):
+                pixels = rng.integers(0, 256, size=(16, 16, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(root / split / name / f"{i}.png")
+    return root
+
+
+def _fit(root: Path, out: Path, *extra: object):
+    return run_cli(
+        "fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, "--data", "ImageFolderDataModule", "--data.root", root,
+        "--data.img_size", "16", "--data.batch_size", "4", "--data.num_workers", "0", "--data.val_size", "4",
+        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
+        "--trainer.default_root_dir", out, *extra,
+    )  # fmt: skip
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("vitlit: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
+    return lines[0]
+
+
+def test_sixteen_bit_images_are_scaled_not_clipped(tmp_path: Path) -> None:
+    grey = np.linspace(0, 65535, 64 * 64).reshape(64, 64).astype(np.uint16)
+    Image.fromarray(grey).save(tmp_path / "g16.png")
+    assert Image.open(tmp_path / "g16.png").mode == "I;16"
+    pixels = np.asarray(load_rgb(tmp_path / "g16.png"))
+    assert pixels.shape == (64, 64, 3) and (pixels == 255).mean() < 0.01  # clipping made 99.6% of them 255
+    np.testing.assert_allclose(pixels[..., 0], grey / 257, atol=0.51)
+    for name in ("a", "b"):  # and so does the data module that reads them
+        (tmp_path / "train" / name).mkdir(parents=True)
+        for i in range(3):
+            Image.fromarray(grey).save(tmp_path / "train" / name / f"{i}.png")
+    data = ImageFolderDataModule(tmp_path, img_size=64, num_workers=0, val_size=2)
+    data.setup("fit")
+    image, _ = data.train_set.source[0]
+    assert (np.asarray(image) == 255).mean() < 0.01
+
+
+BAD_FILES = {
+    "truncated.png": ("a truncated PNG file", lambda p, good: p.write_bytes(good.read_bytes()[:-40])),
+    "empty.png": ("empty (0 bytes)", lambda p, good: p.write_bytes(b"")),
+    "fake.png": ("not an image PIL can read", lambda p, good: p.write_text("<html>not an image</html>")),
+    "dangling.png": ("a dangling symbolic link", lambda p, good: p.symlink_to(p.parent / "gone.png")),
+    "huge.png": ("decompression-bomb limit", lambda p, good: Image.new("1", (12_000, 12_000)).save(p)),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_FILES))
+def test_each_kind_of_unreadable_file_is_named(name: str, tmp_path: Path) -> None:
+    good = _folder(tmp_path, per_class=1) / "train" / "a" / "0.png"
+    problem, make = BAD_FILES[name]
+    make(tmp_path / name, good)
+    assert problem in image_problem(tmp_path / name)
+    assert image_problem(good) is None
+
+
+def _with_bad_files(root: Path) -> Path:
+    _folder(root)
+    good = root / "train" / "a" / "0.png"
+    for name, (_, make) in BAD_FILES.items():
+        make(root / "train" / "b" / name, good)
+    return root
+
+
+def test_unreadable_images_stop_the_run_before_it_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _with_bad_files(tmp_path / "data")
+    with pytest.raises(SystemExit) as exit_info:
+        _fit(root, tmp_path / "out")
+    assert exit_info.value.code == 2
+    line = _one_error_line(capsys)
+    assert "vitlit: error: image " in line and "(and 4 more)" in line and "--data.bad_images skip" in line
+    assert not list((tmp_path / "out").rglob("*.*")), "a refused run left files behind"
+
+
+def test_skip_trains_without_them_and_lists_them(tmp_path: Path) -> None:
+    root = _with_bad_files(tmp_path / "data")
+    cli = _fit(root, tmp_path / "out", "--data.bad_images", "skip")
+    run = Path(cli.trainer.log_dir)
+    listed = (run / "skipped_images.txt").read_text().splitlines()
+    assert sorted(Path(line.split("\t")[0]).name for line in listed) == sorted(BAD_FILES)
+    assert read_scalars(run)["data/skipped_images"] == [(0, 5.0)]
+    assert len(cli.datamodule.train_set) + len(cli.datamodule.val_set) == 24
+
+
+def test_a_symlink_loop_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _folder(tmp_path / "data")
+    os.symlink("..", root / "train" / "b" / "loop")
+    with pytest.raises(SystemExit) as exit_info:
+        _fit(root, tmp_path / "out")
+    assert exit_info.value.code == 2
+    assert f"{root / 'train' / 'b' / 'loop'} is a symbolic link to {root / 'train'}" in _one_error_line(capsys)
+
+
+def test_a_symlinked_folder_elsewhere_is_followed(tmp_path: Path) -> None:
+    root = _folder(tmp_path / "data")
+    extra = _folder(tmp_path / "extra", per_class=3)
+    os.symlink(extra / "train" / "a", root / "train" / "a" / "more")
+    data = ImageFolderDataModule(root, img_size=16, num_workers=0, val_size=2)
+    data.setup("fit")
+    assert len(data.train_set) + len(data.val_set) == 12 + 3 + 12
+
+
+@pytest.mark.parametrize("split", ["val", "test"])
+def test_an_empty_split_folder_is_refused(split: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _folder(tmp_path / "data")
+    (root / split).mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        _fit(root, tmp_path / "out")
+    assert exit_info.value.code == 2
+    assert f"{root / split} holds no class folder with images" in _one_error_line(capsys)
+
+
+def test_checkpoints_keep_class_names_and_refuse_other_ones(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _folder(tmp_path / "data", classes=("cat", "dog"), splits=("train", "test"))
+    fit = _fit(root, tmp_path / "out")
+    run = Path(fit.trainer.log_dir)
+    last = run / "checkpoints" / "last.ckpt"
+    renamed = tmp_path / "renamed"
+    shutil.copytree(root, renamed)
+    for split in ("train", "test"):
+        (renamed / split / "dog").rename(renamed / split / "wolf")
+    before = tree_digest(tmp_path / "out")
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("test", "--config", run / "config.yaml", "--data.root", renamed, "--ckpt_path", last)
+    assert exit_info.value.code == 2
+    assert "the checkpoint's class 1 is 'dog' but this data's class 1 is 'wolf'" in _one_error_line(capsys)
+    assert tree_digest(tmp_path / "out") == before
+    test = run_cli("test", "--config", run / "config.yaml", "--ckpt_path", last)  # the same classes: fine
+    assert test.model.hparams.class_names == ["cat", "dog"]
+
+
+def test_an_image_that_fails_to_decode_in_a_worker_is_named_and_leaves_no_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _folder(tmp_path / "data", per_class=16)
+    broken = root / "train" / "b" / "3.png"
+    data = bytearray(broken.read_bytes())
+    data[60:200] = bytes(140)  # the compressed pixels, not the header or the end: only decoding can tell
+    broken.write_bytes(bytes(data))
+    assert image_problem(broken) is None
+    with pytest.raises(SystemExit) as exit_info:
+        _fit(root, tmp_path / "out", "--data.num_workers", "1", "--data.persistent_workers", "false",
+             "--data.val_size", "2", "--trainer.limit_train_batches", "8")  # fmt: skip
+    assert exit_info.value.code == 2
+    assert f"vitlit: error: image {broken} cannot be decoded" in _one_error_line(capsys)
+    assert not list((tmp_path / "out").rglob("*.ckpt"))  # no half-trained run for --ckpt_path last to prefer

@@ -1,0 +1,167 @@
+"""Run folders: atomic allocation, resume never overwrites newer work, typed flags win, evaluation stays in its run."""
+
+from __future__ import annotations
+
+import errno
+import multiprocessing
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit, tree_digest
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+from vitlit.runs import allocate_version, place_logger
+
+
+@pytest.fixture(scope="module")
+def two_epoch_run(tmp_path_factory: pytest.TempPathFactory, cifar_dir: Path) -> Path:
+    """A finished two-epoch run whose best checkpoint is older than its last.ckpt."""
+    root = tmp_path_factory.mktemp("two_epochs")
+    tiny_cifar_fit(cifar_dir, root, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "2")
+    return root / "lightning_logs" / "version_0"
+
+
+def _copy(run: Path, tmp_path: Path) -> Path:
+    """A private copy of ``run`` (same layout: <root>/lightning_logs/version_0)."""
+    target = tmp_path / "root" / "lightning_logs" / "version_0"
+    shutil.copytree(run, target)
+    return target
+
+
+def _mkdir_version(root: str) -> int:
+    return allocate_version(Path(root))
+
+
+def test_versions_are_allocated_atomically_by_concurrent_processes(tmp_path: Path) -> None:
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        versions = pool.map(_mkdir_version, [str(tmp_path)] * 8)
+    assert sorted(versions) == list(range(8))
+
+
+def test_place_logger_sets_the_folder_of_lightnings_loggers(tmp_path: Path) -> None:
+    # The one place that sets loggers' private fields: this fails loudly if Lightning renames them.
+    for logger in (TensorBoardLogger(tmp_path / "a"), CSVLogger(tmp_path / "b")):
+        assert place_logger(logger, tmp_path / "runs", "evals", 3)
+        assert Path(logger.log_dir) == tmp_path / "runs" / "evals" / "version_3"
+        assert place_logger(logger, tmp_path / "runs", "lightning_logs", "version_7")
+        assert Path(logger.log_dir) == tmp_path / "runs" / "lightning_logs" / "version_7"
+
+
+def test_two_fits_started_at_once_finish_in_their_own_folders(tmp_path: Path, digits_dir: Path) -> None:
+    args = [
+        sys.executable, "-m", "vitlit", "fit", "--config", TINY_CONFIG, "--trainer.accelerator", "cpu",
+        "--trainer.precision", "32-true", "--model.model_name", "test_vit", "--model.patch_size", "8",
+        "--data", "ImageFolderDataModule", "--data.root", digits_dir, "--data.num_workers", "0",
+        "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", "--trainer.enable_progress_bar", "false",
+        "--trainer.enable_model_summary", "false", "--trainer.default_root_dir", tmp_path,
+    ]  # fmt: skip
+    procs = [subprocess.Popen([str(a) for a in args], stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errors = [proc.communicate(timeout=300)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], [e[-1500:] for e in errors]
+    runs = sorted((tmp_path / "lightning_logs").iterdir())
+    assert [r.name for r in runs] == ["version_0", "version_1"]
+    for run in runs:  # each has its own config, event file and checkpoints, nothing of the other's
+        assert (run / "config.yaml").is_file() and (run / "checkpoints" / "last.ckpt").is_file()
+        assert len(list(run.glob("events.out.tfevents.*"))) == 1
+
+
+def test_resuming_from_an_older_checkpoint_continues_in_a_new_run(
+    tmp_path: Path, two_epoch_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _copy(two_epoch_run, tmp_path)
+    best = next((run / "checkpoints").glob("epoch000-*.ckpt"), None)
+    if best is None:  # the first epoch was not the best: make an older checkpoint by hand
+        best = run / "checkpoints" / "epoch000-old.ckpt"
+        checkpoint = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+        torch.save({**checkpoint, "global_step": 2, "epoch": 0}, best)
+    before = tree_digest(run)
+    resumed = run_cli("fit", "--config", run / "config.yaml", "--ckpt_path", best, "--trainer.max_epochs", "2")
+    assert tree_digest(run) == before  # last.ckpt (step 4) and everything else of the run untouched
+    assert Path(resumed.trainer.log_dir) == run.parent / "version_1"
+    assert resumed.trainer.global_step == 4
+    err = capsys.readouterr().err
+    assert f"vitlit: {best.name} is from step 2, but {run / 'checkpoints' / 'last.ckpt'} is from step 4" in err
+
+
+def test_typed_flags_win_over_the_checkpoint_and_architecture_changes_are_refused(
+    tmp_path: Path, two_epoch_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _copy(two_epoch_run, tmp_path)
+    last = run / "checkpoints" / "last.ckpt"
+    knobs = ["--model.label_smoothing", "0.0", "--model.drop_path_rate", "0.3", "--trainer.max_epochs", "3"]
+    resumed = run_cli("fit", "--config", run / "config.yaml", "--ckpt_path", last, *knobs)
+    assert resumed.model.hparams.label_smoothing == 0.0 and resumed.model.criterion.label_smoothing == 0.0
+    assert resumed.model.hparams.drop_path_rate == 0.3
+    assert Path(resumed.trainer.log_dir) == run and resumed.trainer.current_epoch == 3
+
+    before = tree_digest(run.parent.parent)
+    for ckpt_path in (last, "last"):
+        with pytest.raises(SystemExit) as exit_info:
+            run_cli(
+                "fit", "--config", run / "config.yaml", "--ckpt_path", ckpt_path,
+                "--model.model_name", "vit_tiny_patch16_224", "--trainer.max_epochs", "4",
+            )  # fmt: skip
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert "vitlit: error: the checkpoint was trained with model_name='test_vit'" in err, err[-1000:]
+        assert tree_digest(run.parent.parent) == before  # no config.resume-K.yaml, no event file, no new version
+
+
+def test_a_resume_command_works_from_any_directory(tmp_path: Path, digits_dir: Path) -> None:
+    # Real image files: the resume runs in a fresh process, where the CIFAR test files' checksums are unknown.
+    first = run_cli(
+        "fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, "--data", "ImageFolderDataModule", "--data.root", digits_dir,
+        "--data.num_workers", "0", "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+        "--trainer.limit_val_batches", "1", "--trainer.default_root_dir", tmp_path / "root",
+    )  # fmt: skip
+    run = Path(first.trainer.log_dir)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    command = [
+        sys.executable, "-m", "vitlit", "fit", "--config", str(run / "config.yaml"),
+        "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), "--trainer.max_epochs", "2",
+        "--trainer.enable_progress_bar", "false",
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not any(elsewhere.iterdir())  # nothing started here
+    assert torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["epoch"] == 1
+    assert (run / "config.resume-1.yaml").is_file()
+
+
+def test_evaluating_a_runs_checkpoint_writes_beside_it(tmp_path: Path, two_epoch_run: Path) -> None:
+    run = _copy(two_epoch_run, tmp_path)
+    before = tree_digest(run)
+    last = run / "checkpoints" / "last.ckpt"
+    for subcommand in ("test", "predict", "test"):
+        run_cli(subcommand, "--config", run / "config.yaml", "--ckpt_path", last)
+    assert {k: v for k, v in tree_digest(run).items() if k in before} == before
+    assert (run / "predict" / "version_0" / "predictions.csv").is_file()
+    assert sorted(p.name for p in (run / "test").iterdir()) == ["version_0", "version_1"]
+    assert sorted(p.name for p in run.parent.iterdir()) == ["version_0"]  # no new training-run numbers
+
+
+def test_a_full_disk_stops_with_one_line_and_keeps_the_checkpoints(
+    tmp_path: Path, two_epoch_run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _copy(two_epoch_run, tmp_path)
+    last = run / "checkpoints" / "last.ckpt"
+    before = last.read_bytes()
+
+    def full_disk(obj: object, f: object, *args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("fit", "--config", run / "config.yaml", "--ckpt_path", last, "--trainer.max_epochs", "3")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("vitlit: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
+    assert f"the disk is full: saving {run / 'checkpoints'}" in lines[0] and "GiB free" in lines[0]
+    assert last.read_bytes() == before
+    assert not list((run / "checkpoints").glob(".*.tmp"))  # no partial file left
