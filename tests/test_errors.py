@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli, tiny_cifar_fit, tree_digest
+from torchvision.datasets import CIFAR10
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +225,7 @@ def test_corrupt_cifar_file_is_named(tmp_path: Path, cifar_dir: Path, capsys: py
         tiny_cifar_fit(cifar_dir, tmp_path / "run", "--data.data_dir", _corrupt_cifar(tmp_path, cifar_dir))
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "vitlit: error: cifar10 in" in err and "is missing or corrupted" in err and "--data.download true" in err
+    assert "cifar-10-batches-py/data_batch_1 is not cifar10's original file (its MD5 checksum differs" in err
     assert "Traceback" not in err
 
 
@@ -246,3 +249,34 @@ def test_a_second_run_into_the_same_root_never_touches_the_first(
     after = tree_digest(root)
     assert {k: v for k, v in after.items() if k.startswith("lightning_logs/version_0/")} == before
     assert any(k.startswith("lightning_logs/version_1/checkpoints/") for k in after)
+
+
+def test_failed_download_is_one_line_with_the_offline_way(
+    tmp_path: Path, cifar_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The real download code against a port where nothing listens: what an offline machine meets, without waiting.
+    monkeypatch.setattr(CIFAR10, "url", "http://127.0.0.1:9/cifar-10-python.tar.gz")
+    data = tmp_path / "data"
+    with pytest.raises(SystemExit) as exit_info:
+        tiny_cifar_fit(cifar_dir, tmp_path / "runs", "--data.data_dir", data, "--data.download", "true")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("vitlit: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
+    assert "cifar10 could not be downloaded from http://127.0.0.1:9/" in lines[0]
+    assert f"copy cifar-10-python.tar.gz (or the extracted cifar-10-batches-py/) into {data}" in lines[0]
+    assert "--data.download false" in lines[0]
+    assert not data.exists() and not list((tmp_path / "runs").rglob("*.*"))
+
+
+def test_an_archive_copied_by_hand_is_extracted_offline(
+    tmp_path: Path, cifar_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    archive = data / CIFAR10.filename
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(cifar_dir / CIFAR10.base_folder, arcname=CIFAR10.base_folder)
+    monkeypatch.setattr(CIFAR10, "tgz_md5", hashlib.md5(archive.read_bytes()).hexdigest())
+    cli = tiny_cifar_fit(cifar_dir, tmp_path / "runs", "--data.data_dir", data, "--trainer.fast_dev_run", "1")
+    assert cli.trainer.state.finished and (data / CIFAR10.base_folder / "data_batch_1").is_file()

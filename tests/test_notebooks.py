@@ -18,7 +18,7 @@ def test_notebook_executes(path: Path) -> None:
     notebook = nbformat.read(path, as_version=4)
     # Raises CellExecutionError, with the failing cell and its traceback, if any cell fails.
     nbclient.NotebookClient(
-        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        notebook, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
     ).execute()
     images = [o for cell in notebook.cells for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
     assert len(images) >= 2, "the curves and the confusion matrix were not drawn"

@@ -9,12 +9,14 @@ the Trainer with its callbacks comes from the YAML. Example::
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,12 +25,12 @@ from typing import Any, NoReturn
 import yaml
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from vitlit import __version__
 from vitlit.checkpoint_io import AtomicCheckpointIO, checkpoint_step, read_checkpoint
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import ConfigError, TrainingHalted
@@ -45,8 +47,13 @@ from vitlit.runs import (
     resume_config_name,
     run_of_checkpoint,
 )
+from vitlit.trainer import Trainer
 
 PROG = "vitlit"
+DESCRIPTION = (
+    "Train and evaluate timm Vision Transformers with Lightning: `vitlit fit --config configs/<recipe>.yaml`. "
+    "Every option is a YAML key and a --flag; `vitlit fit --help` lists them."
+)
 # Lines of jsonargparse's nested Union report that repeat what the first error already says.
 _NOISE = (
     "Does not validate against any of the Union",
@@ -56,6 +63,22 @@ _NOISE = (
     "Given value type:",
     "Given value:",
 )
+
+
+class _QuietInterruptions(logging.Filter):
+    """Drop Lightning's own notes on a SIGTERM, or on the Ctrl-C that vitlit routes to one.
+
+    vitlit prints one line with the resume command instead of ``Received SIGTERM: 15`` and ``An SIGTERMException
+    was raised with message: , ...``.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return "Received SIGTERM" not in message and not message.startswith("An SIGTERMException was raised")
+
+
+for _name in ("lightning.pytorch.trainer.connectors.signal_connector", "lightning.pytorch.utilities.rank_zero"):
+    logging.getLogger(_name).addFilter(_QuietInterruptions())
 
 
 def _one_line(message: str) -> str:
@@ -119,6 +142,17 @@ class _Placement:
 
 class VitLitCLI(LightningCLI):
     """LightningCLI with the data-to-model links that keep class count and image size in one place."""
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        # No abbreviations: `--trainer.max_ep 5` must be an error, not silently --trainer.max_epochs.
+        kwargs.setdefault("allow_abbrev", False)
+        return super().init_parser(**kwargs)
+
+    def setup_parser(
+        self, add_subcommands: bool, main_kwargs: dict[str, Any], subparser_kwargs: dict[str, Any]
+    ) -> None:
+        super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
+        self.parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # The data decides what it delivers; the model adapts (its --model.num_classes/img_size flags disappear).
@@ -337,19 +371,37 @@ def main(args: Sequence[str] | None = None) -> VitLitCLI:
     """
     try:
         _check_config_files(sys.argv[1:] if args is None else [str(a) for a in args])
-        return VitLitCLI(
-            ViTClassifier,
-            ImageClassificationDataModule,
-            subclass_mode_data=True,
-            # The model injects its own optimizer and step-interval scheduler; an automatic --optimizer would
-            # silently replace them.
-            auto_configure_optimizers=False,
-            parser_class=VitLitArgumentParser,
-            parser_kwargs={"prog": PROG},
-            args=None if args is None else list(args),
-        )
+        with warnings.catch_warnings():
+            # Lightning warns when `args` is given while sys.argv holds other words (a notebook's kernel arguments,
+            # pytest's): main(args) is exactly the way to run the CLI from Python.
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+            # Short epochs: ViTClassifier.on_train_start lowers log_every_n_steps to the epoch's length instead.
+            warnings.filterwarnings("ignore", message=r"The number of training batches \(\d+\) is smaller than")
+            # The model summary's size estimate assumes fp32 under mixed precision and says so on every run.
+            warnings.filterwarnings("ignore", message=r"Precision .* is not supported by the model summary")
+            return _cli(args)
     except Exception as err:
         cause = _user_error(err)
         if cause is None:
             raise
         _exit(_message(cause))
+
+
+def entry_point() -> None:
+    """The ``vitlit`` console script: `main`, with exit status 0 on success (it returns the CLI object)."""
+    main()
+
+
+def _cli(args: Sequence[str] | None) -> VitLitCLI:
+    return VitLitCLI(
+        ViTClassifier,
+        ImageClassificationDataModule,
+        trainer_class=Trainer,
+        subclass_mode_data=True,
+        # The model injects its own optimizer and step-interval scheduler; an automatic --optimizer would
+        # silently replace them.
+        auto_configure_optimizers=False,
+        parser_class=VitLitArgumentParser,
+        parser_kwargs={"prog": PROG, "description": DESCRIPTION},
+        args=None if args is None else list(args),
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,8 @@ class ViTClassifier(LightningModule):
         self.train_metrics = MetricCollection({"acc": top1.clone()}, prefix="train/")
         self.val_metrics = MetricCollection({"acc": top1.clone(), "acc_top5": top5.clone()}, prefix="val/")
         self.test_metrics = self.val_metrics.clone(prefix="test/")
+        if not compile:  # lets Lightning's model summary show FLOPs and shapes (a compiled model would recompile)
+            self.example_input_array = torch.zeros(1, 3, img_size, img_size)
 
     def _net_kwargs(self) -> dict[str, Any]:
         hp = self.hparams
@@ -258,7 +261,12 @@ class ViTClassifier(LightningModule):
                     f"max_steps={self.trainer.max_steps} set no end (-1 means no limit); give --trainer.max_epochs or "
                     f"--trainer.max_steps a positive value."
                 )
-            scheduler.total_steps = int(total)
+            set_total = getattr(scheduler, "set_total_steps", None)
+            note = set_total(int(total)) if callable(set_total) else None
+            if not callable(set_total):
+                scheduler.total_steps = int(total)
+            if note and self.trainer.is_global_zero:
+                print(f"vitlit: {note}", file=sys.stderr)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def configure_gradient_clipping(
@@ -272,6 +280,16 @@ class ViTClassifier(LightningModule):
         Lightning's default refuses fused optimizers under 16-/bf16-mixed; `vitlit.clipping` explains why it can.
         """
         clip_true_gradients(optimizer, self.trainer.precision_plugin, gradient_clip_val, gradient_clip_algorithm)
+
+    def on_train_start(self) -> None:
+        # Lightning logs every log_every_n_steps optimizer steps (50); a run whose epochs are shorter would show its
+        # loss, learning-rate and throughput curves only every few epochs, or not at all.
+        trainer = self.trainer
+        if math.isinf(trainer.num_training_batches):
+            return
+        steps_per_epoch = max(1, int(trainer.num_training_batches) // trainer.accumulate_grad_batches)
+        if trainer.log_every_n_steps > steps_per_epoch:
+            trainer.log_every_n_steps = steps_per_epoch
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuse a checkpoint whose architecture or classes differ, with the reason, before any weights are copied."""

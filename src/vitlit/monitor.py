@@ -65,7 +65,7 @@ class Throughput(Callback):
     image by the model's ``flops_per_image()``, e.g. `vitlit.model.ViTClassifier.flops_per_image`);
     ``perf/mfu``, the fraction of the device's peak for the run's precision, where Lightning knows the chip (A100,
     H100, H200, ...); and per epoch ``perf/peak_memory_gib`` (``torch.cuda.max_memory_allocated``, CUDA only). The
-    rates average the last ``window`` logging intervals; the first interval of each epoch is left out, so
+    rates average the last ``window`` logging intervals; each epoch's clock starts after its first batch, so
     validation and data-loader start-up are not counted as training time.
 
     Args:
@@ -97,12 +97,23 @@ class Throughput(Callback):
 
     @rank_zero_only
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._t0 = None  # restart the clock at the first logging step of the epoch
+        self._t0 = None  # restart the clock after the first batch of the epoch
+
+    def _now(self, trainer: Trainer) -> float:
+        if trainer.strategy.root_device.type == "cuda":
+            torch.cuda.synchronize()  # the clock must see the queued work finished
+        return time.perf_counter()
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if self._meter is None:
+            return
+        if self._t0 is None:
+            # The clock starts after the epoch's first batch (one sync per epoch): loader start-up, the first
+            # batch's allocations and validation are not training time, and an epoch of a single logging interval
+            # is still measured.
+            self._t0, self._pending = self._now(trainer), [0, 0]
             return
         images = batch[0] if isinstance(batch, (list, tuple)) else batch
         self._pending[0] += len(images)
@@ -111,13 +122,9 @@ class Throughput(Callback):
         if step % trainer.log_every_n_steps or step == self._logged_step:
             return  # not a logging step, or one still accumulating gradients
         self._logged_step = step
-        if trainer.strategy.root_device.type == "cuda":
-            torch.cuda.synchronize()  # one sync per logging step: the clock must see the queued work finished
-        now = time.perf_counter()
+        now = self._now(trainer)  # one sync per logging step
         t0, self._t0 = self._t0, now
         (images, batches), self._pending = self._pending, [0, 0]
-        if t0 is None:
-            return  # the clock starts here: epoch start-up and validation are not training time
         self._totals[0] += images
         self._totals[1] += batches
         self._totals[2] += now - t0

@@ -103,6 +103,31 @@ class WarmupCosineLR(LambdaLR):
         self.min_lr_ratio = min_lr_ratio
         super().__init__(optimizer, self.lr_factor)
 
+    #: The largest share of the run the warmup may take; a longer one is shortened when the run's length is known.
+    MAX_WARMUP_FRACTION = 0.1
+
+    def set_total_steps(self, total_steps: int) -> str | None:
+        """Set the run's length and shorten a warmup longer than `MAX_WARMUP_FRACTION` of it.
+
+        A 500-step warmup in an 80-step run never reaches the peak learning rate, and the run learns almost nothing.
+
+        Returns:
+            A one-line note when the warmup was shortened, else ``None``.
+        """
+        self.total_steps = total_steps
+        limit = max(1, int(total_steps * self.MAX_WARMUP_FRACTION))
+        if self.warmup_steps <= limit:
+            return None
+        asked, self.warmup_steps = self.warmup_steps, limit
+        # The constructor already set the learning rate of step 0 for the longer warmup.
+        for group, base_lr in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
+            group["lr"] = base_lr * self.lr_factor(self.last_epoch)
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+        return (
+            f"warmup_steps={asked} is more than {self.MAX_WARMUP_FRACTION:.0%} of this run's {total_steps} optimizer "
+            f"steps; warming up for {limit} steps instead"
+        )
+
     def lr_factor(self, step: int) -> float:
         """Return the multiplier of the peak learning rate at optimizer step ``step`` (0-based)."""
         if step < self.warmup_steps:

@@ -7,6 +7,7 @@ there are, and its normalisation statistics. Everything else, and every common f
 from __future__ import annotations
 
 import math
+import os
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
@@ -98,7 +99,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             ``trainer.accumulate_grad_batches``.
         val_size: Validation images carved from the training set when the data has no validation split of its own:
             a count (int) or a fraction (float in (0, 1)). The test split is never used for validation.
-        num_workers: DataLoader worker processes (0 loads in the main process).
+        num_workers: DataLoader worker processes (0 loads in the main process); capped at the CPU cores available.
         pin_memory: Pin host memory for faster copies to the GPU (ignored when no GPU is present).
         persistent_workers: Keep workers alive between epochs; restarting them costs seconds per short epoch.
         seed: Seed of the train/validation split (independent of ``seed_everything``, so the split never changes).
@@ -302,6 +303,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """Apply the batch augmentations (erasing, Mixup/CutMix) to training batches, on the training device."""
         if self.batch_augment is None or self.trainer is None or not self.trainer.training:
             return batch
+        if not isinstance(batch, (list, tuple)) or len(batch) != 2:  # e.g. the model summary's example input
+            return batch
         images, targets = batch
         return self.batch_augment(images, targets, self._progress())
 
@@ -325,10 +328,16 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             # Full training batches only: Mixup pairs images, and one odd-sized step would recompile a compiled
             # model. Data sets smaller than one batch keep their single partial batch.
             drop_last=train and len(dataset) >= self.batch_size,
-            num_workers=self.num_workers,
+            num_workers=self.workers,
             pin_memory=self.pin_memory and torch.cuda.is_available(),
-            persistent_workers=self.persistent_workers and self.num_workers > 0,
+            persistent_workers=self.persistent_workers and self.workers > 0,
         )
+
+    @property
+    def workers(self) -> int:
+        """``num_workers``, but no more than this process may use CPU cores (a recipe's 8 on a 2-core laptop is 2)."""
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return min(self.num_workers, cores)
 
     def _device_loader(self, dataset: TransformedSubset, train: bool) -> DeviceLoader:
         """The split as a DeviceLoader; train and validation share one decoded copy of their source."""

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pickle
+import shutil
 from pathlib import Path
 from typing import Any, Literal
 
 from torchvision.datasets import CIFAR10, CIFAR100
+from torchvision.datasets.utils import check_integrity, extract_archive
 
 from vitlit.data.base import ImageClassificationDataModule, validation_count
 from vitlit.errors import ConfigError
@@ -74,31 +77,80 @@ class CIFARDataModule(ImageClassificationDataModule):
     def _cls(self) -> type[CIFAR10]:
         return _DATASETS[self.dataset]
 
+    def _files(self) -> list[tuple[str, str]]:
+        """``(file name, MD5)`` of every file of the extracted data set, as torchvision lists them."""
+        cls = self._cls
+        return [tuple(item) for item in cls.train_list + cls.test_list] + [(cls.meta["filename"], cls.meta["md5"])]
+
+    def _offline_hint(self) -> str:
+        return (
+            f"on a machine without internet, copy {self._cls.filename} (or the extracted {self._cls.base_folder}/) "
+            f"into {self.data_dir}"
+        )
+
     def _require_files(self) -> None:
+        """With ``download: false``: the extracted files must be there, or the archive (which is then extracted)."""
         folder = self.data_dir / self._cls.base_folder
-        names = [name for name, _ in self._cls.train_list + self._cls.test_list] + [self._cls.meta["filename"]]
-        missing = [name for name in names if not (folder / name).is_file()]
-        if missing:
-            raise ConfigError(
-                f"{self.dataset} is not in {folder} (missing {missing[0]}); pass --data.download true, "
-                f"or point --data.data_dir at the folder that contains {self._cls.base_folder}/."
-            )
+        missing = [name for name, _ in self._files() if not (folder / name).is_file()]
+        if not missing:
+            return
+        archive = self.data_dir / self._cls.filename
+        if archive.is_file():
+            if not check_integrity(str(archive), self._cls.tgz_md5):
+                raise ConfigError(
+                    f"{archive} is not the original {self._cls.filename} (its MD5 checksum differs: damaged or "
+                    f"incomplete); copy it again, or pass --data.download true."
+                )
+            extract_archive(str(archive), str(self.data_dir))
+            return
+        raise ConfigError(
+            f"{self.dataset} is not in {folder} (missing {missing[0]}); pass --data.download true, "
+            f"{self._offline_hint()}, or point --data.data_dir at the folder that contains {self._cls.base_folder}/."
+        )
+
+    def _verify_files(self) -> None:
+        """Name the first file whose checksum is not the original's: torchvision only says "not found or corrupted"."""
+        folder = self.data_dir / self._cls.base_folder
+        for name, md5 in self._files():
+            path = folder / name
+            if not path.is_file():
+                raise ConfigError(
+                    f"{path} is missing; pass --data.download true, or {self._offline_hint()} and pass "
+                    f"--data.download false."
+                )
+            if not check_integrity(str(path), md5):
+                raise ConfigError(
+                    f"{path} is not {self.dataset}'s original file (its MD5 checksum differs: damaged, or made by "
+                    f"hand); replace it with the one in {self._cls.filename}, or delete {folder} and pass "
+                    f"--data.download true."
+                )
 
     def prepare_data(self) -> None:
         """Download and verify both splits once (on rank 0 only, as Lightning calls it)."""
-        if self.download:
+        if not self.download:
+            return
+        created = not self.data_dir.exists()
+        try:
             for train in (True, False):
                 self._cls(str(self.data_dir), train=train, download=True)
+        except OSError as err:  # urllib's URLError/HTTPError, socket timeouts, refused or reset connections
+            if created:
+                shutil.rmtree(self.data_dir, ignore_errors=True)  # only a partial download of ours was in it
+            reason = getattr(err, "reason", None) or err
+            raise ConfigError(
+                f"{self.dataset} could not be downloaded from {self._cls.url} ({reason}); {self._offline_hint()} "
+                f"and pass --data.download false."
+            ) from None
 
     def _load(self, train: bool) -> CIFAR10:
+        self._verify_files()
         try:
-            data = self._cls(str(self.data_dir), train=train, download=False)
-        except RuntimeError as err:  # torchvision's message for missing files or a failed checksum
+            return self._cls(str(self.data_dir), train=train, download=False)
+        except (RuntimeError, OSError, pickle.UnpicklingError, KeyError, ValueError) as err:
             raise ConfigError(
-                f"{self.dataset} in {self.data_dir} is missing or corrupted ({err}); delete "
-                f"{self.data_dir / self._cls.base_folder} and run again with --data.download true."
+                f"{self.dataset} in {self.data_dir / self._cls.base_folder} cannot be read ({err}); delete the folder "
+                f"and pass --data.download true."
             ) from None
-        return data
 
     def _train_source(self) -> CIFAR10:
         return self._load(train=True)
