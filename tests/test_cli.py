@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import csv
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIGS, CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli
+from conftest import CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli
 
 from vitlit.runs import read_scalars
 
@@ -128,67 +125,6 @@ def test_print_config_reparses_to_the_same_config(tmp_path: Path, capsys: pytest
     with pytest.raises(SystemExit):
         run_cli("fit", "--config", saved, "--print_config")
     assert capsys.readouterr().out == printed
-
-
-@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
-def test_every_recipe_runs_a_fast_dev_run(config: Path, tmp_path: Path, cifar_dir: Path) -> None:
-    # The recipe's own architecture and image size; only GPU precision, compile, downloads and batch size change.
-    cli = run_cli(
-        "fit",
-        "--config",
-        config,
-        *CPU,
-        *cifar_args(cifar_dir, "cifar100" if "cifar100" in config.stem else "cifar10"),
-        "--data.batch_size",
-        "2",
-        "--model.pretrained",
-        "false",
-        "--model.compile",  # compiling on CPU takes minutes; the compiled path is the GPU benchmark's
-        "false",
-        "--trainer.fast_dev_run",
-        "1",
-        "--trainer.default_root_dir",
-        tmp_path,
-    )
-    assert cli.trainer.state.finished
-    assert cli.model.hparams.img_size == cli.datamodule.img_size
-    assert cli.model.net.num_classes == cli.datamodule.num_classes
-    assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
-
-
-def test_console_script_and_module_entry_points(tmp_path: Path) -> None:
-    script = Path(sys.executable).parent / ("vitlit.exe" if os.name == "nt" else "vitlit")
-    for command in ([str(script)], [sys.executable, "-m", "vitlit"]):
-        done = subprocess.run(
-            [*command, "fit", "--config", str(TINY_CONFIG), "--print_config"],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr
-        assert "class_path: vitlit.data.CIFARDataModule" in done.stdout
-
-
-# The template's plain recipe (crop + label smoothing) at a rate this 0.26 M-parameter model takes; the recipe's
-# augmentations are for long runs (benchmarks/digits.py compares both).
-PLAIN_DIGITS = """
-    --model.model_name test_vit --model.patch_size 8 --model.pretrained false --model.drop_path_rate 0
-    --model.optimizer.init_args.lr 2e-3 --model.scheduler.init_args.warmup_steps 100
-    --data ImageFolderDataModule --data.img_size 32 --data.batch_size 64 --data.hflip false --data.num_workers 0
-    --data.augment none --data.mixup_alpha 0 --data.cutmix_alpha 0 --data.random_erasing 0
-""".split()
-
-
-@pytest.mark.slow
-def test_learns_real_digit_images(tmp_path: Path, digits_dir: Path) -> None:
-    """The learning check: real 8x8 digits at 32 px reach >= 90% test accuracy through the CLI in about a minute."""
-    common = ["--config", TINY_CONFIG, *CPU, "--trainer.default_root_dir", tmp_path, *PLAIN_DIGITS]
-    common += ["--data.root", digits_dir]  # after --data ImageFolderDataModule, which selects the class
-    fit = run_cli("fit", *common, "--trainer.max_epochs", "50", "--trainer.enable_model_summary", "false")
-    best = fit.trainer.checkpoint_callback.best_model_path  # chosen on validation data, never on test data
-    test = run_cli("test", *common, "--ckpt_path", best)
-    assert float(test.trainer.callback_metrics["test/acc"]) >= 0.90
 
 
 def test_resume_from_saved_config_and_last_checkpoint(tmp_path: Path, cifar_dir: Path) -> None:

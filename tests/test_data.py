@@ -112,10 +112,14 @@ def test_image_folder_without_test_split_says_so_at_test_time(tmp_path: Path) ->
 @pytest.mark.slow
 def test_datasets_survive_spawned_workers(cifar_dir: Path, digits_dir: Path) -> None:
     """Windows and macOS start DataLoader workers with spawn: datasets and transforms must pickle."""
-    from torch.utils.data import DataLoader
+    from torch.utils.data import ConcatDataset, DataLoader, Subset
 
+    splits = []
     for data in (_cifar(cifar_dir), ImageFolderDataModule(digits_dir, img_size=32, num_workers=0)):
         data.setup("fit")
-        loader = DataLoader(data.train_set, batch_size=8, num_workers=1, multiprocessing_context="spawn")
-        images, labels = next(iter(loader))
-        assert images.shape == (8, 3, 32, 32) and labels.shape == (8,)
+        splits.append(data.train_set)
+    both = ConcatDataset(splits)  # one spawned worker (each start imports torch anew) unpickles both
+    first = Subset(both, [*range(8), *range(len(splits[0]), len(splits[0]) + 8)])
+    loader = DataLoader(first, batch_size=16, num_workers=1, multiprocessing_context="spawn")
+    images, labels = next(iter(loader))
+    assert images.shape == (16, 3, 32, 32) and labels.shape == (16,)

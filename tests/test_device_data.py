@@ -78,8 +78,10 @@ def _fit(cifar_dir: Path, root: Path, *extra: object):
 
 def test_on_device_fit_resumes_exactly(tmp_path: Path, cifar_dir: Path) -> None:
     """Shuffle, crop, flip, erasing and Mixup/CutMix on the device draw from generators the checkpoint restores."""
-    whole = _fit(cifar_dir, tmp_path / "whole")
-    half = _fit(cifar_dir, tmp_path / "half", "--trainer.max_epochs", "1")
+    # One schedule for both: the half run would otherwise size its cosine for one epoch (its own length).
+    schedule = ["--model.scheduler.init_args.total_steps", "16"]
+    whole = _fit(cifar_dir, tmp_path / "whole", *schedule)
+    half = _fit(cifar_dir, tmp_path / "half", "--trainer.max_epochs", "1", *schedule)
     run_dir = Path(half.trainer.log_dir)
     resumed = run_cli("fit", "--config", run_dir / "config.yaml", "--trainer.max_epochs", "2", "--ckpt_path", "last")
     assert resumed.trainer.global_step == whole.trainer.global_step == 16

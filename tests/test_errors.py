@@ -13,6 +13,8 @@ import torch
 from conftest import CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli, tiny_cifar_fit, tree_digest
 from torchvision.datasets import CIFAR10
 
+from vitlit import preflight
+
 
 @pytest.fixture(scope="module")
 def existing_run(tmp_path_factory: pytest.TempPathFactory, cifar_dir: Path) -> Path:
@@ -280,3 +282,15 @@ def test_an_archive_copied_by_hand_is_extracted_offline(
     monkeypatch.setattr(CIFAR10, "tgz_md5", hashlib.md5(archive.read_bytes()).hexdigest())
     cli = tiny_cifar_fit(cifar_dir, tmp_path / "runs", "--data.data_dir", data, "--trainer.fast_dev_run", "1")
     assert cli.trainer.state.finished and (data / CIFAR10.base_folder / "data_batch_1").is_file()
+
+
+def test_a_root_that_cannot_be_written_is_refused(
+    tmp_path: Path, cifar_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Tests run as root, for whom every folder is writable: the permission check is made to say no.
+    monkeypatch.setattr(preflight, "_writable", lambda folder: False)
+    with pytest.raises(SystemExit) as exit_info:
+        tiny_cifar_fit(cifar_dir, tmp_path / "runs")
+    assert exit_info.value.code == 2
+    assert f"--trainer.default_root_dir={tmp_path / 'runs'}: {tmp_path} is not writable" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

@@ -147,7 +147,9 @@ def test_checkpoints_keep_class_names_and_refuse_other_ones(tmp_path: Path, caps
     with pytest.raises(SystemExit) as exit_info:
         run_cli("test", "--config", run / "config.yaml", "--data.root", renamed, "--ckpt_path", last)
     assert exit_info.value.code == 2
-    assert "the checkpoint's class 1 is 'dog' but this data's class 1 is 'wolf'" in _one_error_line(capsys)
+    line = _one_error_line(capsys)
+    assert "the checkpoint's class 1 is 'dog' but this data's class 1 is 'wolf'" in line
+    assert line.endswith(f"use the options it was trained with (--config {run / 'config.yaml'}).")
     assert tree_digest(tmp_path / "out") == before
     test = run_cli("test", "--config", run / "config.yaml", "--ckpt_path", last)  # the same classes: fine
     assert test.model.hparams.class_names == ["cat", "dog"]

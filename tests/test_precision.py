@@ -12,6 +12,7 @@ from pathlib import Path
 
 import lightning as L
 import pytest
+import timm
 import torch
 import yaml
 from conftest import CONFIGS, cifar_args, run_cli
@@ -67,6 +68,19 @@ def test_every_recipe_trains_in_its_mixed_precision_on_cpu(config: Path, tmp_pat
         "--model.model_name", "test_vit", "--model.compile", "false",
     )  # fmt: skip
     _assert_trained_as_shipped(cli, config, precision)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
+def test_every_recipes_own_architecture_builds(config: Path) -> None:
+    """The shipped model name, patch size and image size make a ViT (on the meta device: no memory, no download)."""
+    shipped = _shipped(config)
+    model, data = shipped["model"], shipped["data"]["init_args"]
+    classes = 100 if data["dataset"] == "cifar100" else 10
+    patch = {"patch_size": model["patch_size"]} if model.get("patch_size") else {}
+    with torch.device("meta"):
+        net = timm.create_model(model["model_name"], num_classes=classes, img_size=data["img_size"], **patch)
+    tokens = net.patch_embed.num_patches
+    assert net.num_classes == classes and tokens == (data["img_size"] // net.patch_embed.patch_size[0]) ** 2 >= 64
 
 
 class _ClipRecorder(ViTClassifier):

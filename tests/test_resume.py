@@ -8,6 +8,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -51,23 +55,85 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "VITLIT_TEST_KILL": "1"}
 
 
-@pytest.mark.slow
-def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path: Path, digits_dir: Path) -> None:
-    killer = tmp_path / "kill.yaml"
+@dataclass
+class Stopped:
+    """A `python -m vitlit fit` that was killed or signalled in a fresh process."""
+
+    returncode: int
+    stderr: str
+    common: list[object]  # its arguments after `fit`, without the root
+    root: Path
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "lightning_logs" / "version_0"
+
+
+def _killed(tmp: Path, digits: Path) -> Stopped:
+    killer = tmp / "kill.yaml"
     killer.write_text(KILLER)
     exact = ["--trainer.deterministic", "true", "--data.persistent_workers", "false"]
-    common = [*_digits_run(digits_dir, 2, 6, 3, killer), *exact]
+    common = [*_digits_run(digits, 2, 6, 3, killer), *exact]
+    done = subprocess.run(_vitlit("fit", *common, "--trainer.default_root_dir", tmp / "run"), env=_env(),
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    return Stopped(done.returncode, done.stderr, common, tmp / "run")
 
-    whole = run_cli("fit", *common, "--trainer.default_root_dir", tmp_path / "whole")
 
-    command = _vitlit("fit", *common, "--trainer.default_root_dir", tmp_path / "killed")
-    killed = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
+def _signalled(sig: signal.Signals, tmp: Path, digits: Path) -> Stopped:
+    common = _digits_run(digits, 1000, 5, 2)
+    root = tmp / "run"
+    last = root / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    command = _vitlit("fit", *common, "--trainer.default_root_dir", root)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        deadline = time.monotonic() + 400
+        while not last.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # wait for the end of the first epoch
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=300)
+    return Stopped(proc.returncode, err, common, root)
+
+
+def _in_validation(tmp: Path, digits: Path) -> Stopped:
+    interrupt = tmp / "interrupt.yaml"
+    interrupt.write_text("trainer:\n  callbacks+:\n    - class_path: helpers.kill.SignalInValidation\n")
+    common = _digits_run(digits, 3, 5, 3, interrupt)
+    done = subprocess.run(_vitlit("fit", *common, "--trainer.default_root_dir", tmp / "run"), env=_env(),
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    return Stopped(done.returncode, done.stderr, common, tmp / "run")
+
+
+def _dying_while_saving(tmp: Path, digits: Path) -> Stopped:
+    dying = tmp / "dying.yaml"
+    dying.write_text("trainer:\n  callbacks+:\n    - class_path: helpers.kill.DieWhileSavingLast\n")
+    common = _digits_run(digits, 3, 4, 2, dying)
+    command = _vitlit("fit", *common, "--trainer.default_root_dir", tmp / "run", "--ckpt_path", "auto")
+    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=600)
+    return Stopped(done.returncode, done.stderr, common, tmp / "run")
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory: pytest.TempPathFactory, digits_dir: Path) -> Iterator[dict[str, Future[Stopped]]]:
+    """The five runs that die or are stopped, started at once: each new process spends most of its time importing."""
+    jobs = {
+        "killed": partial(_killed),
+        "SIGTERM": partial(_signalled, signal.SIGTERM),
+        "SIGINT": partial(_signalled, signal.SIGINT),
+        "in_validation": partial(_in_validation),
+        "dying_while_saving": partial(_dying_while_saving),
+    }
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        yield {name: pool.submit(job, tmp_path_factory.mktemp(name), digits_dir) for name, job in jobs.items()}
+
+
+@pytest.mark.slow
+def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path: Path, stopped: dict[str, Future[Stopped]]) -> None:
+    killed = stopped["killed"].result()
+    whole = run_cli("fit", *killed.common, "--trainer.default_root_dir", tmp_path / "whole")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    run_dir = tmp_path / "killed" / "lightning_logs" / "version_0"
-    last = run_dir / "checkpoints" / "last.ckpt"
+    last = killed.run_dir / "checkpoints" / "last.ckpt"
     assert torch.load(last, map_location="cpu", weights_only=False)["epoch"] == 0  # killed before epoch 1 trained
 
-    resumed = run_cli("fit", "--config", run_dir / "config.yaml", "--ckpt_path", last)
+    resumed = run_cli("fit", "--config", killed.run_dir / "config.yaml", "--ckpt_path", last)
     assert resumed.trainer.global_step == whole.trainer.global_step == 12
     resumed_state = resumed.model.state_dict()
     for key, value in whole.model.state_dict().items():
@@ -78,76 +144,58 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path: Path, digits_
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
-def test_signal_saves_a_checkpoint_and_says_how_to_resume(sig, status, tmp_path: Path, digits_dir: Path) -> None:
-    root = tmp_path / "run"
-    command = _vitlit("fit", *_digits_run(digits_dir, 1000, 5, 2), "--trainer.default_root_dir", root)
-    last = root / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
-        deadline = time.monotonic() + 180
-        while not last.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)  # wait for the end of the first epoch
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=120)
-    assert proc.returncode == status, err[-2000:]
-    message = [line for line in err.splitlines() if line.startswith(f"vitlit: interrupted by {sig.name}")]
-    assert len(message) == 1, err[-2000:]
+def test_signal_saves_a_checkpoint_and_says_how_to_resume(sig, status, stopped: dict[str, Future[Stopped]]) -> None:
+    run = stopped[sig.name].result()
+    last = run.run_dir / "checkpoints" / "last.ckpt"
+    assert run.returncode == status, run.stderr[-2000:]
+    message = [line for line in run.stderr.splitlines() if line.startswith(f"vitlit: interrupted by {sig.name}")]
+    assert len(message) == 1, run.stderr[-2000:]
     assert message[0].endswith(
-        f"resume with: python -m vitlit fit --config {last.parent.parent / 'config.yaml'} --ckpt_path {last}"
+        f"resume with: python -m vitlit fit --config {run.run_dir / 'config.yaml'} --ckpt_path {last}"
     )
+    assert "Received SIGTERM" not in run.stderr and "SIGTERMException was raised" not in run.stderr  # one line only
     # Saved on the signal (or at the epoch end just before it): the checkpoint holds the step the run stopped at.
     checkpoint = torch.load(last, map_location="cpu", weights_only=True)  # loadable without trusting pickles
     stopped_at = int(re.search(r"step (\d+);", message[0]).group(1))
     assert checkpoint["global_step"] == stopped_at > 0
 
     resumed = run_cli(
-        "fit",
-        "--config",
-        last.parent.parent / "config.yaml",
-        "--ckpt_path",
-        last,
-        "--trainer.max_epochs",
-        str(checkpoint["epoch"] + 2),
-    )
+        "fit", "--config", run.run_dir / "config.yaml", "--ckpt_path", last,
+        "--trainer.max_epochs", str(checkpoint["epoch"] + 2),
+    )  # fmt: skip
     assert resumed.trainer.global_step > checkpoint["global_step"]
 
 
 @pytest.mark.slow
-def test_sigterm_during_validation_resumes(tmp_path: Path, digits_dir: Path) -> None:
+def test_sigterm_during_validation_resumes(stopped: dict[str, Future[Stopped]]) -> None:
     """The checkpoint saved mid-validation resumes too (EarlyStopping must not demand that validation's metric)."""
-    interrupt = tmp_path / "interrupt.yaml"
-    interrupt.write_text("trainer:\n  callbacks+:\n    - class_path: helpers.kill.SignalInValidation\n")
-    root = tmp_path / "run"
-    command = _vitlit("fit", *_digits_run(digits_dir, 3, 5, 3, interrupt), "--trainer.default_root_dir", root)
-    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 143, done.stderr[-2000:]
-    assert "vitlit: interrupted by SIGTERM at epoch 1, step 10; resume with:" in done.stderr
-    run_dir = root / "lightning_logs" / "version_0"
-    resumed = run_cli("fit", "--config", run_dir / "config.yaml", "--ckpt_path", run_dir / "checkpoints" / "last.ckpt")
+    run = stopped["in_validation"].result()
+    assert run.returncode == 143, run.stderr[-2000:]
+    assert "vitlit: interrupted by SIGTERM at epoch 1, step 10; resume with:" in run.stderr
+    last = run.run_dir / "checkpoints" / "last.ckpt"
+    resumed = run_cli("fit", "--config", run.run_dir / "config.yaml", "--ckpt_path", last)
     assert resumed.trainer.current_epoch == 3 and resumed.trainer.global_step == 15
 
 
 @pytest.mark.slow
-def test_kill_while_saving_keeps_last_ckpt_and_auto_resume_continues_the_run(tmp_path: Path, digits_dir: Path) -> None:
-    dying = tmp_path / "dying.yaml"
-    dying.write_text("trainer:\n  callbacks+:\n    - class_path: helpers.kill.DieWhileSavingLast\n")
-    common = _digits_run(digits_dir, 3, 4, 2, dying)
-    root = tmp_path / "run"
-    command = _vitlit("fit", *common, "--trainer.default_root_dir", root, "--ckpt_path", "auto")
-    killed = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
+def test_kill_while_saving_keeps_last_ckpt_and_auto_resume_continues_the_run(
+    stopped: dict[str, Future[Stopped]],
+) -> None:
+    killed = stopped["dying_while_saving"].result()
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    run_dir = root / "lightning_logs" / "version_0"
+    run_dir = killed.run_dir
     last = run_dir / "checkpoints" / "last.ckpt"
-    partial = list(last.parent.glob(".last.ckpt.*.tmp"))
-    assert len(partial) == 1  # the kill came during the write of the new last.ckpt ...
+    partial_files = list(last.parent.glob(".last.ckpt.*.tmp"))
+    assert len(partial_files) == 1  # the kill came during the write of the new last.ckpt ...
     assert torch.load(last, map_location="cpu", weights_only=True)["epoch"] == 0  # ... and the old one is whole
 
     # The same command again, as a restarted job script would run it: it finds last.ckpt and continues version_0.
     config_before = (run_dir / "config.yaml").read_bytes()
-    resumed = run_cli("fit", *common, "--trainer.default_root_dir", root, "--ckpt_path", "auto")
+    resumed = run_cli("fit", *killed.common, "--trainer.default_root_dir", killed.root, "--ckpt_path", "auto")
     assert Path(resumed.trainer.log_dir) == run_dir
     assert resumed.trainer.current_epoch == 3 and resumed.trainer.global_step == 12
     assert (run_dir / "config.yaml").read_bytes() == config_before and (run_dir / "config.resume-1.yaml").is_file()
-    assert sorted(p.name for p in root.joinpath("lightning_logs").iterdir()) == ["version_0"]
+    assert sorted(p.name for p in killed.root.joinpath("lightning_logs").iterdir()) == ["version_0"]
     assert not list(last.parent.glob(".*.tmp"))  # the next save of last.ckpt removed the partial file
 
 
@@ -168,7 +216,8 @@ def test_resume_restores_ema_weights(tmp_path: Path, cifar_dir: Path) -> None:
     flags = """
         --trainer.deterministic true --trainer.enable_progress_bar false
         --trainer.callbacks+=EMAWeightAveraging --trainer.callbacks.decay 0.9
-    """.split()
+        --model.scheduler.init_args.total_steps 16
+    """.split()  # one schedule for both (the half run would size its cosine for its own single epoch)
     whole = tiny_cifar_fit(cifar_dir, tmp_path / "whole", *flags, "--trainer.max_epochs", "2")
     half = tiny_cifar_fit(cifar_dir, tmp_path / "half", *flags, "--trainer.max_epochs", "1")
     config = Path(half.trainer.log_dir) / "config.yaml"

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import errno
-import multiprocessing
 import shutil
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -32,13 +33,16 @@ def _copy(run: Path, tmp_path: Path) -> Path:
     return target
 
 
-def _mkdir_version(root: str) -> int:
-    return allocate_version(Path(root))
+def test_versions_are_allocated_atomically_by_concurrent_allocators(tmp_path: Path) -> None:
+    # Threads race for the same names as processes do: the exclusive mkdir is the file system's, not Python's.
+    start = threading.Barrier(8)
 
+    def allocate(_: int) -> int:
+        start.wait()
+        return allocate_version(tmp_path)
 
-def test_versions_are_allocated_atomically_by_concurrent_processes(tmp_path: Path) -> None:
-    with multiprocessing.get_context("spawn").Pool(4) as pool:
-        versions = pool.map(_mkdir_version, [str(tmp_path)] * 8)
+    with ThreadPoolExecutor(8) as pool:
+        versions = list(pool.map(allocate, range(8)))
     assert sorted(versions) == list(range(8))
 
 
@@ -111,23 +115,24 @@ def test_typed_flags_win_over_the_checkpoint_and_architecture_changes_are_refuse
         assert tree_digest(run.parent.parent) == before  # no config.resume-K.yaml, no event file, no new version
 
 
-def test_a_resume_command_works_from_any_directory(tmp_path: Path, digits_dir: Path) -> None:
-    # Real image files: the resume runs in a fresh process, where the CIFAR test files' checksums are unknown.
-    first = run_cli(
+def test_a_resume_command_works_from_any_directory(
+    tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the run's config records a relative root, as a user's usually does
+    run_cli(
         "fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, "--data", "ImageFolderDataModule", "--data.root", digits_dir,
         "--data.num_workers", "0", "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
-        "--trainer.limit_val_batches", "1", "--trainer.default_root_dir", tmp_path / "root",
+        "--trainer.limit_val_batches", "1", "--trainer.default_root_dir", "root",
     )  # fmt: skip
-    run = Path(first.trainer.log_dir)
+    run = tmp_path / "root" / "lightning_logs" / "version_0"
+    assert "default_root_dir: root" in (run / "config.yaml").read_text()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    command = [
-        sys.executable, "-m", "vitlit", "fit", "--config", str(run / "config.yaml"),
-        "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), "--trainer.max_epochs", "2",
-        "--trainer.enable_progress_bar", "false",
-    ]  # fmt: skip
-    done = subprocess.run(command, cwd=elsewhere, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    monkeypatch.chdir(elsewhere)  # the printed resume command, run from another working directory
+    run_cli(
+        "fit", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt",
+        "--trainer.max_epochs", "2", "--trainer.enable_progress_bar", "false",
+    )  # fmt: skip
     assert not any(elsewhere.iterdir())  # nothing started here
     assert torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["epoch"] == 1
     assert (run / "config.resume-1.yaml").is_file()

@@ -246,7 +246,9 @@ class VitLitCLI(LightningCLI):
         checkpoint = read_checkpoint(ckpt, self.config_init[self.subcommand].get("weights_only"))
         check = getattr(self.model, "check_checkpoint", None)
         if callable(check):
-            check(checkpoint.get("hyper_parameters", {}))
+            run = run_of_checkpoint(ckpt)
+            known = run is not None and (run / "config.yaml").is_file()
+            check(checkpoint.get("hyper_parameters", {}), f"--config {run / 'config.yaml'}" if known else None)
 
     def _place_run(self, subcommand: str, ckpt: Path | None) -> _Placement | None:
         """Choose the run folder and create it (atomically), before Lightning writes anything.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from pathlib import Path
@@ -23,6 +24,15 @@ from vitlit.optim import WarmupCosineLR, apply_lr_scale, param_groups
 
 # Hyperparameters that fix the shape of the weights: a checkpoint only fits a model with the same values.
 _ARCHITECTURE_KEYS = ("model_name", "num_classes", "img_size", "patch_size")
+
+
+@functools.lru_cache(maxsize=16)
+def _flops_per_image(model_name: str, img_size: int, net_kwargs: tuple[tuple[str, Any], ...]) -> int:
+    """Forward + backward FLOPs of one image, counted on the meta device; about a second, so counted once a process."""
+    with torch.device("meta"):
+        net = timm.create_model(model_name, pretrained=False, **dict(net_kwargs))
+        images = torch.empty(1, 3, img_size, img_size)
+    return measure_flops(net, lambda: net(images), lambda logits: logits.sum())
 
 
 class ViTClassifier(LightningModule):
@@ -121,10 +131,9 @@ class ViTClassifier(LightningModule):
         `vitlit.monitor.Throughput` turns this into TFLOP/s and MFU. Attention is counted as PyTorch's FLOP counter
         counts ``scaled_dot_product_attention``; augmentation and the optimizer are not model FLOPs.
         """
-        with torch.device("meta"):
-            net = timm.create_model(self.hparams.model_name, pretrained=False, **self._net_kwargs())
-            images = torch.empty(1, 3, self.hparams.img_size, self.hparams.img_size)
-        return measure_flops(net, lambda: net(images), lambda logits: logits.sum())
+        return _flops_per_image(
+            self.hparams.model_name, self.hparams.img_size, tuple(sorted(self._net_kwargs().items()))
+        )
 
     def _check_optimization(self) -> None:
         """Build the optimizer and scheduler once on a probe parameter, so a bad value stops the run before it starts.
@@ -295,24 +304,28 @@ class ViTClassifier(LightningModule):
         """Refuse a checkpoint whose architecture or classes differ, with the reason, before any weights are copied."""
         self.check_checkpoint(checkpoint.get("hyper_parameters", {}))
 
-    def check_checkpoint(self, saved: dict[str, Any]) -> None:
+    def check_checkpoint(self, saved: dict[str, Any], options: str | None = None) -> None:
         """Raise a one-line `ConfigError` if weights saved with hyperparameters ``saved`` do not fit this model.
 
         Architecture (``model_name``, ``num_classes``, ``img_size``, ``patch_size``) must match, and so must the class
         names where both sides know them; training knobs (learning rate, smoothing, drop path) may differ. The CLI
         calls this before a run starts, so a refused checkpoint leaves every run folder as it was.
+
+        Args:
+            saved: The checkpoint's ``hyper_parameters``.
+            options: Where the options the checkpoint was trained with are (``--config <run>/config.yaml``), for the
+                message.
         """
+        fix = f"use the options it was trained with ({options or 'its run folder keeps them in config.yaml'})."
         for key in _ARCHITECTURE_KEYS:
             if key in saved and saved[key] != self.hparams[key]:
                 raise ConfigError(
                     f"the checkpoint was trained with {key}={saved[key]!r} but this run has "
-                    f"{key}={self.hparams[key]!r}; use the data and model options of the run that wrote it "
-                    f"(its config.yaml)."
+                    f"{key}={self.hparams[key]!r}; {fix}"
                 )
         theirs, ours = saved.get("class_names"), self.hparams.get("class_names")
         if theirs and ours and list(theirs) != list(ours):
             i = next(i for i, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b)
             raise ConfigError(
-                f"the checkpoint's class {i} is {theirs[i]!r} but this data's class {i} is {ours[i]!r}; evaluate on "
-                f"data with the classes the model was trained on (the run's config.yaml)."
+                f"the checkpoint's class {i} is {theirs[i]!r} but this data's class {i} is {ours[i]!r}; {fix}"
             )

@@ -81,6 +81,10 @@ def check_seed(seed: Any) -> None:
         raise ConfigError(f"--seed_everything={seed} is outside {low}..{high}; give a seed in that range, e.g. 42.")
 
 
+def _writable(folder: Path) -> bool:
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
 def check_writable_folder(folder: str | Path, flag: str = "--trainer.default_root_dir") -> None:
     """Refuse a folder that cannot be created or written to, before a run starts writing into it.
 
@@ -94,5 +98,5 @@ def check_writable_folder(folder: str | Path, flag: str = "--trainer.default_roo
         existing = existing.parent
     if not existing.is_dir():
         raise ConfigError(f"{flag}={folder} lies inside {existing}, which is a file; give a folder.")
-    if not os.access(existing, os.W_OK | os.X_OK):
+    if not _writable(existing):
         raise ConfigError(f"{flag}={folder}: {existing} is not writable for this user; give a folder you can write to.")
