@@ -21,6 +21,14 @@ _CKPT_PATH = """ckpt_path: Checkpoint to start from: a ``.ckpt`` file, ``last`` 
                 whose origin you trust."""
 
 
+_EVALUATE_ARGS = f"""Args:
+            model: The LightningModule (``--model``).
+            dataloaders: Not used by the CLI; the data module supplies the loaders.
+            {_CKPT_PATH.format(auto="")}
+            verbose: Print the metrics.
+            datamodule: The data module (``--data``)."""
+
+
 def _documented(method: Any, doc: str) -> Any:
     @functools.wraps(method)
     def wrapper(self: L.Trainer, *args: Any, **kwargs: Any) -> Any:
@@ -52,24 +60,14 @@ class Trainer(L.Trainer):
         L.Trainer.validate,
         f"""Evaluate a checkpoint on the validation split; writes into <run>/validate/version_K.
 
-        Args:
-            model: The LightningModule (``--model``).
-            dataloaders: Not used by the CLI; the data module supplies the loaders.
-            {_CKPT_PATH.format(auto="")}
-            verbose: Print the metrics.
-            datamodule: The data module (``--data``).
+        {_EVALUATE_ARGS}
         """,
     )
     test = _documented(
         L.Trainer.test,
         f"""Evaluate a checkpoint on the test split (never used for model selection); writes into <run>/test/version_K.
 
-        Args:
-            model: The LightningModule (``--model``).
-            dataloaders: Not used by the CLI; the data module supplies the loaders.
-            {_CKPT_PATH.format(auto="")}
-            verbose: Print the metrics.
-            datamodule: The data module (``--data``).
+        {_EVALUATE_ARGS}
         """,
     )
     predict = _documented(
