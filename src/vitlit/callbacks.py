@@ -129,7 +129,8 @@ class PredictionWriter(BasePredictionWriter):
 
     Columns: ``index`` (position in the predicted split), ``source`` (the image file, where the data set knows it),
     ``predicted`` (class name), ``confidence`` (its probability), then one ``p_<class>`` column per class. The file
-    goes into the run's own ``version_N`` directory, so an earlier run's predictions are never overwritten.
+    goes into the log folder of this ``predict`` (for a run's checkpoint, ``<run>/predict/version_K``), so earlier
+    predictions are never overwritten.
 
     Args:
         filename: Name of the CSV file inside the run directory.
