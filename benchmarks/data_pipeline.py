@@ -22,7 +22,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from vitlit.data.base import TransformedSubset
-from vitlit.data.device import DeviceLoader, images_as_uint8
+from vitlit.data.device import DeviceLoader
 from vitlit.data.transforms import train_transform
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
@@ -72,7 +72,9 @@ def main() -> None:
         num_workers=args.workers,
         persistent_workers=args.workers > 0,
     )
-    images, targets = images_as_uint8(source, 32, resize=False)
+    # As CIFARDataModule.source_uint8 takes torchvision's array: channels first, no decoding.
+    images = torch.from_numpy(source.data).permute(0, 3, 1, 2).contiguous()
+    targets = torch.tensor(source.targets)
     batched = DeviceLoader(
         images, targets, args.batch_size, img_size=32, mean=MEAN, std=STD, shuffle=True, drop_last=True,
         crop_padding=4, hflip=True,

@@ -22,12 +22,13 @@ from vitlit.data.digits import write_digits_folder
 EMA = "--trainer.callbacks+=EMAWeightAveraging --trainer.callbacks.decay 0.998"  # horizon ~500 steps ~ 26 epochs
 RANDAUGMENT = "--data.augment randaugment --data.randaugment_num_ops 1 --data.randaugment_magnitude 5"
 MIX_ERASE_DROP = """
-    --data.mixup_alpha 0.2 --data.cutmix_alpha 0.2 --data.mixup_prob 0.5 --data.random_erasing 0.25
+    --data.batch_augment vitlit.data.BatchAugment --data.batch_augment.mixup_alpha 0.2
+    --data.batch_augment.cutmix_alpha 0.2 --data.batch_augment.mixup_prob 0.5 --data.batch_augment.random_erasing 0.25
     --model.drop_path_rate 0.1
 """
 
-# Each recipe adds flags to digits.yaml (crop + label smoothing). DeiT's ingredients are scaled down for 16-token
-# 8x8 digits: one mild RandAugment op, light Mixup/CutMix on half the batches.
+# Each recipe adds flags to configs/digits.yaml (crop + label smoothing). DeiT's ingredients are scaled down for
+# 16-token 8x8 digits: one mild RandAugment op, light Mixup/CutMix on half the batches.
 RECIPES: dict[str, list[str]] = {
     "plain": [],
     "ema": EMA.split(),
@@ -40,7 +41,7 @@ RECIPES: dict[str, list[str]] = {
 def run(recipe: str, epochs: int, work: Path, data: Path) -> tuple[float, float]:
     """Train one recipe, test its best checkpoint, and return (test accuracy, seconds for both)."""
     start = time.perf_counter()
-    config = Path(__file__).with_name("digits.yaml")
+    config = Path(__file__).parents[1] / "configs" / "digits.yaml"
     common = ["--config", config, "--data.root", data, "--trainer.default_root_dir", work / recipe, *RECIPES[recipe]]
     fit = main([str(a) for a in ["fit", *common, "--trainer.max_epochs", epochs]])
     best = fit.trainer.checkpoint_callback.best_model_path  # selected on the validation split only

@@ -40,7 +40,7 @@ step smoke 150 "$py" -m pytest -m cuda tests/test_precision.py -q -p no:cachepro
 step gpu 240 "$py" benchmarks/gpu.py --out "$out/gpu.json" --budget 130
 vit_s=(--device cuda --precision bf16-mixed --model vit_small_patch16_224 --batch-size 512)
 step overhead_gpu 60 "$py" benchmarks/overhead.py "${vit_s[@]}" --batches 90 --epochs 4
-# The same without the configs' NonFiniteGuard and Throughput (2026-11-30: 1.019 vs 1.204 with them), and where
+# The same without the configs' NonFiniteGuard and SpeedMonitor (then named Throughput; 2026-11-30: 1.019 vs 1.204 with them), and where
 # vitlit's remaining host syncs come from.
 step overhead_gpu_bare 60 "$py" benchmarks/overhead.py "${vit_s[@]}" --batches 90 --epochs 4 --no-callbacks
 step sync_debug 40 "$py" benchmarks/overhead.py "${vit_s[@]}" --batches 20 --epochs 2 --sync-debug

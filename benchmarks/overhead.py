@@ -4,13 +4,13 @@ Both train the same ViT on the same synthetic batches (an in-memory tensor data 
 workers) with the same AdamW, warmup-cosine schedule, label-smoothed loss and gradient clipping; the plain loop is
 the classic ``train_epoch`` (autocast + GradScaler where the precision asks for them). vitlit's side adds what a
 real run has: torchmetrics train accuracy, ``self.log`` of the loss, the learning-rate schedule stepped by Lightning,
-and the configs' NonFiniteGuard and Throughput callbacks (checkpointing, logger and progress bar off, as they are
+and the configs' NonFiniteGuard and SpeedMonitor callbacks (checkpointing, logger and progress bar off, as they are
 not per-step costs). The two alternate epoch by epoch inside one process: every vitlit epoch is followed by one
 plain epoch, run from a callback, so both see the same machine state. The figure is the median epoch time of each.
 
     python benchmarks/overhead.py                        # CPU, test_vit; last line: overhead ratio=<vitlit/plain>
     python benchmarks/overhead.py --device cuda --precision bf16-mixed --model vit_small_patch16_224
-    ... --no-callbacks     # Lightning and the model alone, without the configs' NonFiniteGuard and Throughput
+    ... --no-callbacks     # Lightning and the model alone, without the configs' NonFiniteGuard and SpeedMonitor
     ... --sync-debug       # CUDA: also print vitlit's host syncs per step and the code that issued them
 """
 
@@ -30,7 +30,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from vitlit.model import ViTClassifier
-from vitlit.monitor import COMPUTE_DTYPE, Throughput
+from vitlit.monitor import COMPUTE_DTYPE, SpeedMonitor
 from vitlit.nonfinite import NonFiniteGuard
 from vitlit.optim import WarmupCosineLR, param_groups
 
@@ -158,7 +158,7 @@ def main() -> None:
         "--callbacks",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="vitlit's side runs the configs' NonFiniteGuard and Throughput (--no-callbacks: Lightning + model only)",
+        help="vitlit's side runs the configs' NonFiniteGuard and SpeedMonitor (--no-callbacks: Lightning + model only)",
     )
     parser.add_argument(
         "--sync-debug", action="store_true", help="CUDA: count vitlit's syncs per step and their source"
@@ -182,7 +182,7 @@ def main() -> None:
         enable_model_summary=False,
         callbacks=[
             *([SyncCounter(args.batches)] if args.sync_debug and args.device == "cuda" else []),
-            *([NonFiniteGuard(), Throughput()] if args.callbacks else []),
+            *([NonFiniteGuard(), SpeedMonitor()] if args.callbacks else []),
             alternate,
         ],
     )

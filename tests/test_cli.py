@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli
+from helpers.cli import ALL_CONFIGS, CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli
 
 from vitlit.runs import read_scalars
 
@@ -40,7 +40,7 @@ def test_fit_then_validate_test_predict_on_cifar_files(tmp_path: Path, cifar_dir
     assert re.fullmatch(r"epoch\d{3}-val_acc\d\.\d{4}\.ckpt", best.name)
     # The data decided the model's classes and image size (argument links).
     assert fit.model.hparams.num_classes == 10 and fit.model.hparams.img_size == 32
-    assert fit.datamodule.classes[0] == "airplane"
+    assert fit.datamodule.class_names[0] == "airplane"
     assert len(fit.datamodule.train_set) + len(fit.datamodule.val_set) == 80 and len(fit.datamodule.val_set) == 16
 
     # Reloading the last checkpoint reproduces the validation metrics of the end of training exactly.
@@ -58,7 +58,7 @@ def test_fit_then_validate_test_predict_on_cifar_files(tmp_path: Path, cifar_dir
     torch.testing.assert_close(probs.sum(dim=1), torch.ones(24))
     with (Path(predict.trainer.log_dir) / "predictions.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 24 and rows[0]["predicted"] in fit.datamodule.classes
+    assert len(rows) == 24 and rows[0]["predicted"] in fit.datamodule.class_names
     assert float(rows[5]["p_airplane"]) == pytest.approx(float(probs[5, 0]), abs=1e-6)
 
 
@@ -91,7 +91,7 @@ def test_image_folder_end_to_end(tmp_path: Path, digits_dir: Path) -> None:
         "--trainer.limit_val_batches",
         "2",
     )
-    assert fit.datamodule.classes == [str(d) for d in range(10)]
+    assert fit.datamodule.class_names == [str(d) for d in range(10)]
     assert fit.model.hparams.num_classes == 10
     n_train = sum(1 for _ in (digits_dir / "train").rglob("*.png"))
     assert len(fit.datamodule.val_set) == round(0.1 * n_train)  # carved from train/ since there is no val/
@@ -112,19 +112,22 @@ def test_image_folder_end_to_end(tmp_path: Path, digits_dir: Path) -> None:
     assert float(row["confidence"]) == pytest.approx(float(probs[7].max()), abs=1e-6)
 
 
-def test_print_config_reparses_to_the_same_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("config", ALL_CONFIGS, ids=[c.stem for c in ALL_CONFIGS])
+def test_print_config_is_complete_and_reparses_to_the_same_config(
+    config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        run_cli(
-            "fit", "--config", TINY_CONFIG, "--trainer.max_epochs", "5", "--data.batch_size", "256", "--print_config"
-        )
+        run_cli("fit", "--config", config, "--trainer.max_epochs", "5", "--data.batch_size", "256", "--print_config")
     assert exit_info.value.code in (0, None)
     printed = capsys.readouterr().out
     assert "max_epochs: 5" in printed and "batch_size: 256" in printed
+    # The shared settings (src/vitlit/defaults.yaml) are part of it, with the recipe's own callbacks after them.
+    assert "filename: last" in printed and "vitlit.monitor.SpeedMonitor" in printed and "nonfinite: stop" in printed
     saved = tmp_path / "my.yaml"
     saved.write_text(printed)
     with pytest.raises(SystemExit):
         run_cli("fit", "--config", saved, "--print_config")
-    assert capsys.readouterr().out == printed
+    assert capsys.readouterr().out == printed  # every value survives the round trip (0.1 stays 0.1)
 
 
 def test_resume_from_saved_config_and_last_checkpoint(tmp_path: Path, cifar_dir: Path) -> None:

@@ -32,7 +32,7 @@ def test_cifar_reads_torchvision_files_and_keeps_test_apart(cifar_dir: Path) -> 
     assert (len(data.train_set), len(data.val_set), data.test_set) == (64, 16, None)  # test untouched by fit
     images, labels = next(iter(data.train_dataloader()))
     assert images.shape == (8, 3, 32, 32) and images.dtype == torch.float32 and labels.dtype == torch.int64
-    assert data.classes[:2] == ["airplane", "automobile"]
+    assert data.class_names[:2] == ["airplane", "automobile"]
     data.setup("test")
     assert len(data.test_set) == 24
 
@@ -52,7 +52,7 @@ def test_cifar100_and_resizing_for_patch16_models(cifar_dir: Path) -> None:
     assert data.num_classes == 100
     data.setup("fit")
     assert data.train_set[0][0].shape == (3, 64, 64) and data.val_set[0][0].shape == (3, 64, 64)
-    assert len(data.classes) == 100
+    assert len(data.class_names) == 100
 
 
 def test_train_transform_crops_and_flips_eval_is_deterministic() -> None:
@@ -89,7 +89,7 @@ def _folder(root: Path, layout: dict[str, list[str]]) -> Path:
 def test_image_folder_keeps_train_class_indices_in_a_partial_val_split(tmp_path: Path) -> None:
     root = _folder(tmp_path, {"train": ["ant", "bee", "cat"], "val": ["ant", "cat"], "test": ["cat"]})
     data = ImageFolderDataModule(root, img_size=16, num_workers=0, batch_size=2)
-    assert data.classes == ["ant", "bee", "cat"] and data.num_classes == 3
+    assert data.class_names == ["ant", "bee", "cat"] and data.num_classes == 3
     data.setup("fit")
     assert sorted(label for _, label in data.val_set) == [0, 2]  # "cat" stays 2 although val has no "bee"
     data.setup("test")

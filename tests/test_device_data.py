@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
+from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
 from torchvision.transforms import v2
 
 from vitlit.data import CIFARDataModule
@@ -102,6 +102,6 @@ def test_image_folder_on_device_decodes_once_and_trains(tmp_path: Path, digits_d
     assert isinstance(loader, DeviceLoader)
     # The folder's train/ images, decoded once into one uint8 tensor that train and validation index into.
     assert loader.targets.numel() == len(cli.datamodule.train_set) > 1000 and loader.images.dtype == torch.uint8
-    assert torch.equal(loader.targets.cpu(), torch.tensor(cli.datamodule.train_set.targets))
-    assert len(cli.datamodule._uint8_cache) == 1
+    assert torch.equal(loader.targets.cpu(), torch.tensor(cli.datamodule.targets(cli.datamodule.train_set)))
+    assert len(cli.datamodule._uint8) == 1
     assert cli.trainer.global_step == 3

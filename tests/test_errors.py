@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli, tiny_cifar_fit, tree_digest
+from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli, tiny_cifar_fit, tree_digest
 from torchvision.datasets import CIFAR10
 
 from vitlit import preflight
@@ -81,12 +81,38 @@ CASES = [
     ("unknown timm model", lambda tmp, run: ["--model.model_name", "vit_nonexistent"], ["vit_nonexistent"]),
     ("missing weights file", lambda tmp, run: ["--model.pretrained_file", tmp / "w.pth"], ["w.pth"]),
     ("unknown augmentation", lambda tmp, run: ["--data.augment", "cutout"], ["augment", "cutout"]),
-    ("negative mixup alpha", lambda tmp, run: ["--data.mixup_alpha", "-0.2"], ["mixup_alpha=-0.2"]),
-    ("erasing probability", lambda tmp, run: ["--data.random_erasing", "1.5"], ["random_erasing=1.5", "[0, 1]"]),
-    ("erasing end probability", lambda tmp, run: ["--data.random_erasing_end", "-0.1"], ["random_erasing_end=-0.1"]),
+    ("negative mixup alpha", lambda tmp, run: ["--data.batch_augment.mixup_alpha", "-0.2"], ["mixup_alpha=-0.2"]),
+    (
+        "erasing probability",
+        lambda tmp, run: ["--data.batch_augment.random_erasing", "1.5"],
+        ["random_erasing=1.5", "v>=0 and v<=1"],
+    ),
+    (
+        "erasing end probability",
+        lambda tmp, run: ["--data.batch_augment.random_erasing_end", "-0.1"],
+        ["random_erasing_end=-0.1", "v>=0 and v<=1"],
+    ),
+    ("batch size zero", lambda tmp, run: ["--data.batch_size", "0"], ["batch_size=0", "v>0"]),
     ("RandAugment magnitude", lambda tmp, run: ["--data.randaugment_magnitude", "31"], ["randaugment_magnitude=31"]),
-    ("odd batch with mixup", lambda tmp, run: ["--data.cutmix_alpha", "1.0", "--data.batch_size", "7"], ["odd"]),
+    (
+        "odd batch with mixup",
+        lambda tmp, run: ["--data.batch_augment.cutmix_alpha", "1.0", "--data.batch_size", "7"],
+        ["odd"],
+    ),
     ("layer decay zero", lambda tmp, run: ["--model.layer_decay", "0"], ["layer_decay=0"]),
+    ("label smoothing one", lambda tmp, run: ["--model.label_smoothing", "1.0"], ["label_smoothing=1.0", "v<1"]),
+    (
+        "negative warmup",
+        lambda tmp, run: ["--model.scheduler.init_args.warmup_steps", "-1"],
+        ["warmup_steps=-1", "v>=0"],
+    ),
+    ("zero total steps", lambda tmp, run: ["--model.scheduler.init_args.total_steps", "0"], ["total_steps=0", "v>0"]),
+    (
+        "learning-rate floor above one",
+        lambda tmp, run: ["--model.scheduler.init_args.min_lr_ratio", "2.0"],
+        ["min_lr_ratio=2.0", "v<=1"],
+    ),
+    ("unknown non-finite action", lambda tmp, run: ["--trainer.nonfinite", "ignore"], ["nonfinite", "ignore"]),
     ("layer decay above one", lambda tmp, run: ["--model.layer_decay", "1.2"], ["layer_decay=1.2"]),
     ("policy on device", lambda tmp, run: ["--data.on_device", "true"], ["augment='autoaugment'", "on_device false"]),
     ("checkpoint missing", lambda tmp, run: ["--ckpt_path", tmp / "none.ckpt"], ["none.ckpt does not exist"]),

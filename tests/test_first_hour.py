@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
+from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
 
 from vitlit import ImageFolderDataModule
 from vitlit.optim import WarmupCosineLR

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import TINY_MODEL, tiny_cifar_fit
+from helpers.cli import TINY_MODEL, tiny_cifar_fit
 from helpers.probes import HostReads
 from lightning.pytorch.callbacks import RichProgressBar
 

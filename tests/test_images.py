@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tree_digest
+from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tree_digest
 from PIL import Image
 
 from vitlit import ImageFolderDataModule
-from vitlit.data.images import image_problem, load_rgb
+from vitlit.data.images import image_problem, load_image
 from vitlit.runs import read_scalars
 
 
@@ -47,7 +47,7 @@ def test_sixteen_bit_images_are_scaled_not_clipped(tmp_path: Path) -> None:
     grey = np.linspace(0, 65535, 64 * 64).reshape(64, 64).astype(np.uint16)
     Image.fromarray(grey).save(tmp_path / "g16.png")
     assert Image.open(tmp_path / "g16.png").mode == "I;16"
-    pixels = np.asarray(load_rgb(tmp_path / "g16.png"))
+    pixels = np.asarray(load_image(tmp_path / "g16.png"))
     assert pixels.shape == (64, 64, 3) and (pixels == 255).mean() < 0.01  # clipping made 99.6% of them 255
     np.testing.assert_allclose(pixels[..., 0], grey / 257, atol=0.51)
     for name in ("a", "b"):  # and so does the data module that reads them

@@ -68,7 +68,6 @@ def test_predict_step_returns_probabilities_and_few_classes_work() -> None:
         ({"model_name": "resnet18"}, "does not take img_size/patch_size"),
         ({"model_name": "test_vit", "img_size": 30, "patch_size": 4}, "img_size=30 is not divisible"),
         ({"model_name": "test_vit", "img_size": 40}, "patch size 16"),  # the model's own patch size is checked too
-        ({"model_name": "test_vit", "label_smoothing": 1.0, "img_size": 32, "patch_size": 4}, "label_smoothing"),
     ],
 )
 def test_bad_model_options_are_named(kwargs: dict, message: str) -> None:

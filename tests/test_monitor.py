@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_cifar_fit
+from helpers.cli import tiny_cifar_fit
 
 from vitlit.model import ViTClassifier
-from vitlit.monitor import Throughput, available_flops
+from vitlit.monitor import SpeedMonitor, available_flops
 from vitlit.runs import read_scalars
 
 
@@ -21,7 +21,7 @@ def test_flops_per_image_is_three_forward_passes_of_the_published_count() -> Non
 
 def test_throughput_is_logged_at_logging_steps(tmp_path: Path, cifar_dir: Path) -> None:
     cli = tiny_cifar_fit(cifar_dir, tmp_path, "--trainer.max_epochs", "2", "--trainer.log_every_n_steps", "2")
-    monitor = next(cb for cb in cli.trainer.callbacks if isinstance(cb, Throughput))
+    monitor = next(cb for cb in cli.trainer.callbacks if isinstance(cb, SpeedMonitor))
     assert monitor.flops_per_image == cli.model.flops_per_image() > 0
     scalars = read_scalars(cli.trainer.log_dir)
     images_per_sec = [v for _, v in scalars["perf/images_per_sec"]]

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_cifar_fit
+from helpers.cli import tiny_cifar_fit
 from helpers.faults import PoisonBatch
 
 from vitlit.nonfinite import NonFiniteGuard
 
 
 def _fit(cifar_dir: Path, root: Path, *extra: object):
-    # The tiny recipe already lists NonFiniteGuard(action=stop) last; the poisoned batch is appended after it.
+    # vitlit's Trainer adds NonFiniteGuard(action=--trainer.nonfinite); the poisoned batch is appended to the callbacks.
     poison = ["--trainer.callbacks+=helpers.faults.PoisonBatch", "--trainer.callbacks.init_args.step", "3"]
     return tiny_cifar_fit(cifar_dir, root, "--trainer.max_epochs", "1", *extra, *poison)
 
@@ -23,7 +23,8 @@ def test_stop_skips_the_update_and_halts_with_a_resumable_checkpoint(
     check_every: str, stopped_at: int, tmp_path: Path, cifar_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        _fit(cifar_dir, tmp_path, "--trainer.callbacks.init_args.check_every_n_steps", check_every)
+        guard = ["--trainer.callbacks+=vitlit.nonfinite.NonFiniteGuard", "--trainer.callbacks.check_every_n_steps"]
+        _fit(cifar_dir, tmp_path, *guard, check_every)  # a guard of one's own replaces the Trainer's
     assert exit_info.value.code == 1
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("vitlit: error:")]
@@ -48,7 +49,7 @@ def test_skip_drops_the_step_counts_it_and_trains_on(
     cli = _fit(
         cifar_dir,
         tmp_path,
-        "--trainer.callbacks.init_args.action",
+        "--trainer.nonfinite",
         "skip",
         "--model.optimizer.init_args.fused",
         fused,
@@ -56,7 +57,8 @@ def test_skip_drops_the_step_counts_it_and_trains_on(
         precision,
     )
     assert cli.trainer.precision == precision and cli.trainer.gradient_clip_val == 1.0
-    guard = next(cb for cb in cli.trainer.callbacks if isinstance(cb, NonFiniteGuard))
+    [guard] = [cb for cb in cli.trainer.callbacks if isinstance(cb, NonFiniteGuard)]  # exactly one
+    assert guard.action == "skip"
     poison = next(cb for cb in cli.trainer.callbacks if isinstance(cb, PoisonBatch))
     assert guard.action == "skip" and guard.skipped == 1
     assert cli.trainer.global_step == 8  # the whole epoch ran

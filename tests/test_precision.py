@@ -15,11 +15,12 @@ import pytest
 import timm
 import torch
 import yaml
-from conftest import CONFIGS, cifar_args, run_cli
+from helpers.cli import CIFAR_RECIPES, cifar_args, run_cli
 from helpers.probes import WeightProbe
 from lightning.pytorch.plugins.precision import MixedPrecision
 
 from vitlit import ImageFolderDataModule, ViTClassifier
+from vitlit.cli import DEFAULTS
 
 BATCHES = 4  # training batches of the one epoch each recipe runs
 
@@ -39,11 +40,14 @@ def _run_recipe(config: Path, cifar_dir: Path, root: Path, *device: str):
     )  # fmt: skip
 
 
+_DEFAULT_CLIP = yaml.safe_load(DEFAULTS.read_text())["trainer"]["gradient_clip_val"]  # what recipes inherit
+
+
 def _assert_trained_as_shipped(cli, config: Path, precision: str) -> None:
     shipped = _shipped(config)
     trainer = cli.trainer
     assert trainer.state.finished and trainer.precision == precision
-    assert trainer.gradient_clip_val == shipped["trainer"]["gradient_clip_val"] > 0
+    assert trainer.gradient_clip_val == shipped["trainer"].get("gradient_clip_val", _DEFAULT_CLIP) > 0
     optimizer = trainer.optimizers[0]
     assert type(optimizer).__name__ == shipped["model"]["optimizer"]["class_path"].rsplit(".", 1)[1]
     fused = shipped["model"]["optimizer"]["init_args"].get("fused", False)
@@ -57,7 +61,7 @@ def _assert_trained_as_shipped(cli, config: Path, precision: str) -> None:
     assert (Path(trainer.log_dir) / "checkpoints" / "last.ckpt").is_file()
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
+@pytest.mark.parametrize("config", CIFAR_RECIPES, ids=[c.stem for c in CIFAR_RECIPES])
 def test_every_recipe_trains_in_its_mixed_precision_on_cpu(config: Path, tmp_path: Path, cifar_dir: Path) -> None:
     shipped = _shipped(config)["trainer"]["precision"]
     precision = "bf16-mixed" if shipped == "16-mixed" else shipped
@@ -70,7 +74,7 @@ def test_every_recipe_trains_in_its_mixed_precision_on_cpu(config: Path, tmp_pat
     _assert_trained_as_shipped(cli, config, precision)
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
+@pytest.mark.parametrize("config", CIFAR_RECIPES, ids=[c.stem for c in CIFAR_RECIPES])
 def test_every_recipes_own_architecture_builds(config: Path) -> None:
     """The shipped model name, patch size and image size make a ViT (on the meta device: no memory, no download)."""
     shipped = _shipped(config)
@@ -136,7 +140,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 @pytest.mark.cuda
 @needs_cuda
-@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
+@pytest.mark.parametrize("config", CIFAR_RECIPES, ids=[c.stem for c in CIFAR_RECIPES])
 def test_every_recipe_trains_as_shipped_on_cuda(config: Path, tmp_path: Path, cifar_dir: Path) -> None:
     """The real architecture in the exact precision, compile as shipped; only the data is the small test set."""
     cli = _run_recipe(config, cifar_dir, tmp_path, "--trainer.accelerator", "gpu")

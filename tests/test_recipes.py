@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli
+from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli
 from PIL import Image
 from timm.data.random_erasing import RandomErasing
 
@@ -27,11 +27,11 @@ def test_policies_change_images_but_keep_shape_and_dtype(policy: str) -> None:
 
 
 def test_erasing_schedule_and_per_sample_erasing() -> None:
-    augment = BatchAugment(10, erasing=0.4, erasing_end=0.2)
+    augment = BatchAugment(random_erasing=0.4, random_erasing_end=0.2)
     assert [augment.erasing_probability(p) for p in (0.0, 0.5, 1.0, 2.0)] == pytest.approx([0.4, 0.3, 0.2, 0.2])
     torch.manual_seed(0)
     images = torch.zeros(200, 3, 32, 32)
-    out, targets = BatchAugment(10, erasing=0.5)(images.clone(), torch.zeros(200, dtype=torch.long), 0.0)
+    out, targets = BatchAugment(random_erasing=0.5)(images.clone(), torch.zeros(200, dtype=torch.long), 0.0, 10)
     erased = (out.flatten(1) != 0).any(dim=1).float().mean().item()
     assert 0.35 < erased < 0.65  # each image decides on its own, not the whole batch at once
     assert targets.dtype == torch.long
@@ -62,9 +62,9 @@ def test_batched_erasing_draws_timms_distribution() -> None:
 
 
 def test_mixup_and_cutmix_give_probability_targets() -> None:
-    augment = BatchAugment(5, mixup_alpha=0.8, cutmix_alpha=1.0)
+    augment = BatchAugment(mixup_alpha=0.8, cutmix_alpha=1.0)
     images = torch.arange(4, dtype=torch.float32)[:, None, None, None].expand(4, 3, 8, 8).clone()
-    mixed, targets = augment(images, torch.tensor([0, 1, 2, 3]), 0.5)
+    mixed, targets = augment(images, torch.tensor([0, 1, 2, 3]), 0.5, 5)
     assert targets.shape == (4, 5) and targets.dtype == torch.float32
     torch.testing.assert_close(targets.sum(dim=1), torch.ones(4))
     assert (targets.max(dim=1).values < 1).all()  # every image is a blend of two classes
@@ -99,7 +99,11 @@ def test_batch_augmentations_reach_training_batches_only(digits_dir: Path) -> No
     model = _Recorder("test_vit", img_size=32, patch_size=4)
     model.seen = {}
     data = ImageFolderDataModule(
-        digits_dir, img_size=32, batch_size=8, num_workers=0, mixup_alpha=0.8, cutmix_alpha=1.0, random_erasing=0.25
+        digits_dir,
+        img_size=32,
+        batch_size=8,
+        num_workers=0,
+        batch_augment=BatchAugment(random_erasing=0.25, mixup_alpha=0.8, cutmix_alpha=1.0),
     )
     trainer = L.Trainer(
         accelerator="cpu",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CPU, ROOT, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
+from helpers.cli import CPU, ROOT, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
 
 KILLER = """
 trainer:

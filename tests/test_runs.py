@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit, tree_digest
+from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit, tree_digest
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
-from vitlit.runs import allocate_version, place_logger
+from vitlit.runs import allocate_version, relocated_logger
 
 
 @pytest.fixture(scope="module")
@@ -46,13 +46,18 @@ def test_versions_are_allocated_atomically_by_concurrent_allocators(tmp_path: Pa
     assert sorted(versions) == list(range(8))
 
 
-def test_place_logger_sets_the_folder_of_lightnings_loggers(tmp_path: Path) -> None:
-    # The one place that sets loggers' private fields: this fails loudly if Lightning renames them.
-    for logger in (TensorBoardLogger(tmp_path / "a"), CSVLogger(tmp_path / "b")):
-        assert place_logger(logger, tmp_path / "runs", "evals", 3)
-        assert Path(logger.log_dir) == tmp_path / "runs" / "evals" / "version_3"
-        assert place_logger(logger, tmp_path / "runs", "lightning_logs", "version_7")
-        assert Path(logger.log_dir) == tmp_path / "runs" / "lightning_logs" / "version_7"
+def test_relocated_logger_keeps_its_class_and_options_in_the_new_folder(tmp_path: Path) -> None:
+    for logger, options in (
+        (TensorBoardLogger(tmp_path / "a", default_hp_metric=False, prefix="p"), {"default_hp_metric": False}),
+        (CSVLogger(tmp_path / "b", flush_logs_every_n_steps=7), {"flush_logs_every_n_steps": 7}),
+    ):
+        moved = relocated_logger(logger, options, tmp_path / "runs", "evals", 3)
+        assert type(moved) is type(logger) and moved is not logger
+        assert Path(moved.log_dir) == tmp_path / "runs" / "evals" / "version_3"
+        assert (
+            Path(relocated_logger(logger, options, tmp_path, "x", "version_7").log_dir) == tmp_path / "x" / "version_7"
+        )
+    assert moved._flush_logs_every_n_steps == 7  # the configured option travels with it
 
 
 def test_two_fits_started_at_once_finish_in_their_own_folders(tmp_path: Path, digits_dir: Path) -> None:

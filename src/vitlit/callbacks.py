@@ -13,7 +13,11 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 
+from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import ConfigError
+from vitlit.private import set_checkpoint_interval
+from vitlit.schedule import total_steps
+from vitlit.types import Fraction, PositiveInt
 
 
 class RNGStateCheckpoint(Callback):
@@ -75,8 +79,8 @@ class Snapshots(ModelCheckpoint):
 
     def __init__(
         self,
-        every_fraction: float | None = None,
-        every_n_steps: int | None = None,
+        every_fraction: Fraction | None = None,
+        every_n_steps: PositiveInt | None = None,
         keep: int = 5,
         dirpath: str | None = None,
         filename: str = "snapshot-step{step:07d}",
@@ -87,10 +91,6 @@ class Snapshots(ModelCheckpoint):
             )
         if every_n_steps is None and every_fraction is None:
             every_fraction = 0.2
-        if every_fraction is not None and not 0.0 < every_fraction <= 1.0:
-            raise ConfigError(f"Snapshots every_fraction={every_fraction} is outside (0, 1]; 0.2 saves five times.")
-        if every_n_steps is not None and every_n_steps < 1:
-            raise ConfigError(f"Snapshots every_n_steps={every_n_steps} must be at least 1.")
         if keep == 0 or keep < -1:
             raise ConfigError(f"Snapshots keep={keep} must be positive, or -1 to keep all.")
         # monitor="step", mode="max": Lightning's way of keeping the newest k (monitor=None only allows k <= 1).
@@ -100,22 +100,22 @@ class Snapshots(ModelCheckpoint):
             monitor="step",
             mode="max",
             save_top_k=keep,
-            every_n_train_steps=every_n_steps or 1,
+            every_n_train_steps=int(every_n_steps or 1),
             auto_insert_metric_name=False,
             enable_version_counter=False,
         )
-        self.every_fraction = every_fraction
+        self.every_fraction = None if every_fraction is None else float(every_fraction)
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # After checkpoint restore and configure_optimizers: the step count is known and no random draw is moved.
         if self.every_fraction is not None:
-            total = trainer.estimated_stepping_batches
-            if total == float("inf"):
+            total = total_steps(trainer)
+            if total is None:
                 raise ConfigError(
                     "Snapshots every_fraction needs the run's length, but max_epochs and max_steps are unbounded; "
                     "set --trainer.max_epochs or use every_n_steps."
                 )
-            self._every_n_train_steps = max(1, round(int(total) * self.every_fraction))
+            set_checkpoint_interval(self, max(1, round(total * self.every_fraction)))
         super().on_train_start(trainer, pl_module)
 
     @property
@@ -127,10 +127,11 @@ class Snapshots(ModelCheckpoint):
 class PredictionWriter(BasePredictionWriter):
     """Write what ``predict`` computes to ``<run>/predictions.csv``, one row per image, in data order.
 
-    Columns: ``index`` (position in the predicted split), ``source`` (the image file, where the data set knows it),
-    ``predicted`` (class name), ``confidence`` (its probability), then one ``p_<class>`` column per class. The file
-    goes into the log folder of this ``predict`` (for a run's checkpoint, ``<run>/predict/version_K``), so earlier
-    predictions are never overwritten.
+    Columns: ``index`` (position in the predicted split), ``source`` (the image file, where the data module knows
+    it: `vitlit.data.ImageClassificationDataModule.source_files`), ``predicted`` (class name), ``confidence`` (its
+    probability), then one ``p_<class>`` column per class. Class names are those the model was trained with (kept
+    in its checkpoint). The file goes into the log folder of this ``predict`` (for a run's checkpoint,
+    ``<run>/predict/version_K``), so earlier predictions are never overwritten.
 
     Args:
         filename: Name of the CSV file inside the run directory.
@@ -146,18 +147,19 @@ class PredictionWriter(BasePredictionWriter):
         self, trainer: Trainer, pl_module: LightningModule, predictions: list[Any], batch_indices: list[Any]
     ) -> None:
         probs = torch.cat([p.float().cpu() for p in predictions])
+        classes = _class_names(trainer, pl_module, probs.shape[1])
         data = trainer.datamodule
-        classes = list(getattr(data, "classes", None) or [str(i) for i in range(probs.shape[1])])
-        dataset = getattr(data, "test_set", None)
-        sources = _sources(dataset, len(probs))
+        files = data.predict_files() if isinstance(data, ImageClassificationDataModule) else None
+        sources = files if files is not None and len(files) == len(probs) else [""] * len(probs)
         path = Path(trainer.log_dir or trainer.default_root_dir) / self.filename
         path.parent.mkdir(parents=True, exist_ok=True)
         confidence, predicted = probs.max(dim=1)
+        header = ["index", "source", "predicted", "confidence"]
+        if self.probabilities:
+            header += [f"p_{c}" for c in classes]
         with path.open("w", newline="") as f:
             writer = csv.writer(f)
-            writer.writerow(
-                ["index", "source", "predicted", "confidence"] + [f"p_{c}" for c in classes] * self.probabilities
-            )
+            writer.writerow(header)
             for i in range(len(probs)):
                 row = [i, sources[i], classes[predicted[i]], f"{confidence[i]:.6f}"]
                 if self.probabilities:
@@ -166,10 +168,9 @@ class PredictionWriter(BasePredictionWriter):
         rank_zero_info(f"Wrote {len(probs)} predictions to {path}")
 
 
-def _sources(dataset: Any, n: int) -> list[str]:
-    """The file behind each predicted item (torchvision ImageFolder keeps ``samples``), else an empty string."""
-    samples = getattr(getattr(dataset, "source", None), "samples", None)
-    indices = getattr(dataset, "indices", None)
-    if samples is None or indices is None:
-        return [""] * n
-    return [samples[i][0] for i in indices]
+def _class_names(trainer: Trainer, pl_module: LightningModule, n: int) -> list[str]:
+    """The model's class names (from its checkpoint), else the data module's, else the class indices."""
+    names = getattr(pl_module, "hparams", {}).get("class_names")
+    if not names and isinstance(trainer.datamodule, ImageClassificationDataModule):
+        names = trainer.datamodule.class_names
+    return list(names) if names and len(names) == n else [str(i) for i in range(n)]

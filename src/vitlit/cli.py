@@ -10,22 +10,19 @@ the Trainer with its callbacks comes from the YAML. Example::
 from __future__ import annotations
 
 import logging
-import os
-import shutil
+import re
 import signal
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
+from jsonargparse import Namespace
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -34,22 +31,28 @@ from vitlit import __version__
 from vitlit.checkpoint_io import AtomicCheckpointIO, checkpoint_step, read_checkpoint
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import ConfigError, TrainingHalted
+from vitlit.interrupts import FirstInterruptAsSigterm
 from vitlit.model import ViTClassifier
 from vitlit.preflight import check_seed, check_trainer, check_writable_folder
+from vitlit.pretrained import fill_pretrained_normalization
 from vitlit.progress import ProgressBar
 from vitlit.runs import (
+    Placement,
     allocate_version,
+    checkpoint_folders,
     logger_root,
     newer_checkpoint,
     newest_last_checkpoint,
-    own_files,
-    place_logger,
+    relocated_logger,
     resume_config_name,
+    resume_hint,
     run_of_checkpoint,
 )
 from vitlit.trainer import Trainer
 
 PROG = "vitlit"
+#: The trainer settings every recipe shares (callbacks, checkpointing, logging), applied before the --config files.
+DEFAULTS = Path(__file__).with_name("defaults.yaml")
 DESCRIPTION = (
     "Train and evaluate timm Vision Transformers with Lightning: `vitlit fit --config configs/<recipe>.yaml`. "
     "Every option is a YAML key and a --flag; `vitlit fit --help` lists them."
@@ -81,6 +84,27 @@ for _name in ("lightning.pytorch.trainer.connectors.signal_connector", "lightnin
     logging.getLogger(_name).addFilter(_QuietInterruptions())
 
 
+_KEY = re.compile(r'Parser key "([^"]+)"')
+_RESTRICTION = re.compile(r"Not of type (\w+): (?:(\S+) )?does not conform to restriction (.+)")
+_GIVEN = re.compile(r"Given value: (.+)")
+
+
+def _out_of_range(message: str) -> str | None:
+    """One sentence for a value outside a constrained type's range (`vitlit.types`), or ``None`` for other errors.
+
+    jsonargparse says ``Parser key "batch_size": Not of type PositiveInt: 0 does not conform to restriction v>0``,
+    and inside ``Optional``/``Union`` types leaves the value to a ``Given value:`` line further down.
+    """
+    key, found = _KEY.search(message), _RESTRICTION.search(message)
+    if key is None or found is None:
+        return None
+    type_name, value, restriction = found.groups()
+    if value is None:
+        given = _GIVEN.search(message)
+        value = given.group(1).strip() if given else "?"
+    return f"{key.group(1)}={value} is not a {type_name}; give a value with {restriction.strip()}"
+
+
 def _one_line(message: str) -> str:
     """Condense jsonargparse's multi-line report (bad key, wrong type) into one line naming key and value."""
     lines = (line.strip().removeprefix("- ") for line in message.splitlines())
@@ -88,11 +112,15 @@ def _one_line(message: str) -> str:
 
 
 def _user_error(err: BaseException | None) -> BaseException | None:
-    """Return the ConfigError (or Lightning misconfiguration) behind ``err``, however deeply it was wrapped."""
+    """Return the ConfigError (or Lightning misconfiguration) that is ``err`` or that ``err`` was raised from.
+
+    Only explicit causes (``raise ... from err``) are followed: an unrelated error that happened to be handled
+    while another was raised is not the user's.
+    """
     while err is not None:
         if isinstance(err, (ConfigError, MisconfigurationException)):
             return err
-        err = err.__cause__ or err.__context__
+        err = err.__cause__
     return None
 
 
@@ -114,34 +142,46 @@ class VitLitArgumentParser(LightningArgumentParser):
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         cause = _user_error(ex)
-        _exit(f"{cause if cause is not None else _one_line(message)} (`{PROG} <subcommand> --help` lists the options)")
-
-
-@dataclass
-class _Placement:
-    """The folder a run writes into, and how to leave it as it was if the run stops on a user error."""
-
-    run_dir: Path
-    created: bool  # the folder was made for this run (else: an existing run continues)
-    before: set[Path] = field(default_factory=set)  # its top-level files before this run started
-    config_name: str | None = None
-
-    def undo(self, started: float, epochs_done: int) -> None:
-        """Remove what this process added, unless it trained something worth keeping.
-
-        A new run that stops in its first epoch goes entirely, also the ``last.ckpt`` that Lightning saves on the
-        way out, so ``--ckpt_path last`` never prefers a half-trained run. A run that finished an epoch, or that
-        continued an older run and saved a checkpoint, is kept: it can be resumed once the problem is fixed.
-        """
-        if self.created and epochs_done == 0:
-            shutil.rmtree(self.run_dir, ignore_errors=True)
-        elif not self.created and not [p for p in self.run_dir.rglob("*.ckpt") if p.stat().st_mtime >= started]:
-            for path in own_files(self.run_dir, self.before, self.config_name):
-                path.unlink(missing_ok=True)
+        text = str(cause) if cause is not None else _out_of_range(message) or _one_line(message)
+        _exit(f"{text} (`{PROG} <subcommand> --help` lists the options)")
 
 
 class VitLitCLI(LightningCLI):
-    """LightningCLI with the data-to-model links that keep class count and image size in one place."""
+    """LightningCLI wired for vitlit, through Lightning's public hooks only.
+
+    - parser: the data-to-model links (class count, names, image size, channels), no abbreviations, ``--version``;
+    - after parsing: the Trainer-setting checks of `vitlit.preflight`;
+    - before the classes are built: normalisation statistics from the pretrained weights where none are given;
+    - the Trainer: atomic checkpoint writes and vitlit's progress bar;
+    - before each subcommand: ``--ckpt_path last|auto``, the checkpoint check and the run folder (`vitlit.runs`);
+    - around the whole run: SIGTERM/Ctrl-C, a halted run and user errors end in one line and an exit status.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.placement: Placement | None = None
+        self.interrupts = FirstInterruptAsSigterm(PROG)
+        self._started = time.time()
+        try:
+            super().__init__(*args, **kwargs)
+        except SystemExit as err:  # SIGTERM (SIGTERMException) or a second Ctrl-C (Lightning exits after cleanup)
+            trainer = getattr(self, "trainer", None)
+            if trainer is None or not trainer.interrupted:
+                raise
+            name = self.interrupts.signal_name or ("SIGTERM" if isinstance(err, SIGTERMException) else "SIGINT")
+            where = f"interrupted by {name} at epoch {trainer.current_epoch}, step {trainer.global_step}"
+            print(f"{PROG}: {where}; {self._resume_hint()}", file=sys.stderr)
+            raise SystemExit(128 + signal.Signals[name].value) from None  # the shell's convention: 130, 143
+        except TrainingHalted as err:
+            print(f"{PROG}: error: {err}; {self._resume_hint()}", file=sys.stderr)
+            raise SystemExit(1) from None
+        except Exception as err:
+            if self.placement is not None and _user_error(err) is not None:
+                self.placement.undo(self._started, self.trainer.current_epoch)
+            raise
+        finally:
+            self.interrupts.restore()
+
+    # -- parser ----------------------------------------------------------------------------------------------------
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         # No abbreviations: `--trainer.max_ep 5` must be an error, not silently --trainer.max_epochs.
@@ -155,25 +195,32 @@ class VitLitCLI(LightningCLI):
         self.parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        # The data decides what it delivers; the model adapts (its --model.num_classes/img_size flags disappear).
-        parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
-        parser.link_arguments("data.img_size", "model.img_size", apply_on="instantiate")
-        parser.link_arguments("data.class_names", "model.class_names", apply_on="instantiate")
+        # The data decides what it delivers; the model adapts (these --model.* flags disappear).
+        for key in ("num_classes", "class_names", "img_size", "in_chans"):
+            parser.link_arguments(f"data.{key}", f"model.{key}", apply_on="instantiate")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         super().parse_arguments(parser, args)
-        # Values Lightning would crash on, ignore or silently replace: refused before anything is built.
         config = self.config[self.config["subcommand"]]
+        # Values Lightning would crash on, ignore or silently replace: refused before anything is built.
         check_seed(config.get("seed_everything"))
         check_trainer(config["trainer"])
         check_writable_folder(config["trainer"].get("default_root_dir") or ".")
+        # Kept from Lightning until the classes are built: given a checkpoint path, LightningCLI copies the
+        # checkpoint's hyperparameters over the parsed config, so flags typed on the command line could vanish
+        # without a word (and it reads the whole file once more). vitlit runs with the config and flags as given
+        # and checks the checkpoint against them before the run starts (before_<subcommand>).
+        self._ckpt_path = config.get("ckpt_path")
+        if self._ckpt_path is not None:
+            config["ckpt_path"] = None
 
-    def _parse_ckpt_path(self) -> None:
-        # Lightning would copy the checkpoint's model hyperparameters over the parsed config here, silently replacing
-        # flags typed on the command line (and reading the whole file once more). vitlit runs with the config and
-        # the flags as given, for every form of --ckpt_path, and checks the checkpoint against them before the run
-        # starts (_check_checkpoint): architecture and classes must match, training knobs may change.
-        return
+    # -- building the classes --------------------------------------------------------------------------------------
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand]
+        if self._ckpt_path is not None:
+            config["ckpt_path"] = self._ckpt_path
+        fill_pretrained_normalization(config["model"], config["data"]["init_args"])
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         # Read before the Trainer exists: it appends its default callbacks to this same list.
@@ -189,33 +236,27 @@ class VitLitCLI(LightningCLI):
             trainer.callbacks[trainer.callbacks.index(bar)] = ProgressBar()
         return trainer
 
-    def _run_subcommand(self, subcommand: str) -> None:
+    # -- before each subcommand ------------------------------------------------------------------------------------
+
+    def before_fit(self) -> None:
+        self._prepare_run("fit")
+        self.interrupts.install()
+
+    def before_validate(self) -> None:
+        self._prepare_run("validate")
+
+    def before_test(self) -> None:
+        self._prepare_run("test")
+
+    def before_predict(self) -> None:
+        self._prepare_run("predict")
+
+    def _prepare_run(self, subcommand: str) -> None:
+        """Resolve and check the checkpoint (nothing is written before), then choose and create the run folder."""
         ckpt = self._resolve_ckpt_path(subcommand)
         if ckpt is not None:
-            self._check_checkpoint(ckpt)  # before anything is written: a refused checkpoint changes nothing
-        placed = self._place_run(subcommand, ckpt)
-        started = time.time()
-        self._stop_signal: str | None = None
-        previous = self._install_sigint_handler() if subcommand == "fit" else None
-        try:
-            super()._run_subcommand(subcommand)
-        except SystemExit as err:  # SIGTERM (SIGTERMException) or a second Ctrl-C (Lightning exits after cleanup)
-            if not self.trainer.interrupted:
-                raise
-            name = self._stop_signal or ("SIGTERM" if isinstance(err, SIGTERMException) else "SIGINT")
-            where = f"interrupted by {name} at epoch {self.trainer.current_epoch}, step {self.trainer.global_step}"
-            print(f"{PROG}: {where}; {self._resume_hint()}", file=sys.stderr)
-            raise SystemExit(128 + signal.Signals[name].value) from None  # the shell's convention: 130, 143
-        except TrainingHalted as err:
-            print(f"{PROG}: error: {err}; {self._resume_hint()}", file=sys.stderr)
-            raise SystemExit(1) from None
-        except Exception as err:
-            if placed is not None and _user_error(err) is not None:
-                placed.undo(started, self.trainer.current_epoch)
-            raise
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+            self._check_checkpoint(ckpt)
+        self.placement = self._place_run(subcommand, ckpt)
 
     def _resolve_ckpt_path(self, subcommand: str) -> Path | None:
         """Turn ``--ckpt_path last|auto`` into a file and return the checkpoint to start from, if any.
@@ -231,7 +272,7 @@ class VitLitCLI(LightningCLI):
                 raise ConfigError(f"--ckpt_path auto is for fit only; {subcommand} takes last or a checkpoint path.")
             root = logger_root(self.trainer.logger) or Path(self.trainer.default_root_dir).expanduser().resolve()
             # Runs without a logger save to <default_root_dir>/checkpoints; a config may name its own folders too.
-            folders = [Path(self.trainer.default_root_dir) / "checkpoints", *self._checkpoint_folders()]
+            folders = [Path(self.trainer.default_root_dir) / "checkpoints", *checkpoint_folders(self.trainer)]
             found = newest_last_checkpoint([root], folders)
             if found is None and ckpt_path == "last":
                 raise ConfigError(
@@ -250,7 +291,7 @@ class VitLitCLI(LightningCLI):
             known = run is not None and (run / "config.yaml").is_file()
             check(checkpoint.get("hyper_parameters", {}), f"--config {run / 'config.yaml'}" if known else None)
 
-    def _place_run(self, subcommand: str, ckpt: Path | None) -> _Placement | None:
+    def _place_run(self, subcommand: str, ckpt: Path | None) -> Placement | None:
         """Choose the run folder and create it (atomically), before Lightning writes anything.
 
         - ``fit`` from a run's checkpoint continues that run, wherever it is and whatever the current directory: one
@@ -274,8 +315,8 @@ class VitLitCLI(LightningCLI):
                 for callback in self.trainer.callbacks:
                     if isinstance(callback, SaveConfigCallback):
                         callback.config_filename = config_name  # never overwrite the run's original config.yaml
-                place_logger(logger, run.parent.parent, run.parent.name, run.name)
-                return _Placement(run, created=False, before=set(run.iterdir()), config_name=config_name)
+                self._use_logger(run.parent.parent, run.parent.name, run.name)
+                return Placement(run, created=False, before=set(run.iterdir()), config_name=config_name)
             save_dir, name = run.parent.parent, run.parent.name
             print(
                 f"{PROG}: {ckpt.name} is from step {checkpoint_step(ckpt)}, but {newer[0]} is from step {newer[1]}; "
@@ -285,52 +326,18 @@ class VitLitCLI(LightningCLI):
         elif run is not None:
             save_dir, name = run, subcommand
         version = allocate_version(save_dir / name)
-        place_logger(logger, save_dir, name, version)
-        return _Placement(save_dir / name / f"version_{version}", created=True)
+        self._use_logger(save_dir, name, version)
+        return Placement(save_dir / name / f"version_{version}", created=True)
 
-    def _checkpoint_folders(self) -> set[Path]:
-        """The folders the ModelCheckpoints write to: set in the config, or resolved by Lightning once fit started."""
-        return {
-            Path(cb.dirpath)
-            for cb in self.trainer.checkpoint_callbacks
-            if isinstance(cb, ModelCheckpoint) and cb.dirpath
-        }
-
-    def _install_sigint_handler(self) -> signal.Handlers | None:
-        """Make the first Ctrl-C stop like SIGTERM: at the next safe point of the loop, with a checkpoint.
-
-        Python raises KeyboardInterrupt wherever the main thread happens to be, and where that is inside a finaliser
-        or a C callback it is swallowed and training goes on. Lightning's SIGTERM handling instead sets a flag the
-        loops check between steps; the first Ctrl-C is routed there. A second Ctrl-C interrupts at once. POSIX only
-        (on Windows a SIGTERM to oneself terminates the process), main thread only (signal handlers live there), and
-        for ``fit`` only: the other subcommands have no checkpoint to save.
-        """
-        if os.name != "posix" or threading.current_thread() is not threading.main_thread():
-            return None
-
-        def on_sigint(signum: int, frame: object) -> None:
-            if self._stop_signal is not None:
-                raise KeyboardInterrupt
-            self._stop_signal = "SIGINT"
-            print(
-                f"{PROG}: stopping after this step and saving a checkpoint; Ctrl-C again to stop at once",
-                file=sys.stderr,
-            )
-            os.kill(os.getpid(), signal.SIGTERM)
-
-        return signal.signal(signal.SIGINT, on_sigint)
+    def _use_logger(self, save_dir: Path, name: str, version: int | str) -> None:
+        """Give the Trainer a logger like the configured one that writes into ``save_dir/name/version``."""
+        spec = self.config[self.subcommand]["trainer"].get("logger")
+        init_args = dict(spec.get("init_args") or {}) if isinstance(spec, Namespace) else {}
+        self.trainer.logger = relocated_logger(self.trainer.logger, init_args, save_dir, name, version)
 
     def _resume_hint(self) -> str:
-        """The command that resumes the stopped run (its checkpoint was saved on the way out), or why there is none."""
-        trainer = self.trainer
-        saved = [p for folder in self._checkpoint_folders() for p in folder.glob("*.ckpt")]
-        if not saved or trainer.log_dir is None:
-            return "no checkpoint was written, so there is nothing to resume."
-        # last.ckpt where the config keeps one (it was rewritten on the way out), else the newest checkpoint.
-        newest = max(saved, key=lambda p: (p.name == "last.ckpt", p.stat().st_mtime))
-        saved_config = [cb.config_filename for cb in trainer.callbacks if isinstance(cb, SaveConfigCallback)]
-        config = Path(trainer.log_dir) / (saved_config[0] if saved_config else "config.yaml")
-        return f"resume with: python -m {PROG} fit --config {config} --ckpt_path {newest}"
+        name = self.placement.config_name if self.placement is not None and self.placement.config_name else None
+        return resume_hint(self.trainer, name or "config.yaml", PROG)
 
 
 def _check_config_files(argv: list[str]) -> None:
@@ -404,6 +411,11 @@ def _cli(args: Sequence[str] | None) -> VitLitCLI:
         # silently replace them.
         auto_configure_optimizers=False,
         parser_class=VitLitArgumentParser,
-        parser_kwargs={"prog": PROG, "description": DESCRIPTION},
+        parser_kwargs={
+            "prog": PROG,
+            "description": DESCRIPTION,
+            # vitlit's shared trainer settings, under every --config a run is given (see defaults.yaml).
+            **{sub: {"default_config_files": [str(DEFAULTS)]} for sub in ("fit", "validate", "test", "predict")},
+        },
         args=None if args is None else list(args),
     )

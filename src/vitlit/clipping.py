@@ -16,6 +16,8 @@ import torch
 from lightning.pytorch.plugins.precision import Precision
 from torch.optim import Optimizer
 
+from vitlit.private import unscales_internally
+
 
 def clip_true_gradients(
     optimizer: Optimizer, precision: Precision, clip_val: float | None, algorithm: str | None = "norm"
@@ -36,7 +38,7 @@ def clip_true_gradients(
     if not clip_val:
         return
     scaler = getattr(precision, "scaler", None)
-    if scaler is not None and getattr(optimizer, "_step_supports_amp_scaling", False):
+    if scaler is not None and unscales_internally(optimizer):
         # Lightning skipped unscale_ for this optimizer; the GradScaler remembers it was done and does not repeat it.
         scaler.unscale_(optimizer)
     params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]

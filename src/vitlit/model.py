@@ -21,17 +21,20 @@ from vitlit.checkpoint_io import UNREADABLE
 from vitlit.clipping import clip_true_gradients
 from vitlit.errors import ConfigError
 from vitlit.optim import WarmupCosineLR, apply_lr_scale, param_groups
+from vitlit.schedule import total_steps
+from vitlit.types import Fraction, PositiveInt, Rate, plain
 
 # Hyperparameters that fix the shape of the weights: a checkpoint only fits a model with the same values.
-_ARCHITECTURE_KEYS = ("model_name", "num_classes", "img_size", "patch_size")
+_ARCHITECTURE_KEYS = ("model_name", "num_classes", "img_size", "in_chans", "patch_size")
 
 
 @functools.lru_cache(maxsize=16)
-def _flops_per_image(model_name: str, img_size: int, net_kwargs: tuple[tuple[str, Any], ...]) -> int:
+def _flops_per_image(model_name: str, net_kwargs: tuple[tuple[str, Any], ...]) -> int:
     """Forward + backward FLOPs of one image, counted on the meta device; about a second, so counted once a process."""
+    kwargs = dict(net_kwargs)
     with torch.device("meta"):
-        net = timm.create_model(model_name, pretrained=False, **dict(net_kwargs))
-        images = torch.empty(1, 3, img_size, img_size)
+        net = timm.create_model(model_name, pretrained=False, **kwargs)
+        images = torch.empty(1, kwargs["in_chans"], kwargs["img_size"], kwargs["img_size"])
     return measure_flops(net, lambda: net(images), lambda logits: logits.sum())
 
 
@@ -46,6 +49,8 @@ class ViTClassifier(LightningModule):
         model_name: timm model name, e.g. ``vit_tiny_patch16_224`` or ``vit_base_patch16_224.augreg_in21k``.
         num_classes: Number of classes (linked from ``data.num_classes``).
         img_size: Input image side in pixels (linked from ``data.img_size``); must be divisible by the patch size.
+        in_chans: Input channels (linked from ``data.in_chans``). With pretrained weights of another channel count
+            timm adapts the patch embedding (summed for 1 channel, repeated and rescaled for more).
         patch_size: Patch side in pixels; ``None`` keeps the model's own (16 for ``*_patch16_*``). With pretrained
             weights timm resamples the patch embedding and the position embedding to the new sizes.
         drop_path_rate: Stochastic-depth rate of the last block (linearly increasing from 0 over the blocks).
@@ -55,8 +60,8 @@ class ViTClassifier(LightningModule):
             timm model) instead of the hub; for offline machines. Loaded with ``weights_only`` semantics.
         grad_checkpointing: Recompute block activations in the backward pass: about 30% slower, far less memory.
         compile: Compile the network with ``torch.compile`` (in place, so checkpoints keep their parameter names):
-            slower start (tens of seconds), faster steps on a GPU. Batches keep one size (``drop_last`` in training)
-            so it compiles once for training and once for evaluation.
+            slower start (tens of seconds), faster steps on a GPU. Training batches keep one size (``drop_last``), so
+            training compiles once; evaluation compiles once more for its last, partial batch.
         label_smoothing: Label smoothing of the cross-entropy loss (0.1 in the reference ViT recipes). It is applied
             here only, once, also to the soft targets of Mixup/CutMix (PyTorch's cross-entropy accepts both).
         layer_decay: Layer-wise learning-rate decay for fine-tuning (e.g. 0.75): block ``i`` of ``n`` learns at
@@ -76,23 +81,26 @@ class ViTClassifier(LightningModule):
     def __init__(
         self,
         model_name: str = "vit_tiny_patch16_224",
-        num_classes: int = 10,
-        img_size: int = 224,
-        patch_size: int | None = None,
-        drop_path_rate: float = 0.1,
-        drop_rate: float = 0.0,
+        num_classes: PositiveInt = 10,
+        img_size: PositiveInt = 224,
+        in_chans: PositiveInt = 3,
+        patch_size: PositiveInt | None = None,
+        drop_path_rate: Rate = 0.1,
+        drop_rate: Rate = 0.0,
         pretrained: bool = False,
         pretrained_file: str | None = None,
         grad_checkpointing: bool = False,
         compile: bool = False,
-        label_smoothing: float = 0.1,
-        layer_decay: float | None = None,
+        label_smoothing: Rate = 0.1,
+        layer_decay: Fraction | None = None,
         class_names: list[str] | None = None,
         optimizer: OptimizerCallable = lambda params: torch.optim.AdamW(params, lr=5e-4, weight_decay=0.05),
         scheduler: LRSchedulerCallable = lambda optimizer: WarmupCosineLR(optimizer, warmup_steps=500),
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
+        for key, value in self.hparams.items():  # plain numbers, so that checkpoints load with weights_only
+            self.hparams[key] = plain(value)
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self._check_optimization()
@@ -111,13 +119,14 @@ class ViTClassifier(LightningModule):
         self.val_metrics = MetricCollection({"acc": top1.clone(), "acc_top5": top5.clone()}, prefix="val/")
         self.test_metrics = self.val_metrics.clone(prefix="test/")
         if not compile:  # lets Lightning's model summary show FLOPs and shapes (a compiled model would recompile)
-            self.example_input_array = torch.zeros(1, 3, img_size, img_size)
+            self.example_input_array = torch.zeros(1, in_chans, img_size, img_size)
 
     def _net_kwargs(self) -> dict[str, Any]:
         hp = self.hparams
         kwargs: dict[str, Any] = {
             "num_classes": hp.num_classes,
             "img_size": hp.img_size,
+            "in_chans": hp.in_chans,
             "drop_path_rate": hp.drop_path_rate,
             "drop_rate": hp.drop_rate,
         }
@@ -128,12 +137,10 @@ class ViTClassifier(LightningModule):
     def flops_per_image(self) -> int:
         """Model FLOPs of one training image, forward and backward, counted once on the meta device (no memory).
 
-        `vitlit.monitor.Throughput` turns this into TFLOP/s and MFU. Attention is counted as PyTorch's FLOP counter
+        `vitlit.monitor.SpeedMonitor` turns this into TFLOP/s and MFU. Attention is counted as PyTorch's FLOP counter
         counts ``scaled_dot_product_attention``; augmentation and the optimizer are not model FLOPs.
         """
-        return _flops_per_image(
-            self.hparams.model_name, self.hparams.img_size, tuple(sorted(self._net_kwargs().items()))
-        )
+        return _flops_per_image(self.hparams.model_name, tuple(sorted(self._net_kwargs().items())))
 
     def _check_optimization(self) -> None:
         """Build the optimizer and scheduler once on a probe parameter, so a bad value stops the run before it starts.
@@ -167,22 +174,8 @@ class ViTClassifier(LightningModule):
                 f"model_name={hp.model_name!r} is not a timm model; pick one of timm.list_models('*vit*'), "
                 f"e.g. vit_tiny_patch16_224."
             )
-        for name in ("num_classes", "img_size"):
-            if hp[name] < 1:
-                raise ConfigError(f"{name}={hp[name]} must be positive.")
         if hp.class_names is not None and len(hp.class_names) != hp.num_classes:
             raise ConfigError(f"class_names has {len(hp.class_names)} names for num_classes={hp.num_classes}.")
-        if hp.patch_size is not None and hp.patch_size < 1:
-            raise ConfigError(
-                f"patch_size={hp.patch_size} must be a positive number of pixels, e.g. 4 at 32 px or 16 at 224 px."
-            )
-        if not 0.0 <= hp.label_smoothing < 1.0:
-            raise ConfigError(f"label_smoothing={hp.label_smoothing} is outside [0, 1); 0.1 is the usual value.")
-        if hp.layer_decay is not None and not 0.0 < hp.layer_decay <= 1.0:
-            raise ConfigError(f"layer_decay={hp.layer_decay} is outside (0, 1]; 0.65-0.75 is usual for fine-tuning.")
-        for name in ("drop_path_rate", "drop_rate"):
-            if not 0.0 <= hp[name] < 1.0:
-                raise ConfigError(f"{name}={hp[name]} is outside [0, 1); 0.1 is a usual value.")
         kwargs = self._net_kwargs()
         # Build once on the meta device (no memory, no download) to validate the geometry before any real work.
         try:
@@ -222,7 +215,7 @@ class ViTClassifier(LightningModule):
         return timm.create_model(hp.model_name, pretrained=hp.pretrained, **kwargs)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Return class logits of shape (batch, num_classes) for images of shape (batch, 3, img_size, img_size)."""
+        """Return class logits (batch, num_classes) for images of shape (batch, in_chans, img_size, img_size)."""
         return self.net(images)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
@@ -263,17 +256,17 @@ class ViTClassifier(LightningModule):
         apply_lr_scale(optimizer)
         scheduler = self.scheduler_factory(optimizer)
         if getattr(scheduler, "total_steps", 0) is None:
-            total = self.trainer.estimated_stepping_batches
-            if math.isinf(total):
+            total = total_steps(self.trainer)
+            if total is None:
                 raise ConfigError(
                     f"the learning-rate schedule needs the run's length, but max_epochs={self.trainer.max_epochs} and "
                     f"max_steps={self.trainer.max_steps} set no end (-1 means no limit); give --trainer.max_epochs or "
                     f"--trainer.max_steps a positive value."
                 )
             set_total = getattr(scheduler, "set_total_steps", None)
-            note = set_total(int(total)) if callable(set_total) else None
+            note = set_total(total) if callable(set_total) else None
             if not callable(set_total):
-                scheduler.total_steps = int(total)
+                scheduler.total_steps = total
             if note and self.trainer.is_global_zero:
                 print(f"vitlit: {note}", file=sys.stderr)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
@@ -307,9 +300,9 @@ class ViTClassifier(LightningModule):
     def check_checkpoint(self, saved: dict[str, Any], options: str | None = None) -> None:
         """Raise a one-line `ConfigError` if weights saved with hyperparameters ``saved`` do not fit this model.
 
-        Architecture (``model_name``, ``num_classes``, ``img_size``, ``patch_size``) must match, and so must the class
-        names where both sides know them; training knobs (learning rate, smoothing, drop path) may differ. The CLI
-        calls this before a run starts, so a refused checkpoint leaves every run folder as it was.
+        Architecture (``model_name``, ``num_classes``, ``img_size``, ``in_chans``, ``patch_size``) must match, and so
+        must the class names where both sides know them; training knobs (learning rate, smoothing, drop path) may
+        differ. The CLI calls this before a run starts, so a refused checkpoint leaves every run folder as it was.
 
         Args:
             saved: The checkpoint's ``hyper_parameters``.

@@ -58,8 +58,12 @@ def available_flops(device: torch.device, dtype: torch.dtype) -> float | None:
     return get_available_flops(device, dtype)
 
 
-class Throughput(Callback):
+class SpeedMonitor(Callback):
     """Log training images/s, achieved TFLOP/s and MFU every logging step, and peak device memory every epoch.
+
+    Named apart from Lightning's ``ThroughputMonitor`` (which syncs every step) and its ``Throughput`` meter (used
+    inside). FLOPs are counted per image rather than per batch (Lightning's ``flops_per_batch``), because the images
+    between two logging steps are counted from the batch shapes, whatever their size.
 
     Logged: ``perf/images_per_sec``; ``perf/tflops_per_sec`` (model FLOPs of forward and backward, counted once per
     image by the model's ``flops_per_image()``, e.g. `vitlit.model.ViTClassifier.flops_per_image`);
@@ -79,8 +83,10 @@ class Throughput(Callback):
         self.available_flops: float | None = None
         self.last: dict[str, float] = {}
         self._meter: ThroughputWindow | None = None
-        self._pending = [0, 0]  # images and batches since the clock was last read
-        self._totals = [0, 0, 0.0]  # timed images, batches and seconds
+        # Since the clock was last read: images and batches; in all timed intervals: images, batches and seconds.
+        self._images = self._batches = 0
+        self._timed_images = self._timed_batches = 0
+        self._timed_seconds = 0.0
         self._t0: float | None = None
         self._logged_step = -1
 
@@ -113,23 +119,25 @@ class Throughput(Callback):
             # The clock starts after the epoch's first batch (one sync per epoch): loader start-up, the first
             # batch's allocations and validation are not training time, and an epoch of a single logging interval
             # is still measured.
-            self._t0, self._pending = self._now(trainer), [0, 0]
+            self._t0, self._images, self._batches = self._now(trainer), 0, 0
             return
         images = batch[0] if isinstance(batch, (list, tuple)) else batch
-        self._pending[0] += len(images)
-        self._pending[1] += 1
+        self._images += len(images)
+        self._batches += 1
         step = trainer.global_step
         if step % trainer.log_every_n_steps or step == self._logged_step:
             return  # not a logging step, or one still accumulating gradients
         self._logged_step = step
         now = self._now(trainer)  # one sync per logging step
         t0, self._t0 = self._t0, now
-        (images, batches), self._pending = self._pending, [0, 0]
-        self._totals[0] += images
-        self._totals[1] += batches
-        self._totals[2] += now - t0
-        flops = self.flops_per_image * images if self.flops_per_image is not None else None
-        self._meter.update(time=self._totals[2], batches=self._totals[1], samples=self._totals[0], flops=flops)
+        self._timed_images += self._images
+        self._timed_batches += self._batches
+        self._timed_seconds += now - t0
+        flops = self.flops_per_image * self._images if self.flops_per_image is not None else None
+        self._images = self._batches = 0
+        self._meter.update(
+            time=self._timed_seconds, batches=self._timed_batches, samples=self._timed_images, flops=flops
+        )
         metrics = self._meter.compute()
         names = {
             "device/samples_per_sec": ("perf/images_per_sec", 1.0),

@@ -19,7 +19,9 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.optim import Optimizer
 
-from vitlit.errors import ConfigError, TrainingHalted
+from vitlit.errors import TrainingHalted
+from vitlit.private import unscales_internally
+from vitlit.types import PositiveInt
 
 
 class NonFiniteGuard(Callback):
@@ -42,17 +44,14 @@ class NonFiniteGuard(Callback):
     """
 
     def __init__(
-        self, action: Literal["stop", "skip"] = "stop", max_consecutive_skips: int = 20, check_every_n_steps: int = 50
+        self,
+        action: Literal["stop", "skip"] = "stop",
+        max_consecutive_skips: PositiveInt = 20,
+        check_every_n_steps: PositiveInt = 50,
     ) -> None:
-        if action not in ("stop", "skip"):
-            raise ConfigError(f"NonFiniteGuard action={action!r} is not one of 'stop', 'skip'.")
-        limits = {"max_consecutive_skips": max_consecutive_skips, "check_every_n_steps": check_every_n_steps}
-        for name, value in limits.items():
-            if value < 1:
-                raise ConfigError(f"NonFiniteGuard {name}={value} must be at least 1.")
         self.action = action
-        self.max_consecutive_skips = max_consecutive_skips
-        self.check_every_n_steps = check_every_n_steps
+        self.max_consecutive_skips = int(max_consecutive_skips)
+        self.check_every_n_steps = int(check_every_n_steps)
         self.skipped = 0  # skipped steps over the whole run (restored on resume), as of the last check
         self._reported = 0
         self._pending: torch.Tensor | None = None  # bad micro-batches of the step being accumulated
@@ -134,9 +133,7 @@ class NonFiniteGuard(Callback):
 
 
 def _is_fused(optimizer: Optimizer) -> bool:
-    return bool(getattr(optimizer, "_step_supports_amp_scaling", False)) and all(
-        group.get("fused") for group in optimizer.param_groups
-    )
+    return unscales_internally(optimizer) and all(group.get("fused") for group in optimizer.param_groups)
 
 
 def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:

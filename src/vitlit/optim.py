@@ -15,6 +15,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from vitlit.errors import ConfigError
+from vitlit.types import NonNegativeInt, PositiveInt, Probability
 
 # Marks timm's decayed groups so that the optimizer's configured weight decay applies to them (see param_groups).
 _CONFIGURED_DECAY = -1.0
@@ -43,8 +44,6 @@ def param_groups(model: nn.Module, skip: Iterable[str] = (), layer_decay: float 
     """
     skip = set(skip)
     if layer_decay is not None:
-        if not 0.0 < layer_decay <= 1.0:
-            raise ConfigError(f"layer_decay={layer_decay} is outside (0, 1]; 0.65-0.75 is usual for fine-tuning ViTs.")
         groups = param_groups_layer_decay(
             model, weight_decay=_CONFIGURED_DECAY, no_weight_decay_list=skip, layer_decay=layer_decay
         )
@@ -88,19 +87,15 @@ class WarmupCosineLR(LambdaLR):
     def __init__(
         self,
         optimizer: torch.optim.Optimizer,
-        warmup_steps: int = 500,
-        total_steps: int | None = None,
-        min_lr_ratio: float = 0.01,
+        warmup_steps: NonNegativeInt = 500,
+        total_steps: PositiveInt | None = None,
+        min_lr_ratio: Probability = 0.01,
     ) -> None:
-        if warmup_steps < 0:
-            raise ConfigError(f"warmup_steps={warmup_steps} is negative; set it to 0 or more.")
-        if total_steps is not None and total_steps < 1:
-            raise ConfigError(f"total_steps={total_steps} must be at least 1; leave it unset to use the run's length.")
-        if not 0.0 <= min_lr_ratio <= 1.0:
-            raise ConfigError(f"min_lr_ratio={min_lr_ratio} is outside [0, 1]; use e.g. 0.01 for a 1% floor.")
-        self.warmup_steps = warmup_steps
-        self.total_steps = total_steps
-        self.min_lr_ratio = min_lr_ratio
+        # Plain numbers: the parser's constrained types would make the checkpoint's scheduler state unreadable for
+        # torch.load(weights_only=True).
+        self.warmup_steps = int(warmup_steps)
+        self.total_steps = None if total_steps is None else int(total_steps)
+        self.min_lr_ratio = float(min_lr_ratio)
         super().__init__(optimizer, self.lr_factor)
 
     #: The largest share of the run the warmup may take; a longer one is shortened when the run's length is known.

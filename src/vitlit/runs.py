@@ -1,15 +1,20 @@
 """Run folders (``<root>/version_N``): allocate one safely, find the newest checkpoint, continue a run, read it back.
 
 A run folder is what a logger writes: ``config.yaml``, ``hparams.yaml``, TensorBoard events and ``checkpoints/``.
-The CLI uses these functions; notebooks, benchmarks and tests use `read_scalars`.
+The CLI uses these functions (it only decides when); notebooks, benchmarks and tests use `read_scalars`.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -61,27 +66,22 @@ def allocate_version(root: Path) -> int:
             n += 1
 
 
-def place_logger(logger: Logger | None, save_dir: Path, name: str, version: int | str) -> bool:
-    """Make a TensorBoardLogger or CSVLogger write into ``save_dir/name/version`` (``version_N`` for an int).
+def relocated_logger(
+    logger: Logger, init_args: dict[str, Any], save_dir: Path, name: str, version: int | str
+) -> Logger:
+    """A new logger of ``logger``'s class with its configured arguments, writing into ``save_dir/name/version``.
 
-    Lightning's loggers take these only in their constructor, which LightningCLI calls from the config; the config
-    itself must stay as the user wrote it (it is saved with the run and used to resume), so the instantiated logger
-    is pointed at the folder here. This is the one place that sets a logger's private fields; checked against
-    Lightning 2.5 and 2.6, and ``tests/test_runs.py`` fails if they change.
+    Lightning's loggers take their folder in the constructor only, and the config must stay as the user wrote it (it
+    is saved with the run and used to resume), so the CLI builds the logger again through its public constructor.
 
-    Returns:
-        Whether the logger was placed (``False`` for other loggers, which keep their own folders).
+    Args:
+        logger: The TensorBoardLogger or CSVLogger the Trainer was built with.
+        init_args: The arguments the config gave it (empty for ``logger: true``).
+        save_dir: The folder that holds the run's ``name`` folder.
+        name: The folder of the run's versions (``lightning_logs``, or the subcommand for evaluations).
+        version: The run's version: ``N`` for ``version_N``.
     """
-    if isinstance(logger, TensorBoardLogger):
-        logger._root_dir = os.fspath(save_dir)
-    elif isinstance(logger, CSVLogger):
-        logger._save_dir = os.fspath(save_dir)
-        logger._root_dir = os.fspath(save_dir)
-    else:
-        return False
-    logger._name = name
-    logger._version = version
-    return True
+    return type(logger)(**{**init_args, "save_dir": os.fspath(save_dir), "name": name, "version": version})
 
 
 def logger_root(logger: Logger | None) -> Path | None:
@@ -130,3 +130,47 @@ def own_files(run_dir: Path, before: set[Path], config_name: str | None) -> list
     pid = f".{os.getpid()}."
     added = [p for p in run_dir.iterdir() if p.is_file() and p not in before]
     return [p for p in added if p.name == config_name or (p.name.startswith("events.out.tfevents.") and pid in p.name)]
+
+
+@dataclass
+class Placement:
+    """The folder a run writes into, and how to leave it as it was if the run stops on a user error."""
+
+    run_dir: Path
+    created: bool  # the folder was made for this run (else: an existing run continues)
+    before: set[Path] = field(default_factory=set)  # its top-level files before this run started
+    config_name: str | None = None
+
+    def undo(self, started: float, epochs_done: int) -> None:
+        """Remove what this process added, unless it trained something worth keeping.
+
+        A new run that stops in its first epoch goes entirely, also the ``last.ckpt`` that Lightning saves on the
+        way out, so ``--ckpt_path last`` never prefers a half-trained run. A run that finished an epoch, or that
+        continued an older run and saved a checkpoint, is kept: it can be resumed once the problem is fixed.
+        """
+        if self.created and epochs_done == 0:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        elif not self.created and not [p for p in self.run_dir.rglob("*.ckpt") if p.stat().st_mtime >= started]:
+            for path in own_files(self.run_dir, self.before, self.config_name):
+                path.unlink(missing_ok=True)
+
+
+def checkpoint_folders(trainer: Trainer) -> set[Path]:
+    """The folders the Trainer's ModelCheckpoints write to: set in the config, or resolved once fit started."""
+    return {Path(cb.dirpath) for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath}
+
+
+def resume_hint(trainer: Trainer, config_name: str, program: str = "vitlit") -> str:
+    """The command that resumes a stopped run (its checkpoint was saved on the way out), or why there is none.
+
+    Args:
+        trainer: The Trainer of the stopped run.
+        config_name: The file name the run's config was saved under (``config.yaml``, or ``config.resume-K.yaml``).
+        program: The module to run.
+    """
+    saved = [p for folder in checkpoint_folders(trainer) for p in folder.glob("*.ckpt")]
+    if not saved or trainer.log_dir is None:
+        return "no checkpoint was written, so there is nothing to resume."
+    # last.ckpt where the config keeps one (it was rewritten on the way out), else the newest checkpoint.
+    newest = max(saved, key=lambda p: (p.name == "last.ckpt", p.stat().st_mtime))
+    return f"resume with: python -m {program} fit --config {Path(trainer.log_dir) / config_name} --ckpt_path {newest}"

@@ -9,9 +9,11 @@ keeps Lightning's signatures, so the subcommands take exactly Lightning's argume
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
+
+from vitlit.nonfinite import NonFiniteGuard
 
 _CKPT_PATH = """ckpt_path: Checkpoint to start from: a ``.ckpt`` file, ``last`` (the newest ``last.ckpt`` of any run
                 under ``--trainer.default_root_dir``){auto}. It is read with ``weights_only`` safety and must fit
@@ -39,7 +41,24 @@ def _documented(method: Any, doc: str) -> Any:
 
 
 class Trainer(L.Trainer):
-    """Lightning's Trainer; the subcommands' help texts are vitlit's (see the module docstring)."""
+    """Lightning's Trainer, with a guard against non-finite steps; the subcommands' help texts are vitlit's.
+
+    Args:
+        nonfinite: What a NaN/inf loss or gradient does (`vitlit.nonfinite.NonFiniteGuard`, which skips the update on
+            the device): ``stop`` the run, saving a checkpoint to resume from; ``skip`` the step, count it in
+            ``train/nonfinite_steps`` and train on; ``off`` for no guard. A NonFiniteGuard given in ``callbacks``
+            (for its other settings) is used instead.
+        **kwargs: Lightning's Trainer arguments (``--trainer.help`` lists them).
+    """
+
+    def __init__(self, *, nonfinite: Literal["stop", "skip", "off"] = "stop", **kwargs: Any) -> None:
+        callbacks = kwargs.get("callbacks")
+        callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, list) else [callbacks]
+        if nonfinite != "off" and not any(isinstance(cb, NonFiniteGuard) for cb in callbacks):
+            callbacks.append(NonFiniteGuard(action=nonfinite))
+        self.nonfinite = nonfinite
+        kwargs["callbacks"] = callbacks
+        super().__init__(**kwargs)  # this form lets jsonargparse find Lightning's arguments behind **kwargs
 
     fit = _documented(
         L.Trainer.fit,

@@ -1,12 +1,12 @@
-"""What every vitlit data module shares: the seeded validation split, the transforms and the loaders.
+"""What every vitlit data module shares: the data contract, the seeded validation split, transforms and loaders.
 
-A subclass only says where its images come from (`_train_source`, `_val_source`, `_test_source`), how many classes
-there are, and its normalisation statistics. Everything else, and every common flag, lives here once.
+A subclass says what data it has through the hooks of `ImageClassificationDataModule` (its sources, class names and,
+optionally, cheaper ways to read targets, raw images and file names); everything else, and every common flag, lives
+here once and reads the data only through those hooks. The forking guide in the README walks through one subclass.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -15,19 +15,21 @@ from typing import Any
 
 import torch
 from lightning.pytorch import LightningDataModule
+from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 
 from vitlit.data.batch_augment import BatchAugment
-from vitlit.data.device import DeviceLoader, images_as_uint8
-from vitlit.data.transforms import (
-    POLICIES,
-    RANDAUGMENT_MAX_MAGNITUDE,
-    Policy,
-    eval_transform,
-    policy_transform,
-    train_transform,
-)
+from vitlit.data.device import DeviceLoader, decode_uint8
+from vitlit.data.transforms import Magnitude, Policy, eval_transform, policy_transform, train_transform
 from vitlit.errors import ConfigError
+from vitlit.schedule import training_progress
+from vitlit.types import PositiveFloat, PositiveInt, plain
+
+#: Normalisation statistics of ImageNet, the default of data modules that name none of their own.
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+#: Channel counts the per-image augmentation policies (torchvision's colour operations) accept.
+POLICY_CHANNELS = (1, 3)
 
 
 class TransformedSubset(Dataset):
@@ -44,11 +46,6 @@ class TransformedSubset(Dataset):
 
     def __len__(self) -> int:
         return len(self.indices)
-
-    @property
-    def targets(self) -> list[int]:
-        """Class index of every item, without loading images (torchvision datasets keep ``targets``)."""
-        return [self.source.targets[i] for i in self.indices]
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         image, target = self.source[self.indices[i]]
@@ -90,11 +87,41 @@ def split_indices(n: int, val_size: int | float, seed: int) -> tuple[list[int], 
     return order[n_val:], order[:n_val]
 
 
+def channel_statistics(values: Sequence[float], in_chans: int, name: str) -> tuple[float, ...]:
+    """Fit per-channel statistics to ``in_chans`` channels: as they are, or averaged into one for grey images.
+
+    Args:
+        values: Statistics of some channel count (a data set's defaults, or a pretrained model's).
+        in_chans: Channels of the images.
+        name: ``mean`` or ``std``, for the message.
+
+    Raises:
+        ConfigError: If the counts differ otherwise; the user must then give one value per channel.
+    """
+    if len(values) == in_chans:
+        return tuple(values)
+    if in_chans == 1:  # grey images: the average of the colour channels' statistics, as grey is their average
+        return (sum(values) / len(values),)
+    raise ConfigError(
+        f"the images have {in_chans} channels but the default {name} has {len(values)} values; give one per "
+        f"channel with --data.{name}, e.g. [{', '.join(['0.5'] * in_chans)}]."
+    )
+
+
 class ImageClassificationDataModule(LightningDataModule, ABC):
-    """Base class of vitlit's data modules: loaders, seeded validation split and train/eval transforms.
+    """Base class of vitlit's data modules: the data contract, loaders, seeded validation split and transforms.
+
+    **The contract.** A subclass implements `class_names`, `train_source` and `test_source` (and `val_source` where
+    the data has its own validation split): datasets of ``(image, class index)`` without transforms, the image a
+    PIL image or a ``(C, H, W)`` uint8 tensor with ``in_chans`` channels. Three optional hooks make it faster:
+    `source_targets` (class indices without decoding, for ``class_balanced``), `source_uint8` (all images as one
+    uint8 tensor, for ``on_device``) and `source_files` (file names, for ``predictions.csv``); ``native_size``
+    avoids a resize, ``default_mean``/``default_std`` give the data's statistics. Nothing else of a dataset is read.
 
     Args:
         img_size: Side of the square images fed to the model; linked to ``model.img_size`` by the CLI.
+        in_chans: Channels of the images (1 grey, 3 RGB, 4 RGBA or any count a data module delivers); linked to
+            ``model.in_chans``. Pretrained weights are adapted by timm (their patch embedding).
         batch_size: Images per batch (per device); the effective batch also counts
             ``trainer.accumulate_grad_batches``.
         val_size: Validation images carved from the training set when the data has no validation split of its own:
@@ -103,24 +130,19 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         pin_memory: Pin host memory for faster copies to the GPU (ignored when no GPU is present).
         persistent_workers: Keep workers alive between epochs; restarting them costs seconds per short epoch.
         seed: Seed of the train/validation split (independent of ``seed_everything``, so the split never changes).
-        mean: Per-channel normalisation mean; ``None`` uses the data set's own statistics.
-        std: Per-channel normalisation standard deviation; ``None`` uses the data set's own statistics.
+        mean: Per-channel normalisation mean, one value per channel; ``None`` uses the data's own statistics, or
+            with pretrained weights those the weights were trained with (timm's pretrained config).
+        std: Per-channel normalisation standard deviation; ``None`` as for ``mean``.
         crop_padding: Padding of the training random crop in pixels; ``None`` means ``img_size // 8`` (4 at 32 px),
             0 disables the crop.
         hflip: Random horizontal flips in training.
         augment: Per-image augmentation policy after crop and flip: ``none``, ``trivialaugment``
-            (TrivialAugmentWide), ``randaugment`` or ``autoaugment`` (the CIFAR-10 policy).
+            (TrivialAugmentWide), ``randaugment`` or ``autoaugment`` (the CIFAR-10 policy). 1 or 3 channels.
         randaugment_num_ops: RandAugment: operations per image.
         randaugment_magnitude: RandAugment: magnitude of each operation, 0 to 30 (9 in DeiT's recipe).
-        random_erasing: Probability of erasing a random rectangle of each training image (on the batch, after
-            normalisation; 0.25 in DeiT's recipe). 0 disables it.
-        random_erasing_end: Erasing probability at the end of training, reached linearly from ``random_erasing``
-            (e.g. 0.4 -> 0.2); ``None`` keeps it constant.
-        mixup_alpha: Mixup's Beta(alpha, alpha) parameter (0.8 in DeiT's recipe); 0 disables Mixup. Targets become
-            class probabilities; the model's label smoothing still applies once.
-        cutmix_alpha: CutMix's Beta(alpha, alpha) parameter (1.0 in DeiT's recipe); 0 disables CutMix.
-        mixup_prob: Probability that a batch is mixed at all (Mixup or CutMix).
-        mixup_switch_prob: With both enabled, probability that a mixed batch uses CutMix rather than Mixup.
+        batch_augment: Random erasing and Mixup/CutMix on whole training batches, on the training device
+            (`vitlit.data.BatchAugment`, given like the model's optimizer: ``class_path`` and ``init_args``);
+            ``None`` for none.
         class_balanced: Draw training images with probability inversely proportional to their class's frequency
             (with replacement, one epoch = as many draws as images), for class-imbalanced data.
         on_device: Keep every split as one uint8 tensor on the training device and crop, flip and normalise whole
@@ -128,132 +150,164 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             device memory (CIFAR: 150 MB). Per-image policies (``augment``) need the DataLoader path (false).
     """
 
-    #: Normalisation statistics used when ``mean``/``std`` are not given.
-    default_mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
-    default_std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    #: Normalisation statistics of the data, used when ``mean``/``std`` are not given; a subclass overrides them
+    #: (class attributes, or properties that depend on its arguments). Read when needed, never in ``__init__``.
+    default_mean: Sequence[float] = IMAGENET_MEAN
+    default_std: Sequence[float] = IMAGENET_STD
+    #: Side of the stored images when they all share one; at that ``img_size`` nothing is resized.
+    native_size: int | None = None
 
     def __init__(
         self,
-        img_size: int = 32,
-        batch_size: int = 128,
+        img_size: PositiveInt = 32,
+        in_chans: PositiveInt = 3,
+        batch_size: PositiveInt = 128,
         val_size: int | float = 5000,
         num_workers: int = 4,
         pin_memory: bool = True,
         persistent_workers: bool = True,
         seed: int = 42,
         mean: list[float] | None = None,
-        std: list[float] | None = None,
+        std: list[PositiveFloat] | None = None,
         crop_padding: int | None = None,
         hflip: bool = True,
         augment: Policy = "none",
-        randaugment_num_ops: int = 2,
-        randaugment_magnitude: int = 9,
-        random_erasing: float = 0.0,
-        random_erasing_end: float | None = None,
-        mixup_alpha: float = 0.0,
-        cutmix_alpha: float = 0.0,
-        mixup_prob: float = 1.0,
-        mixup_switch_prob: float = 0.5,
+        randaugment_num_ops: PositiveInt = 2,
+        randaugment_magnitude: Magnitude = 9,
+        batch_augment: BatchAugment | None = None,
         class_balanced: bool = False,
         on_device: bool = False,
     ) -> None:
         super().__init__()
-        for name, value, low in (
-            ("img_size", img_size, 1),
-            ("batch_size", batch_size, 1),
-            ("num_workers", num_workers, 0),
-        ):
-            if value < low:
-                raise ConfigError(f"{name}={value} is below {low}; pass --data.{name} {low} or more.")
-        if isinstance(val_size, float) and not 0.0 < val_size < 1.0:
-            raise ConfigError(f"val_size={val_size} is a fraction outside (0, 1); use e.g. 0.1, or a whole count.")
-        if crop_padding is not None and crop_padding < 0:
-            raise ConfigError(f"crop_padding={crop_padding} is negative; use 0 to disable the random crop.")
+        # Checked here, not by a constrained type: jsonargparse dumps a union of an int and a float type wrongly
+        # (0.1 as 0, or 5000 as 5000.0), which would change the saved config.
+        if (isinstance(val_size, float) and not 0.0 < val_size < 1.0) or (isinstance(val_size, int) and val_size < 1):
+            raise ConfigError(
+                f"val_size={val_size} is neither a count (1 or more) nor a fraction in (0, 1); use e.g. 5000 or 0.1."
+            )
         for name, values in (("mean", mean), ("std", std)):
-            if values is not None and len(values) != 3:
+            if values is not None and len(values) != in_chans:
                 raise ConfigError(
-                    f"{name}={list(values)} has {len(values)} value(s) but the images have 3 channels; give one per "
-                    f"channel, e.g. --data.{name} [0.5,0.5,0.5]."
+                    f"{name}={list(values)} has {len(values)} value(s) but the images have {in_chans} channel(s); "
+                    f"give one per channel, e.g. --data.{name} [{','.join(['0.5'] * in_chans)}]."
                 )
-        if std is not None and min(std) <= 0:
-            raise ConfigError(f"std={list(std)} has a value <= 0; every channel needs a positive standard deviation.")
-        _check_augmentation(
-            augment,
-            randaugment_num_ops,
-            randaugment_magnitude,
-            random_erasing,
-            random_erasing_end,
-            mixup_alpha,
-            cutmix_alpha,
-            mixup_prob,
-            mixup_switch_prob,
-            batch_size,
-        )
+        if augment != "none" and in_chans not in POLICY_CHANNELS:
+            raise ConfigError(
+                f"augment={augment!r} needs 1 or 3 channels (torchvision's colour operations), but "
+                f"in_chans={in_chans}; pass --data.augment none."
+            )
         if on_device and augment != "none":
             raise ConfigError(
                 f"augment={augment!r} is a per-image policy, which the batched on_device path does not run; "
                 f"pass --data.on_device false for it, or --data.augment none."
             )
-        self.img_size = img_size
-        self.batch_size = batch_size
-        self.val_size = val_size
-        self.num_workers = num_workers
+        if batch_augment is not None and batch_augment.mixes and batch_size % 2:
+            raise ConfigError(
+                f"batch_size={batch_size} is odd, but Mixup/CutMix mix images in pairs; use an even size."
+            )
+        self.img_size = plain(img_size)
+        self.in_chans = plain(in_chans)
+        self.batch_size = plain(batch_size)
+        self.val_size = plain(val_size)
+        self.num_workers = plain(num_workers)
         self.pin_memory = pin_memory
         self.persistent_workers = persistent_workers
-        self.seed = seed
-        self.mean = tuple(mean) if mean is not None else self.default_mean
-        self.std = tuple(std) if std is not None else self.default_std
-        self.crop_padding = img_size // 8 if crop_padding is None else crop_padding
+        self.seed = plain(seed)
+        self._mean = None if mean is None else tuple(float(v) for v in mean)
+        self._std = None if std is None else tuple(float(v) for v in std)
+        self.crop_padding = self.img_size // 8 if crop_padding is None else int(crop_padding)
         self.hflip = hflip
         self.augment = augment
-        self.randaugment_num_ops = randaugment_num_ops
-        self.randaugment_magnitude = randaugment_magnitude
-        self.random_erasing = random_erasing
-        self.random_erasing_end = random_erasing_end
-        self.mixup_alpha = mixup_alpha
-        self.cutmix_alpha = cutmix_alpha
-        self.mixup_prob = mixup_prob
-        self.mixup_switch_prob = mixup_switch_prob
+        self.randaugment_num_ops = plain(randaugment_num_ops)
+        self.randaugment_magnitude = plain(randaugment_magnitude)
+        self.batch_augment = batch_augment if batch_augment is not None and batch_augment.active else None
         self.class_balanced = class_balanced
         self.on_device = on_device
-        self._uint8_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.batch_augment: BatchAugment | None = None
-        self._total_steps: float | None = None
-        self.classes: list[str] | None = None
-        self.train_set: Dataset | None = None
-        self.val_set: Dataset | None = None
-        self.test_set: Dataset | None = None
+        self._uint8: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # per source: device path's decoded copy
+        self.train_set: TransformedSubset | None = None
+        self.val_set: TransformedSubset | None = None
+        self.test_set: TransformedSubset | None = None
 
-    # -- what a subclass provides -------------------------------------------------------------------------------
+    # -- the contract: what a subclass provides ------------------------------------------------------------------
 
     @property
     @abstractmethod
-    def num_classes(self) -> int:
-        """Number of classes; linked to ``model.num_classes`` by the CLI, so it must be known after ``__init__``."""
-
-    @property
     def class_names(self) -> list[str]:
-        """Name of each class in index order; linked to ``model.class_names``, which checkpoints keep.
+        """Name of each class in index order; must be known after ``__init__``.
 
-        A subclass sets ``self.classes`` in ``__init__``; without it the classes are named by their index.
+        Linked to ``model.class_names`` (checkpoints keep them, predictions are labelled with them), and its length
+        is ``num_classes``.
         """
-        return list(self.classes) if self.classes is not None else [str(i) for i in range(self.num_classes)]
 
     @abstractmethod
-    def _train_source(self) -> Dataset:
-        """The training images as a dataset of ``(PIL image, class index)``, without transforms."""
+    def train_source(self) -> Dataset:
+        """The training images: a dataset of ``(PIL image or (C, H, W) uint8 tensor, class index)``, no transforms."""
 
-    def _val_source(self) -> Dataset | None:
+    def val_source(self) -> Dataset | None:
         """A separate validation set, or ``None`` to carve one from the training set (the default)."""
         return None
 
     @abstractmethod
-    def _test_source(self) -> Dataset:
+    def test_source(self) -> Dataset:
         """The held-out test images, used by ``test`` and ``predict`` only."""
 
-    def _needs_resize(self) -> bool:
-        """Whether stored images must be resized to ``img_size``; subclasses with a fixed native size refine this."""
-        return True
+    def source_targets(self, source: Dataset) -> Sequence[int]:
+        """The class index of every item of ``source``, ideally without decoding an image.
+
+        The default reads a ``targets`` attribute (torchvision's CIFAR, MNIST and ImageFolder keep one) and
+        otherwise decodes every item once. Override it for data that stores its labels elsewhere (SVHN: ``labels``).
+        """
+        targets = getattr(source, "targets", None)
+        if targets is not None and len(targets) == len(source):
+            return [int(t) for t in targets]
+        return [int(source[i][1]) for i in range(len(source))]
+
+    def source_uint8(self, source: Dataset) -> torch.Tensor | None:
+        """All images of ``source`` as one (N, in_chans, H, W) uint8 tensor, for ``on_device``; ``None`` decodes them.
+
+        Override it where the data already sits in one array (CIFAR, SVHN): taking it costs nothing, while decoding
+        runs every image through PIL once (about 20 s for 50,000 PNG files). Images of another size than
+        ``img_size`` are resized on the device, batch by batch.
+        """
+        return None
+
+    def source_files(self, source: Dataset) -> Sequence[str] | None:
+        """The file each item of ``source`` was read from, for ``predictions.csv``; ``None`` where there are none.
+
+        The default reads ImageFolder's ``samples`` (``(path, class index)`` pairs), which `ImageFiles` keeps too.
+        """
+        samples = getattr(source, "samples", None)
+        return None if samples is None else [str(path) for path, _ in samples]
+
+    # -- derived from the contract -------------------------------------------------------------------------------
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes (``len(class_names)``); linked to ``model.num_classes`` by the CLI."""
+        return len(self.class_names)
+
+    @property
+    def mean(self) -> tuple[float, ...]:
+        """The normalisation mean in use: ``--data.mean``, else the data's ``default_mean`` fitted to ``in_chans``."""
+        return self._mean if self._mean is not None else channel_statistics(self.default_mean, self.in_chans, "mean")
+
+    @property
+    def std(self) -> tuple[float, ...]:
+        """The normalisation standard deviation in use (as `mean`)."""
+        return self._std if self._std is not None else channel_statistics(self.default_std, self.in_chans, "std")
+
+    def targets(self, subset: TransformedSubset) -> list[int]:
+        """Class index of every item of one of this module's splits, through `source_targets`."""
+        targets = self.source_targets(subset.source)
+        return [targets[i] for i in subset.indices]
+
+    def predict_files(self) -> list[str] | None:
+        """The file behind each item ``predict`` sees (the test split), in order; ``None`` where unknown."""
+        files = self.source_files(self.test_set.source) if self.test_set is not None else None
+        return None if files is None else [files[i] for i in self.test_set.indices]
+
+    def _resize(self) -> bool:
+        return self.native_size != self.img_size
 
     # -- shared machinery ----------------------------------------------------------------------------------------
 
@@ -263,7 +317,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             self.img_size,
             self.mean,
             self.std,
-            resize=self._needs_resize(),
+            resize=self._resize(),
             crop_padding=self.crop_padding,
             hflip=self.hflip,
             policy=policy_transform(self.augment, self.randaugment_num_ops, self.randaugment_magnitude),
@@ -271,13 +325,14 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
 
     def eval_transform(self) -> Any:
         """The deterministic pipeline for validation, test and predict."""
-        return eval_transform(self.img_size, self.mean, self.std, resize=self._needs_resize())
+        return eval_transform(self.img_size, self.mean, self.std, resize=self._resize())
 
     def setup(self, stage: str) -> None:
         """Build the datasets that ``stage`` needs; idempotent, so a fit followed by a test reuses the split."""
         if stage in ("fit", "validate") and self.val_set is None:
-            source = self._train_source()
-            val_source = self._val_source()
+            source = self.train_source()
+            self._check_channels(source)
+            val_source = self.val_source()
             if val_source is None:
                 train_idx, val_idx = split_indices(len(source), self.val_size, self.seed)
                 self.train_set = TransformedSubset(source, train_idx, self.train_transform())
@@ -285,19 +340,20 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             else:
                 self.train_set = TransformedSubset(source, None, self.train_transform())
                 self.val_set = TransformedSubset(val_source, None, self.eval_transform())
-        if stage == "fit" and self.batch_augment is None:
-            augment = BatchAugment(
-                self.num_classes,
-                erasing=self.random_erasing,
-                erasing_end=self.random_erasing_end,
-                mixup_alpha=self.mixup_alpha,
-                cutmix_alpha=self.cutmix_alpha,
-                mixup_prob=self.mixup_prob,
-                switch_prob=self.mixup_switch_prob,
-            )
-            self.batch_augment = augment if augment.active else None
         if stage in ("test", "predict") and self.test_set is None:
-            self.test_set = TransformedSubset(self._test_source(), None, self.eval_transform())
+            self.test_set = TransformedSubset(self.test_source(), None, self.eval_transform())
+
+    def _check_channels(self, source: Dataset) -> None:
+        """Refuse data whose images have another channel count than ``in_chans``, before the first step."""
+        if len(source) == 0:
+            return
+        image = source[0][0]
+        channels = len(image.getbands()) if hasattr(image, "getbands") else int(image.shape[0])
+        if channels != self.in_chans:
+            raise ConfigError(
+                f"the images of {type(self).__name__} have {channels} channel(s) but in_chans={self.in_chans}; pass "
+                f"--data.in_chans {channels}."
+            )
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Apply the batch augmentations (erasing, Mixup/CutMix) to training batches, on the training device."""
@@ -306,20 +362,14 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         if not isinstance(batch, (list, tuple)) or len(batch) != 2:  # e.g. the model summary's example input
             return batch
         images, targets = batch
-        return self.batch_augment(images, targets, self._progress())
+        return self.batch_augment(images, targets, training_progress(self.trainer), self.num_classes)
 
-    def _progress(self) -> float:
-        """Fraction of the run's optimizer steps done (0 when the run's length is unbounded)."""
-        if self._total_steps is None:
-            self._total_steps = self.trainer.estimated_stepping_batches
-        return 0.0 if math.isinf(self._total_steps) else self.trainer.global_step / max(1.0, self._total_steps)
-
-    def _loader(self, dataset: Dataset | None, train: bool) -> DataLoader | DeviceLoader:
+    def _loader(self, dataset: TransformedSubset | None, train: bool) -> DataLoader | DeviceLoader:
         if dataset is None:
             raise RuntimeError("setup() must run before the loaders are requested; the Trainer does this for you.")
         if self.on_device:
             return self._device_loader(dataset, train)
-        sampler = _class_balanced_sampler(dataset) if train and self.class_balanced else None
+        sampler = _class_balanced_sampler(self.targets(dataset)) if train and self.class_balanced else None
         return DataLoader(
             dataset,
             batch_size=self.batch_size,
@@ -339,16 +389,30 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         return min(self.num_workers, cores)
 
+    def _source_as_uint8(self, source: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
+        """``source`` as (N, C, H, W) uint8 images and (N,) class indices, once per source (train and val share)."""
+        key = id(source)
+        if key not in self._uint8:
+            images = self.source_uint8(source)
+            if images is None:
+                rank_zero_info(f"vitlit: decoding {len(source)} images once for --data.on_device")
+                images = decode_uint8(source, self.img_size, self.in_chans, self._resize())
+            elif images.dtype != torch.uint8 or images.ndim != 4 or images.shape[:2] != (len(source), self.in_chans):
+                raise ValueError(
+                    f"{type(self).__name__}.source_uint8 returned {images.dtype} images of shape "
+                    f"{tuple(images.shape)}; it must return uint8 of shape ({len(source)}, {self.in_chans}, H, W)."
+                )
+            targets = torch.as_tensor(self.source_targets(source), dtype=torch.long)
+            self._uint8[key] = (images, targets)
+        return self._uint8[key]
+
     def _device_loader(self, dataset: TransformedSubset, train: bool) -> DeviceLoader:
-        """The split as a DeviceLoader; train and validation share one decoded copy of their source."""
+        """The split as a DeviceLoader on the training device."""
         device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
-        key = id(dataset.source)
-        if key not in self._uint8_cache:
-            self._uint8_cache[key] = images_as_uint8(dataset.source, self.img_size, self._needs_resize())
-        all_images, all_targets = self._uint8_cache[key]
+        all_images, all_targets = self._source_as_uint8(dataset.source)
         index = torch.as_tensor(dataset.indices, dtype=torch.long)
         images, targets = all_images[index].to(device), all_targets[index].to(device)
-        weights = _class_balance_weights(dataset) if train and self.class_balanced else None
+        weights = _class_balance_weights(targets.tolist()) if train and self.class_balanced else None
         return DeviceLoader(
             images,
             targets,
@@ -380,49 +444,12 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         return self._loader(self.test_set, train=False)
 
 
-def _class_balance_weights(dataset: Dataset) -> torch.Tensor:
+def _class_balance_weights(targets: Sequence[int]) -> torch.Tensor:
     """Weight 1 / (its class's count) per image, so every class is drawn equally often on average."""
-    targets = dataset.targets
     counts = Counter(targets)
     return torch.tensor([1.0 / counts[t] for t in targets], dtype=torch.double)
 
 
-def _class_balanced_sampler(dataset: Dataset) -> WeightedRandomSampler:
+def _class_balanced_sampler(targets: Sequence[int]) -> WeightedRandomSampler:
     """Draw as many images as the split holds, with replacement, by `_class_balance_weights`."""
-    return WeightedRandomSampler(_class_balance_weights(dataset), num_samples=len(dataset), replacement=True)
-
-
-def _check_augmentation(
-    augment: str,
-    num_ops: int,
-    magnitude: int,
-    erasing: float,
-    erasing_end: float | None,
-    mixup_alpha: float,
-    cutmix_alpha: float,
-    mixup_prob: float,
-    switch_prob: float,
-    batch_size: int,
-) -> None:
-    """Reject augmentation settings that cannot work, naming the flag and its valid range."""
-    if augment not in POLICIES:
-        raise ConfigError(f"augment={augment!r} is not known; use one of {', '.join(POLICIES)}.")
-    if num_ops < 1:
-        raise ConfigError(f"randaugment_num_ops={num_ops} must be at least 1.")
-    if not 0 <= magnitude <= RANDAUGMENT_MAX_MAGNITUDE:
-        raise ConfigError(
-            f"randaugment_magnitude={magnitude} is outside 0..{RANDAUGMENT_MAX_MAGNITUDE}; 9 is DeiT's value."
-        )
-    for name, value in (
-        ("random_erasing", erasing),
-        ("random_erasing_end", erasing_end),
-        ("mixup_prob", mixup_prob),
-        ("mixup_switch_prob", switch_prob),
-    ):
-        if value is not None and not 0.0 <= value <= 1.0:
-            raise ConfigError(f"{name}={value} is a probability outside [0, 1].")
-    for name, value in (("mixup_alpha", mixup_alpha), ("cutmix_alpha", cutmix_alpha)):
-        if value < 0:
-            raise ConfigError(f"{name}={value} is negative; use 0 to disable it, or e.g. 0.8 (Mixup), 1.0 (CutMix).")
-    if (mixup_alpha > 0 or cutmix_alpha > 0) and batch_size % 2:
-        raise ConfigError(f"batch_size={batch_size} is odd, but Mixup/CutMix mix images in pairs; use an even size.")
+    return WeightedRandomSampler(_class_balance_weights(targets), num_samples=len(targets), replacement=True)

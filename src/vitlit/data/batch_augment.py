@@ -15,6 +15,8 @@ import math
 import torch
 from timm.data import Mixup
 
+from vitlit.types import NonNegativeFloat, Probability
+
 # timm's RandomErasing defaults, which DeiT's recipe uses.
 _MIN_AREA, _MAX_AREA = 0.02, 1 / 3
 _LOG_ASPECT = (math.log(0.3), math.log(1 / 0.3))
@@ -58,65 +60,82 @@ def random_erasing(images: torch.Tensor, probability: float) -> torch.Tensor:
 
 
 class BatchAugment:
-    """Random erasing (with a linear probability schedule), then Mixup/CutMix, on a training batch.
+    """Random erasing (with a linear probability schedule), then Mixup/CutMix, on each training batch on the device.
+
+    Given to a data module as ``--data.batch_augment`` (a ``class_path`` with these ``init_args`` in YAML, like the
+    model's optimizer); ``--data.batch_augment null`` switches all of it off. The class count comes from the data
+    module at call time, so it is never typed here.
 
     Args:
-        num_classes: Number of classes, for the one-hot targets of Mixup/CutMix.
-        erasing: Probability of erasing a random rectangle of each image at the start of training.
-        erasing_end: Probability at the end of training (linear in between); ``None`` keeps ``erasing``.
-        mixup_alpha: Beta(alpha, alpha) parameter of Mixup; 0 disables Mixup.
-        cutmix_alpha: Beta(alpha, alpha) parameter of CutMix; 0 disables CutMix.
-        mixup_prob: Probability of mixing a batch at all.
-        switch_prob: With both enabled, probability of CutMix instead of Mixup for a batch.
+        random_erasing: Probability of erasing a random rectangle of each image, on the normalised batch (0.25 in
+            DeiT's recipe); 0 disables it.
+        random_erasing_end: Erasing probability at the end of training, reached linearly from ``random_erasing``
+            (e.g. 0.4 -> 0.2); ``None`` keeps it constant.
+        mixup_alpha: Mixup's Beta(alpha, alpha) parameter (0.8 in DeiT's recipe); 0 disables Mixup. Targets become
+            class probabilities; the model's label smoothing still applies once.
+        cutmix_alpha: CutMix's Beta(alpha, alpha) parameter (1.0 in DeiT's recipe); 0 disables CutMix.
+        mixup_prob: Probability that a batch is mixed at all (Mixup or CutMix).
+        mixup_switch_prob: With both enabled, probability that a mixed batch uses CutMix rather than Mixup.
     """
 
     def __init__(
         self,
-        num_classes: int,
-        *,
-        erasing: float = 0.0,
-        erasing_end: float | None = None,
-        mixup_alpha: float = 0.0,
-        cutmix_alpha: float = 0.0,
-        mixup_prob: float = 1.0,
-        switch_prob: float = 0.5,
+        random_erasing: Probability = 0.0,
+        random_erasing_end: Probability | None = None,
+        mixup_alpha: NonNegativeFloat = 0.0,
+        cutmix_alpha: NonNegativeFloat = 0.0,
+        mixup_prob: Probability = 1.0,
+        mixup_switch_prob: Probability = 0.5,
     ) -> None:
-        self.erasing_start = erasing
-        self.erasing_end = erasing if erasing_end is None else erasing_end
-        # label_smoothing=0: the model's loss smooths once, for hard and mixed targets alike.
-        self.mixup = (
-            Mixup(
-                mixup_alpha=mixup_alpha,
-                cutmix_alpha=cutmix_alpha,
-                prob=mixup_prob,
-                switch_prob=switch_prob,
-                mode="batch",
-                label_smoothing=0.0,
-                num_classes=num_classes,
-            )
-            if mixup_alpha > 0 or cutmix_alpha > 0
-            else None
-        )
+        self.random_erasing = float(random_erasing)
+        self.random_erasing_end = self.random_erasing if random_erasing_end is None else float(random_erasing_end)
+        self.mixup_alpha = float(mixup_alpha)
+        self.cutmix_alpha = float(cutmix_alpha)
+        self.mixup_prob = float(mixup_prob)
+        self.mixup_switch_prob = float(mixup_switch_prob)
+        self._mixup: dict[int, Mixup] = {}  # by class count; built on first use
+
+    @property
+    def mixes(self) -> bool:
+        """Whether batches are mixed (Mixup or CutMix), which pairs images and so needs an even batch size."""
+        return self.mixup_alpha > 0 or self.cutmix_alpha > 0
 
     @property
     def active(self) -> bool:
         """Whether any batch augmentation is enabled."""
-        return self.mixup is not None or self.erasing_start > 0 or self.erasing_end > 0
+        return self.mixes or self.random_erasing > 0 or self.random_erasing_end > 0
 
     def erasing_probability(self, progress: float) -> float:
         """The erasing probability at ``progress`` (0 = first step, 1 = last step) of training."""
         progress = min(max(progress, 0.0), 1.0)
-        return self.erasing_start + (self.erasing_end - self.erasing_start) * progress
+        return self.random_erasing + (self.random_erasing_end - self.random_erasing) * progress
+
+    def mixup(self, num_classes: int) -> Mixup:
+        """Timm's Mixup/CutMix for ``num_classes`` classes, with this object's settings."""
+        if num_classes not in self._mixup:
+            # label_smoothing=0: the model's loss smooths once, for hard and mixed targets alike.
+            self._mixup[num_classes] = Mixup(
+                mixup_alpha=self.mixup_alpha,
+                cutmix_alpha=self.cutmix_alpha,
+                prob=self.mixup_prob,
+                switch_prob=self.mixup_switch_prob,
+                mode="batch",
+                label_smoothing=0.0,
+                num_classes=num_classes,
+            )
+        return self._mixup[num_classes]
 
     def __call__(
-        self, images: torch.Tensor, targets: torch.Tensor, progress: float
+        self, images: torch.Tensor, targets: torch.Tensor, progress: float, num_classes: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Augment a normalised batch in place; with Mixup/CutMix the targets become class probabilities.
+        """Augment a normalised batch; with Mixup/CutMix the targets become class probabilities.
 
         Args:
-            images: Normalised images of shape (batch, channels, height, width).
+            images: Normalised images of shape (batch, channels, height, width). Erasing returns a new batch, but
+                timm's Mixup/CutMix mix the batch they are given in place: pass a batch the caller does not reuse.
             targets: Class indices of shape (batch,).
             progress: Fraction of training done, for the erasing schedule.
+            num_classes: Number of classes, for the one-hot targets of Mixup/CutMix.
 
         Returns:
             The augmented images and the targets: class indices, or (batch, num_classes) probabilities if mixed.
@@ -124,6 +143,6 @@ class BatchAugment:
         probability = self.erasing_probability(progress)
         if probability > 0:
             images = random_erasing(images, probability)
-        if self.mixup is not None:
-            images, targets = self.mixup(images, targets)
+        if self.mixes:
+            images, targets = self.mixup(num_classes)(images, targets)
         return images, targets

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 from torchvision.datasets import CIFAR10, CIFAR100
 from torchvision.datasets.utils import check_integrity, extract_archive
 
@@ -14,7 +15,6 @@ from vitlit.data.base import ImageClassificationDataModule, validation_count
 from vitlit.errors import ConfigError
 
 _DATASETS: dict[str, type[CIFAR10]] = {"cifar10": CIFAR10, "cifar100": CIFAR100}
-_NUM_CLASSES = {"cifar10": 10, "cifar100": 100}
 # Per-channel statistics of each training set (computed over its 50,000 images).
 _MEAN = {"cifar10": (0.4914, 0.4822, 0.4465), "cifar100": (0.5071, 0.4865, 0.4409)}
 _STD = {"cifar10": (0.2470, 0.2435, 0.2616), "cifar100": (0.2673, 0.2564, 0.2762)}
@@ -31,7 +31,6 @@ _CLASSES = {
         telephone television tiger tractor train trout tulip turtle wardrobe whale willow_tree wolf woman worm
     """.split(),
 }
-_NATIVE_SIZE = 32
 _TRAIN_IMAGES = 50_000  # both data sets; torchvision's checksums guarantee it
 
 
@@ -58,20 +57,32 @@ class CIFARDataModule(ImageClassificationDataModule):
     ) -> None:
         if dataset not in _DATASETS:
             raise ConfigError(f"dataset={dataset!r} is not known; use 'cifar10' or 'cifar100'.")
-        self.default_mean, self.default_std = _MEAN[dataset], _STD[dataset]
+        if kwargs.get("in_chans", 3) != 3:
+            raise ConfigError(f"CIFAR images have 3 channels, not in_chans={kwargs['in_chans']}; drop --data.in_chans.")
         super().__init__(**kwargs)
         self.dataset = dataset
-        self.classes = list(_CLASSES[dataset])
         self.data_dir = Path(data_dir).expanduser()
         self.download = download
         validation_count(_TRAIN_IMAGES, self.val_size)  # fail now, not after the run directory exists
         if not download:
             self._require_files()
 
+    native_size = 32
+
     @property
-    def num_classes(self) -> int:
-        """10 for CIFAR-10, 100 for CIFAR-100."""
-        return _NUM_CLASSES[self.dataset]
+    def class_names(self) -> list[str]:
+        """The 10 or 100 class names in label order."""
+        return list(_CLASSES[self.dataset])
+
+    @property
+    def default_mean(self) -> tuple[float, ...]:
+        """The training set's per-channel mean."""
+        return _MEAN[self.dataset]
+
+    @property
+    def default_std(self) -> tuple[float, ...]:
+        """The training set's per-channel standard deviation."""
+        return _STD[self.dataset]
 
     @property
     def _cls(self) -> type[CIFAR10]:
@@ -152,11 +163,14 @@ class CIFARDataModule(ImageClassificationDataModule):
                 f"and pass --data.download true."
             ) from None
 
-    def _train_source(self) -> CIFAR10:
+    def train_source(self) -> CIFAR10:
+        """The 50,000 training images (torchvision's ``CIFAR10``/``CIFAR100``)."""
         return self._load(train=True)
 
-    def _test_source(self) -> CIFAR10:
+    def test_source(self) -> CIFAR10:
+        """The 10,000 test images."""
         return self._load(train=False)
 
-    def _needs_resize(self) -> bool:
-        return self.img_size != _NATIVE_SIZE
+    def source_uint8(self, source: CIFAR10) -> torch.Tensor:
+        """Torchvision keeps the images as one (N, 32, 32, 3) uint8 array: taken as it is, channels first."""
+        return torch.from_numpy(source.data).permute(0, 3, 1, 2)

@@ -16,38 +16,43 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 from vitlit.data.transforms import resize_steps
 
+#: PIL mode of each channel count that image files hold.
+PIL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 
-def images_as_uint8(source: Dataset, img_size: int, resize: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return all images of ``source`` as one (N, 3, H, W) uint8 tensor, and the (N,) int64 class indices.
 
-    torchvision's CIFAR data sets keep their images as one NumPy array (``data``), which is taken as it is (native
-    size; batches are resized on the device if ``img_size`` differs). Any other data set is decoded once, resized and
-    centre-cropped to ``img_size`` as the per-image pipeline does.
+def decode_uint8(source: Dataset, img_size: int, in_chans: int, resize: bool) -> torch.Tensor:
+    """Decode every image of ``source`` once into one (N, in_chans, H, W) uint8 tensor.
+
+    Images are resized and centre-cropped to ``img_size`` as the per-image pipeline does (``resize``). PIL images
+    are converted to the mode of ``in_chans`` channels (``L``, ``RGB``, ``RGBA``); tensors must have that many.
 
     Args:
-        source: A data set of ``(PIL image or tensor, class index)``, without transforms.
+        source: A data set of ``(PIL image or (C, H, W) uint8 tensor, class index)``, without transforms.
         img_size: Side of the images the model sees.
-        resize: Whether decoded images must be resized to ``img_size`` (see ``_needs_resize`` of the data modules).
+        in_chans: Channels the model takes.
+        resize: Whether images must be resized to ``img_size`` (their stored size differs).
     """
-    data = getattr(source, "data", None)
-    if isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 4 and data.shape[-1] == 3:
-        images = torch.from_numpy(data).permute(0, 3, 1, 2).contiguous()
-        return images, torch.as_tensor(source.targets, dtype=torch.long)
-    decode = v2.Compose([v2.ToImage(), v2.RGB()] + (resize_steps(img_size) if resize else []))
-    images, targets = [], []
+    steps = [v2.ToImage()] + (resize_steps(img_size) if resize else [])
+    decode = v2.Compose(steps)
+    mode = PIL_MODES.get(in_chans)
+    images = []
     for i in range(len(source)):
-        image, target = source[i]
-        images.append(decode(image).as_subclass(torch.Tensor))
-        targets.append(target)
-    return torch.stack(images), torch.tensor(targets, dtype=torch.long)
+        image = source[i][0]
+        if isinstance(image, Image.Image) and mode is not None and image.mode != mode:
+            image = image.convert(mode)
+        tensor = decode(image).as_subclass(torch.Tensor)
+        if tensor.shape[0] != in_chans:
+            raise ValueError(f"image {i} of the data has {tensor.shape[0]} channels, but in_chans={in_chans}.")
+        images.append(tensor)
+    return torch.stack(images)
 
 
 def crop(padded: torch.Tensor, size: int, dy: torch.Tensor, dx: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -98,7 +103,7 @@ class DeviceLoader:
     """Batches of a split held on the training device; an iterable Lightning uses like a DataLoader.
 
     Args:
-        images: All images of the split, (N, 3, H, W) uint8, already on the training device.
+        images: All images of the split, (N, C, H, W) uint8, already on the training device.
         targets: Their class indices, (N,) int64, on the same device.
         batch_size: Images per batch.
         img_size: Side of the images handed to the model; batches of another size are resized (bilinear).

@@ -12,6 +12,7 @@ from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from vitlit.data.base import ImageClassificationDataModule, validation_count
+from vitlit.data.device import PIL_MODES
 from vitlit.data.images import BadImage, ImageFiles, check_images, image_files
 from vitlit.errors import ConfigError
 
@@ -27,9 +28,10 @@ class ImageFolderDataModule(ImageClassificationDataModule):
 
     Class names and their order come from the folder names under ``root/train`` (sorted). Without ``root/val`` a
     seeded validation split is carved from ``train`` (``val_size``); ``root/test`` is needed only by ``test`` and
-    ``predict``. Images of any size and mode are resized (shorter side) and centre-cropped to ``img_size``; 16-bit
-    images are scaled to 8 bits. Symbolic links to folders are followed once (a loop is refused); hidden files are
-    left out. Before training, every image of a split is checked (header and file ending, not a full decode).
+    ``predict``. Images of any size and mode are converted to ``in_chans`` channels (1: grey, 3: RGB, 4: RGBA),
+    resized (shorter side) and centre-cropped to ``img_size``; 16-bit images are scaled to 8 bits. Symbolic links
+    to folders are followed once (a loop is refused); hidden files are left out. Before training, every image of a
+    split is checked (header and file ending, not a full decode).
 
     Args:
         root: Folder holding ``train/`` and optionally ``val/`` and ``test/``.
@@ -53,12 +55,16 @@ class ImageFolderDataModule(ImageClassificationDataModule):
         super().__init__(val_size=val_size, **kwargs)
         if bad_images not in ("error", "skip"):
             raise ConfigError(f"bad_images={bad_images!r} is not one of 'error', 'skip'.")
+        if self.in_chans not in PIL_MODES:
+            raise ConfigError(
+                f"in_chans={self.in_chans}: image files hold 1 (grey), 3 (RGB) or 4 (RGBA) channels; for other data "
+                f"write a data module (README: Fork it for your data)."
+            )
         self.root = Path(root).expanduser()
         self.bad_images = bad_images
         self.skipped: list[BadImage] = []
         self._files: dict[str, list[tuple[Path, int]]] = {}
-        self.classes = self._scan()
-        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+        self._classes = self._scan()
 
     def _scan(self) -> list[str]:
         """Check the layout and list the image files before any work starts; return the class names."""
@@ -98,9 +104,9 @@ class ImageFolderDataModule(ImageClassificationDataModule):
         return classes
 
     @property
-    def num_classes(self) -> int:
-        """The number of class folders under ``root/train``."""
-        return len(self.classes)
+    def class_names(self) -> list[str]:
+        """The class folders under ``root/train``, sorted."""
+        return list(self._classes)
 
     def _split(self, name: str) -> ImageFiles | None:
         """The split's images after the start-up check (bad files stop the run, or are left out with ``skip``)."""
@@ -117,7 +123,8 @@ class ImageFolderDataModule(ImageClassificationDataModule):
         if bad:
             self._report_skipped(name, bad)
         skip = {b.path for b in bad}
-        return ImageFiles([(str(path), target) for path, target in files if path not in skip], self.classes)
+        kept = [(str(path), target) for path, target in files if path not in skip]
+        return ImageFiles(kept, self.class_names, PIL_MODES[self.in_chans])
 
     @rank_zero_only
     def _report_skipped(self, split: str, bad: list[BadImage]) -> None:
@@ -133,13 +140,16 @@ class ImageFolderDataModule(ImageClassificationDataModule):
                 logger.log_metrics({"data/skipped_images": float(len(self.skipped))}, step=0)
         rank_zero_warn(f"skipping {len(bad)} unreadable image(s) of {split}/{listed}")
 
-    def _train_source(self) -> ImageFiles:
+    def train_source(self) -> ImageFiles:
+        """The images of ``root/train``."""
         return self._split("train")
 
-    def _val_source(self) -> ImageFiles | None:
+    def val_source(self) -> ImageFiles | None:
+        """The images of ``root/val``, or ``None`` (validation is then carved from ``train``)."""
         return self._split("val")
 
-    def _test_source(self) -> ImageFiles:
+    def test_source(self) -> ImageFiles:
+        """The images of ``root/test``."""
         test = self._split("test")
         if test is None:
             raise ConfigError(f"{self.root / 'test'} does not exist; test and predict need root/test/<class>/<images>.")

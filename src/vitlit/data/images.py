@@ -90,14 +90,17 @@ def image_problem(path: Path) -> str | None:
     return None
 
 
-def load_rgb(path: str | Path) -> Image.Image:
-    """Decode an image file as 8-bit RGB; 16-bit (and 32-bit integer) grey images are scaled, not clipped."""
+def load_image(path: str | Path, mode: str = "RGB") -> Image.Image:
+    """Decode an image file as 8 bits per channel in PIL ``mode`` (``L``, ``RGB`` or ``RGBA``).
+
+    16-bit (and 32-bit integer) grey images are scaled to 8 bits, not clipped as PIL's conversion would.
+    """
     with Image.open(path) as image:
         image.load()
         if image.mode in _SIXTEEN_BIT:
             pixels = np.asarray(image, dtype=np.float64).clip(0, 65535) * (255 / 65535)
-            return Image.fromarray(pixels.round().astype(np.uint8)).convert("RGB")
-        return image.convert("RGB")
+            return Image.fromarray(pixels.round().astype(np.uint8)).convert(mode)
+        return image.convert(mode)
 
 
 @dataclass
@@ -114,20 +117,22 @@ def check_images(paths: Sequence[Path]) -> list[BadImage]:
 
 
 class ImageFiles(Dataset):
-    """``(PIL RGB image, class index)`` for a list of ``(path, class index)``, decoded with `load_rgb`.
+    """``(PIL image, class index)`` for a list of ``(path, class index)``, decoded with `load_image`.
 
-    Shaped like torchvision's ImageFolder (``samples``, ``targets``, ``classes``), so everything that reads one
-    reads this.
+    Shaped like torchvision's ImageFolder (``samples``, ``targets``, ``classes``), so the data modules' default
+    hooks read its targets and file names without decoding.
 
     Args:
         samples: ``(path, class index)`` per image.
         classes: Class names in index order.
+        mode: PIL mode every image is converted to (``L``, ``RGB`` or ``RGBA``).
     """
 
-    def __init__(self, samples: list[tuple[str, int]], classes: list[str]) -> None:
+    def __init__(self, samples: list[tuple[str, int]], classes: list[str], mode: str = "RGB") -> None:
         self.samples = samples
         self.targets = [target for _, target in samples]
         self.classes = classes
+        self.mode = mode
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -135,6 +140,6 @@ class ImageFiles(Dataset):
     def __getitem__(self, i: int) -> tuple[Image.Image, int]:
         path, target = self.samples[i]
         try:
-            return load_rgb(path), target
+            return load_image(path, self.mode), target
         except (OSError, SyntaxError, ValueError) as err:  # what the start-up check cannot see without decoding
             raise ConfigError(f"image {path} cannot be decoded ({err}); remove or replace the file.") from None

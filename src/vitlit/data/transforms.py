@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
+from jsonargparse.typing import restricted_number_type
 from torchvision.transforms import v2
 
 #: Per-image augmentation policies (torchvision.transforms.v2), applied after crop and flip.
@@ -16,6 +17,8 @@ Policy = Literal["none", "trivialaugment", "randaugment", "autoaugment"]
 POLICIES: tuple[str, ...] = Policy.__args__
 #: RandAugment magnitudes run from 0 to num_magnitude_bins - 1 (torchvision's default of 31 bins).
 RANDAUGMENT_MAX_MAGNITUDE = 30
+#: A RandAugment magnitude, checked by the parser.
+Magnitude = restricted_number_type("Magnitude", int, [(">=", 0), ("<=", RANDAUGMENT_MAX_MAGNITUDE)])
 
 
 def policy_transform(policy: Policy, num_ops: int = 2, magnitude: int = 9) -> v2.Transform | None:
@@ -72,7 +75,7 @@ def train_transform(
         policy: An augmentation policy on the uint8 image (`policy_transform`), or ``None``.
 
     Returns:
-        A transform from a PIL image (or uint8 tensor) to a normalised float tensor of shape (3, img_size, img_size).
+        A transform from a PIL image (or uint8 tensor) to a normalised float tensor of shape (C, img_size, img_size).
     """
     steps: list[v2.Transform] = [v2.ToImage()]
     if resize:
@@ -96,6 +99,6 @@ def eval_transform(img_size: int, mean: Sequence[float], std: Sequence[float], *
         resize: Resize (shorter side) and centre-crop to ``img_size`` first.
 
     Returns:
-        A transform from a PIL image (or uint8 tensor) to a normalised float tensor of shape (3, img_size, img_size).
+        A transform from a PIL image (or uint8 tensor) to a normalised float tensor of shape (C, img_size, img_size).
     """
     return v2.Compose([v2.ToImage()] + (resize_steps(img_size) if resize else []) + _to_normalized_float(mean, std))

@@ -1,0 +1,67 @@
+"""SVHN, the street-view house numbers, through torchvision: the forking guide's worked example of a new data set.
+
+python -m vitlit fit --config configs/svhn_vit_tiny.yaml
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torchvision.datasets import SVHN
+
+from vitlit.data.base import ImageClassificationDataModule
+from vitlit.errors import ConfigError
+
+
+class SVHNDataModule(ImageClassificationDataModule):
+    """SVHN's 73,257 training and 26,032 test digits (32 px RGB), read by torchvision (needs SciPy).
+
+    Args:
+        data_dir: Folder that holds (or will receive) ``train_32x32.mat`` and ``test_32x32.mat``.
+        download: Download the files into ``data_dir`` if they are not there (about 180 MB for both).
+        **kwargs: The common options of `vitlit.data.ImageClassificationDataModule`.
+    """
+
+    native_size = 32  # stored at 32 px: no resize at img_size 32
+    default_mean = (0.4377, 0.4438, 0.4728)  # of the training set
+    default_std = (0.1980, 0.2010, 0.1970)
+
+    def __init__(self, data_dir: str | Path = "data", download: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.data_dir, self.download = str(Path(data_dir).expanduser()), download
+
+    @property
+    def class_names(self) -> list[str]:
+        """The digits; torchvision maps SVHN's label 10 to class 0."""
+        return [str(digit) for digit in range(10)]
+
+    def prepare_data(self) -> None:
+        """Download both splits once (Lightning calls this on one process only)."""
+        if self.download:
+            for split in ("train", "test"):
+                SVHN(self.data_dir, split=split, download=True)
+
+    def _split(self, split: str) -> SVHN:
+        try:
+            return SVHN(self.data_dir, split=split)
+        except RuntimeError:  # torchvision: "Dataset not found or corrupted"
+            raise ConfigError(f"SVHN's {split}_32x32.mat is missing or damaged in {self.data_dir}; pass "
+                              f"--data.download true, or copy the file there.") from None  # fmt: skip
+
+    def train_source(self) -> SVHN:
+        """The training split."""
+        return self._split("train")
+
+    def test_source(self) -> SVHN:
+        """The test split."""
+        return self._split("test")
+
+    def source_targets(self, source: SVHN) -> list[int]:
+        """Torchvision keeps SVHN's classes in ``labels``, not ``targets``."""
+        return source.labels.tolist()
+
+    def source_uint8(self, source: SVHN) -> torch.Tensor:
+        """Torchvision keeps the images as one (N, 3, 32, 32) uint8 array: taken as it is."""
+        return torch.from_numpy(source.data)

@@ -1,0 +1,49 @@
+"""Ctrl-C during ``fit`` stops like SIGTERM: at the next safe point of the loop, with a checkpoint to resume from.
+
+Python raises KeyboardInterrupt wherever the main thread happens to be, and where that is inside a finaliser or a C
+callback it is swallowed and training goes on. Lightning's SIGTERM handling instead sets a flag the loops check
+between steps; the first Ctrl-C is routed there. A second Ctrl-C interrupts at once. POSIX only (on Windows a
+SIGTERM to oneself terminates the process) and main thread only (signal handlers live there).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+
+class FirstInterruptAsSigterm:
+    """While installed, the first SIGINT becomes a SIGTERM to this process; `signal_name` says which one stopped it."""
+
+    def __init__(self, program: str = "vitlit") -> None:
+        self.program = program
+        self.signal_name: str | None = None
+        self._previous: Any = None
+        self._installed = False
+
+    def install(self) -> None:
+        """Route the first SIGINT (where possible: POSIX, main thread)."""
+        if os.name != "posix" or threading.current_thread() is not threading.main_thread():
+            return
+        self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        self._installed = True
+
+    def restore(self) -> None:
+        """Put the previous SIGINT handler back."""
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        if self.signal_name is not None:
+            raise KeyboardInterrupt
+        self.signal_name = "SIGINT"
+        print(
+            f"{self.program}: stopping after this step and saving a checkpoint; Ctrl-C again to stop at once",
+            file=sys.stderr,
+        )
+        os.kill(os.getpid(), signal.SIGTERM)

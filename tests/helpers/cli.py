@@ -1,0 +1,106 @@
+"""What the tests share: paths, the flags of a CPU run, CIFAR written in its real on-disk format, a CLI runner."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from pathlib import Path
+
+import numpy as np
+from torchvision.datasets import CIFAR10, CIFAR100
+
+from vitlit.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The CIFAR recipes, each tested in its shipped precision (configs/digits.yaml is the CPU recipe of the tests).
+CIFAR_RECIPES = sorted((ROOT / "configs").glob("cifar*.yaml"))
+ALL_CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+TINY_CONFIG = ROOT / "configs" / "cifar10_vit_tiny.yaml"
+DIGITS_CONFIG = ROOT / "configs" / "digits.yaml"
+
+CIFAR_TRAIN_PER_BATCH = 16  # 5 batches -> 80 CIFAR-10 training images
+CIFAR_TEST = 24
+
+# Flags every CPU test needs on top of a recipe: no GPU precision, one process, no workers.
+CPU = ["--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.precision", "32-true"]
+# A 0.26 M-parameter ViT at 32 px (timm registers it for tests): fast on two cores.
+TINY_MODEL = ["--model.model_name", "test_vit", "--model.patch_size", "4", "--model.pretrained", "false"]
+
+
+def _md5(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def _write_batch(path: Path, n: int, label_key: str, num_classes: int, rng: np.random.Generator) -> None:
+    # The layout torchvision reads: a pickled dict, rows of 3072 uint8 values (channel-major 3x32x32).
+    batch = {
+        "data": rng.integers(0, 256, size=(n, 3072), dtype=np.uint8),
+        label_key: rng.integers(0, num_classes, size=n).tolist(),
+        "filenames": [f"img_{i}.png" for i in range(n)],
+    }
+    with path.open("wb") as f:
+        pickle.dump(batch, f)
+
+
+def write_cifar(root: Path) -> dict[str, list]:
+    """Write small CIFAR-10 and CIFAR-100 sets in torchvision's on-disk format; return the checksums to expect."""
+    rng = np.random.default_rng(0)
+    c10 = root / CIFAR10.base_folder
+    c10.mkdir(parents=True)
+    for name, _ in CIFAR10.train_list:
+        _write_batch(c10 / name, CIFAR_TRAIN_PER_BATCH, "labels", 10, rng)
+    _write_batch(c10 / "test_batch", CIFAR_TEST, "labels", 10, rng)
+    with (c10 / "batches.meta").open("wb") as f:
+        pickle.dump(
+            {"label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]},
+            f,
+        )
+    c100 = root / CIFAR100.base_folder
+    c100.mkdir(parents=True)
+    _write_batch(c100 / "train", 5 * CIFAR_TRAIN_PER_BATCH, "fine_labels", 100, rng)
+    _write_batch(c100 / "test", CIFAR_TEST, "fine_labels", 100, rng)
+    with (c100 / "meta").open("wb") as f:
+        pickle.dump({"fine_label_names": [f"class_{i:02d}" for i in range(100)]}, f)
+    return {
+        "c10_train": [[n, _md5(c10 / n)] for n, _ in CIFAR10.train_list],
+        "c10_test": [["test_batch", _md5(c10 / "test_batch")]],
+        "c10_meta": {**CIFAR10.meta, "md5": _md5(c10 / "batches.meta")},
+        "c100_train": [["train", _md5(c100 / "train")]],
+        "c100_test": [["test", _md5(c100 / "test")]],
+        "c100_meta": {**CIFAR100.meta, "md5": _md5(c100 / "meta")},
+    }
+
+
+def cifar_args(cifar_dir: Path, dataset: str = "cifar10") -> list[str]:
+    return [
+        "--data.dataset",
+        dataset,
+        "--data.data_dir",
+        str(cifar_dir),
+        "--data.download",
+        "false",
+        "--data.val_size",
+        "16",
+        "--data.num_workers",
+        "0",
+        "--data.batch_size",
+        "8",
+    ]
+
+
+def run_cli(*args: str):
+    """Run ``vitlit`` in-process, exactly as the console script does."""
+    return main([str(a) for a in args])
+
+
+def tiny_cifar_fit(cifar_dir: Path, root: Path, *extra: object):
+    """``fit`` of the tiny recipe on the test CIFAR files (CPU, fp32, test_vit) into ``root``; ``extra`` goes last."""
+    return run_cli(
+        "fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, *cifar_args(cifar_dir),
+        "--trainer.default_root_dir", root, *extra,
+    )  # fmt: skip
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Path -> md5 of every file below ``root``: proof that a failed run left a directory untouched."""
+    return {str(p.relative_to(root)): _md5(p) for p in sorted(root.rglob("*")) if p.is_file()}
