@@ -28,7 +28,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit import __version__
-from vitlit.checkpoint_io import AtomicCheckpointIO, checkpoint_step, read_checkpoint
+from vitlit.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import ConfigError, TrainingHalted
 from vitlit.interrupts import FirstInterruptAsSigterm
@@ -38,13 +38,11 @@ from vitlit.pretrained import fill_pretrained_normalization
 from vitlit.progress import ProgressBar
 from vitlit.runs import (
     Placement,
-    allocate_version,
     checkpoint_folders,
     logger_root,
-    newer_checkpoint,
-    newest_last_checkpoint,
+    place_run,
     relocated_logger,
-    resume_config_name,
+    resolve_checkpoint,
     resume_hint,
     run_of_checkpoint,
 )
@@ -253,34 +251,24 @@ class VitLitCLI(LightningCLI):
 
     def _prepare_run(self, subcommand: str) -> None:
         """Resolve and check the checkpoint (nothing is written before), then choose and create the run folder."""
-        ckpt = self._resolve_ckpt_path(subcommand)
+        config, trainer = self.config_init[subcommand], self.trainer
+        root = logger_root(trainer.logger) or Path(trainer.default_root_dir).expanduser().resolve()
+        # Runs without a logger save to <default_root_dir>/checkpoints; a config may name its own folders too.
+        folders = [Path(trainer.default_root_dir) / "checkpoints", *checkpoint_folders(trainer)]
+        ckpt = resolve_checkpoint(config.get("ckpt_path"), subcommand, root, folders)
+        config["ckpt_path"] = None if ckpt is None else str(ckpt)
         if ckpt is not None:
             self._check_checkpoint(ckpt)
-        self.placement = self._place_run(subcommand, ckpt)
-
-    def _resolve_ckpt_path(self, subcommand: str) -> Path | None:
-        """Turn ``--ckpt_path last|auto`` into a file and return the checkpoint to start from, if any.
-
-        Lightning's own ``last`` only looks in the new run's (empty) checkpoint folder. Here ``last`` means the newest
-        ``last.ckpt`` of any earlier run under the logger's root and fails if there is none; ``auto`` (fit only) is the
-        switch for job scripts that are restarted after preemption: resume if there is one, else start fresh.
-        """
-        config = self.config_init[subcommand]
-        ckpt_path = config.get("ckpt_path")
-        if ckpt_path in ("last", "auto"):
-            if ckpt_path == "auto" and subcommand != "fit":
-                raise ConfigError(f"--ckpt_path auto is for fit only; {subcommand} takes last or a checkpoint path.")
-            root = logger_root(self.trainer.logger) or Path(self.trainer.default_root_dir).expanduser().resolve()
-            # Runs without a logger save to <default_root_dir>/checkpoints; a config may name its own folders too.
-            folders = [Path(self.trainer.default_root_dir) / "checkpoints", *checkpoint_folders(self.trainer)]
-            found = newest_last_checkpoint([root], folders)
-            if found is None and ckpt_path == "last":
-                raise ConfigError(
-                    f"--ckpt_path last found no last.ckpt under {root}; give a checkpoint path, or check "
-                    f"--trainer.default_root_dir."
-                )
-            config["ckpt_path"] = None if found is None else str(found)
-        return Path(config["ckpt_path"]).expanduser().resolve() if config.get("ckpt_path") else None
+        if logger_root(trainer.logger) is None:  # other loggers keep their own folders
+            return
+        self.placement = place_run(Path(trainer.logger.save_dir), trainer.logger.name, subcommand, ckpt)
+        if self.placement.note:
+            print(f"{PROG}: {self.placement.note}", file=sys.stderr)
+        if self.placement.config_name:
+            for callback in trainer.callbacks:
+                if isinstance(callback, SaveConfigCallback):
+                    callback.config_filename = self.placement.config_name  # never overwrite the run's config.yaml
+        self._use_logger(self.placement.save_dir, self.placement.name, self.placement.version)
 
     def _check_checkpoint(self, ckpt: Path) -> None:
         """Refuse a checkpoint that cannot be read or does not fit the configured model, in one line."""
@@ -290,44 +278,6 @@ class VitLitCLI(LightningCLI):
             run = run_of_checkpoint(ckpt)
             known = run is not None and (run / "config.yaml").is_file()
             check(checkpoint.get("hyper_parameters", {}), f"--config {run / 'config.yaml'}" if known else None)
-
-    def _place_run(self, subcommand: str, ckpt: Path | None) -> Placement | None:
-        """Choose the run folder and create it (atomically), before Lightning writes anything.
-
-        - ``fit`` from a run's checkpoint continues that run, wherever it is and whatever the current directory: one
-          TensorBoard curve, one checkpoints folder, its config saved as ``config.resume-K.yaml`` next to the
-          original. If the run holds a checkpoint of a later step (resuming from the best, say), the resume goes to
-          a new folder beside it instead, so nothing newer is overwritten.
-        - ``validate``/``test``/``predict`` of a run's checkpoint write into ``<run>/<subcommand>/version_K`` (metrics,
-          ``predictions.csv``), next to the run and without touching its training files.
-        - Anything else is a new ``version_N`` under the logger's root. Loggers other than TensorBoard's and the CSV
-          logger keep their own folders (``None`` is returned).
-        """
-        logger = self.trainer.logger
-        if logger_root(logger) is None:
-            return None
-        save_dir, name = Path(logger.save_dir), logger.name
-        run = run_of_checkpoint(ckpt) if ckpt is not None else None
-        if run is not None and subcommand == "fit":
-            newer = newer_checkpoint(ckpt, run)
-            if newer is None:
-                config_name = resume_config_name(run)
-                for callback in self.trainer.callbacks:
-                    if isinstance(callback, SaveConfigCallback):
-                        callback.config_filename = config_name  # never overwrite the run's original config.yaml
-                self._use_logger(run.parent.parent, run.parent.name, run.name)
-                return Placement(run, created=False, before=set(run.iterdir()), config_name=config_name)
-            save_dir, name = run.parent.parent, run.parent.name
-            print(
-                f"{PROG}: {ckpt.name} is from step {checkpoint_step(ckpt)}, but {newer[0]} is from step {newer[1]}; "
-                f"continuing in a new run beside {run.name} so that nothing newer is overwritten",
-                file=sys.stderr,
-            )
-        elif run is not None:
-            save_dir, name = run, subcommand
-        version = allocate_version(save_dir / name)
-        self._use_logger(save_dir, name, version)
-        return Placement(save_dir / name / f"version_{version}", created=True)
 
     def _use_logger(self, save_dir: Path, name: str, version: int | str) -> None:
         """Give the Trainer a logger like the configured one that writes into ``save_dir/name/version``."""

@@ -19,6 +19,7 @@ from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from vitlit.checkpoint_io import checkpoint_step
+from vitlit.errors import ConfigError
 
 _VERSION = re.compile(r"version_(\d+)")
 
@@ -134,12 +135,16 @@ def own_files(run_dir: Path, before: set[Path], config_name: str | None) -> list
 
 @dataclass
 class Placement:
-    """The folder a run writes into, and how to leave it as it was if the run stops on a user error."""
+    """The folder a run writes into (``save_dir/name/version``), and how to leave it as it was after a user error."""
 
     run_dir: Path
     created: bool  # the folder was made for this run (else: an existing run continues)
+    save_dir: Path
+    name: str
+    version: int | str  # N for version_N, or the folder's own name when a run continues
     before: set[Path] = field(default_factory=set)  # its top-level files before this run started
-    config_name: str | None = None
+    config_name: str | None = None  # the name the run's config is saved under, when it is not config.yaml
+    note: str | None = None  # a line for the user about where the run went
 
     def undo(self, started: float, epochs_done: int) -> None:
         """Remove what this process added, unless it trained something worth keeping.
@@ -153,6 +158,64 @@ class Placement:
         elif not self.created and not [p for p in self.run_dir.rglob("*.ckpt") if p.stat().st_mtime >= started]:
             for path in own_files(self.run_dir, self.before, self.config_name):
                 path.unlink(missing_ok=True)
+
+
+def place_run(save_dir: Path, name: str, subcommand: str, ckpt: Path | None) -> Placement:
+    """Choose the folder of a ``fit``/``validate``/``test``/``predict`` and create it (atomically) if it is new.
+
+    - ``fit`` from a run's checkpoint continues that run, wherever it is and whatever the current directory: one
+      TensorBoard curve, one checkpoints folder, its config saved as ``config.resume-K.yaml`` next to the original.
+      If the run holds a checkpoint of a later step (resuming from the best, say), the resume goes to a new folder
+      beside it instead, so nothing newer is overwritten.
+    - ``validate``/``test``/``predict`` of a run's checkpoint write into ``<run>/<subcommand>/version_K`` (metrics,
+      ``predictions.csv``), next to the run and without touching its training files.
+    - Anything else is a new ``version_N`` in ``save_dir/name`` (the logger's folder).
+
+    Args:
+        save_dir: The logger's ``save_dir``.
+        name: The logger's ``name`` (``lightning_logs``).
+        subcommand: ``fit``, ``validate``, ``test`` or ``predict``.
+        ckpt: The checkpoint the run starts from, if any.
+    """
+    run = run_of_checkpoint(ckpt) if ckpt is not None else None
+    note = None
+    if run is not None and subcommand == "fit":
+        newer = newer_checkpoint(ckpt, run)
+        if newer is None:
+            return Placement(run, False, run.parent.parent, run.parent.name, run.name, before=set(run.iterdir()),
+                             config_name=resume_config_name(run))  # fmt: skip
+        save_dir, name = run.parent.parent, run.parent.name
+        note = (
+            f"{ckpt.name} is from step {checkpoint_step(ckpt)}, but {newer[0]} is from step {newer[1]}; continuing "
+            f"in a new run beside {run.name} so that nothing newer is overwritten"
+        )
+    elif run is not None:
+        save_dir, name = run, subcommand
+    version = allocate_version(save_dir / name)
+    return Placement(save_dir / name / f"version_{version}", True, save_dir, name, version, note=note)
+
+
+def resolve_checkpoint(ckpt_path: str | None, subcommand: str, root: Path, folders: list[Path]) -> Path | None:
+    """The checkpoint a run starts from: ``--ckpt_path`` as a file, with ``last`` and ``auto`` resolved.
+
+    Lightning's own ``last`` only looks in the new run's (empty) checkpoint folder. Here ``last`` means the newest
+    ``last.ckpt`` of any earlier run under ``root`` (or in ``folders``) and fails if there is none; ``auto`` (fit
+    only) is the switch for job scripts restarted after preemption: resume if there is one, else start fresh.
+
+    Raises:
+        ConfigError: For ``auto`` outside ``fit``, or ``last`` with no ``last.ckpt`` to find.
+    """
+    if ckpt_path in ("last", "auto"):
+        if ckpt_path == "auto" and subcommand != "fit":
+            raise ConfigError(f"--ckpt_path auto is for fit only; {subcommand} takes last or a checkpoint path.")
+        found = newest_last_checkpoint([root], folders)
+        if found is None and ckpt_path == "last":
+            raise ConfigError(
+                f"--ckpt_path last found no last.ckpt under {root}; give a checkpoint path, or check "
+                f"--trainer.default_root_dir."
+            )
+        return found
+    return Path(ckpt_path).expanduser().resolve() if ckpt_path else None
 
 
 def checkpoint_folders(trainer: Trainer) -> set[Path]:
