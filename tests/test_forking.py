@@ -12,7 +12,7 @@ import pytest
 import timm
 import torch
 import yaml
-from helpers.cli import ROOT, run_cli
+from helpers.cli import DIGITS_CONFIG, ROOT, run_cli
 from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.datasets import SVHN
@@ -178,7 +178,7 @@ def test_channels_follow_the_data_with_adapted_pretrained_weights(
     root = digits_dir if grey else _write_rgba_folder(tmp_path / "rgba", np.random.default_rng(0))
     stats = [] if grey else ["--data.mean", "[0.5,0.5,0.5,0.5]", "--data.std", "[0.25,0.25,0.25,0.25]"]
     cli = run_cli(
-        "fit", "--config", ROOT / "configs" / "digits.yaml", *SMALL, "--data.root", root,
+        "fit", "--config", DIGITS_CONFIG, *SMALL, "--data.root", root,
         "--data.in_chans", channels, "--data.on_device", str(grey).lower(), "--data.val_size", "8",
         "--model.pretrained_file", test_vit_weights, *stats,
         "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",

@@ -13,7 +13,7 @@ from vitlit.progress import ProgressBar
 
 def test_training_steps_read_nothing_back_between_logging_steps(tmp_path: Path, cifar_dir: Path) -> None:
     # The tiny recipe as shipped (bf16-mixed standing in for 16-mixed, clipping, fused AdamW, NonFiniteGuard,
-    # Throughput, the progress bar), steps 2 to 9 of a run that logs every 50 steps.
+    # SpeedMonitor, the progress bar), steps 2 to 9 of a run that logs every 50 steps.
     cli = tiny_cifar_fit(
         cifar_dir, tmp_path, "--trainer.precision", "bf16-mixed", "--trainer.max_steps", "12",
         "--data.val_size", "8", "--data.on_device", "true", "--data.augment", "none",

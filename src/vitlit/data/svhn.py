@@ -5,6 +5,7 @@ python -m vitlit fit --config configs/svhn_vit_tiny.yaml
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ class SVHNDataModule(ImageClassificationDataModule):
 
     def __init__(self, data_dir: str | Path = "data", download: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if importlib.util.find_spec("scipy") is None:  # torchvision reads SVHN's .mat files with it
+            raise ConfigError("SVHN's files are read with SciPy, which is not installed; pip install scipy.")
         self.data_dir, self.download = str(Path(data_dir).expanduser()), download
 
     @property
