@@ -127,21 +127,24 @@ class Snapshots(ModelCheckpoint):
 class PredictionWriter(BasePredictionWriter):
     """Write what ``predict`` computes to ``<run>/predictions.csv``, one row per image, in data order.
 
-    Columns: ``index`` (position in the predicted split), ``source`` (the image file, where the data module knows
-    it: `vitlit.data.ImageClassificationDataModule.source_files`), ``predicted`` (class name), ``confidence`` (its
-    probability), then one ``p_<class>`` column per class. Class names are those the model was trained with (kept
-    in its checkpoint). The file goes into the log folder of this ``predict`` (for a run's checkpoint,
-    ``<run>/predict/version_K``), so earlier predictions are never overwritten.
+    Columns: ``index`` (position in what was predicted: ``--data.predict_dir``'s images or the test split),
+    ``source`` (the image file, where the data module knows it:
+    `vitlit.data.ImageClassificationDataModule.source_files`), ``predicted`` (class name), ``confidence`` (its
+    probability), then ``top2``, ``p_top2``, ... up to ``top_k``, then one ``p_<class>`` column per class. Class
+    names are those the model was trained with (kept in its checkpoint). The file goes into the log folder of this
+    ``predict`` (for a run's checkpoint, ``<run>/predict/version_K``), so earlier predictions are never overwritten.
 
     Args:
         filename: Name of the CSV file inside the run directory.
         probabilities: Also write every class's probability (one column per class).
+        top_k: Name the ``top_k`` most probable classes of each image (1: only ``predicted``).
     """
 
-    def __init__(self, filename: str = "predictions.csv", probabilities: bool = True) -> None:
+    def __init__(self, filename: str = "predictions.csv", probabilities: bool = True, top_k: PositiveInt = 3) -> None:
         super().__init__(write_interval="epoch")
         self.filename = filename
         self.probabilities = probabilities
+        self.top_k = int(top_k)
 
     def write_on_epoch_end(
         self, trainer: Trainer, pl_module: LightningModule, predictions: list[Any], batch_indices: list[Any]
@@ -153,15 +156,19 @@ class PredictionWriter(BasePredictionWriter):
         sources = files if files is not None and len(files) == len(probs) else [""] * len(probs)
         path = Path(trainer.log_dir or trainer.default_root_dir) / self.filename
         path.parent.mkdir(parents=True, exist_ok=True)
-        confidence, predicted = probs.max(dim=1)
+        k = min(self.top_k, probs.shape[1])
+        top_p, top_i = probs.topk(k, dim=1)
         header = ["index", "source", "predicted", "confidence"]
+        header += [name for j in range(2, k + 1) for name in (f"top{j}", f"p_top{j}")]
         if self.probabilities:
             header += [f"p_{c}" for c in classes]
         with path.open("w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(header)
             for i in range(len(probs)):
-                row = [i, sources[i], classes[predicted[i]], f"{confidence[i]:.6f}"]
+                row: list[object] = [i, sources[i]]
+                for j in range(k):
+                    row += [classes[top_i[i, j]], f"{top_p[i, j]:.6f}"]
                 if self.probabilities:
                     row += [f"{p:.6f}" for p in probs[i].tolist()]
                 writer.writerow(row)

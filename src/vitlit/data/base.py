@@ -8,18 +8,22 @@ here once and reads the data only through those hooks. The forking guide in the 
 from __future__ import annotations
 
 import os
+import sys
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
+from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from vitlit.data.batch_augment import BatchAugment
-from vitlit.data.device import DeviceLoader, decode_uint8
+from vitlit.data.device import PIL_MODES, DeviceLoader, decode_uint8
+from vitlit.data.images import ImageFiles, check_images, image_files
 from vitlit.data.transforms import Magnitude, Policy, eval_transform, policy_transform, train_transform
 from vitlit.errors import ConfigError
 from vitlit.schedule import training_progress
@@ -148,6 +152,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         on_device: Keep every split as one uint8 tensor on the training device and crop, flip and normalise whole
             batches there (`vitlit.data.device`): no worker processes, no CPU bottleneck; for data that fits in
             device memory (CIFAR: 150 MB). Per-image policies (``augment``) need the DataLoader path (false).
+        predict_dir: A folder of images for ``predict`` to classify instead of the test split: any layout, nested
+            folders included, no class folders needed; files that cannot be read are named and left out.
     """
 
     #: Normalisation statistics of the data, used when ``mean``/``std`` are not given; a subclass overrides them
@@ -177,6 +183,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         batch_augment: BatchAugment | None = None,
         class_balanced: bool = False,
         on_device: bool = False,
+        predict_dir: str | Path | None = None,
     ) -> None:
         super().__init__()
         # Checked here, not by a constrained type: jsonargparse dumps a union of an int and a float type wrongly
@@ -223,10 +230,13 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self.batch_augment = batch_augment if batch_augment is not None and batch_augment.active else None
         self.class_balanced = class_balanced
         self.on_device = on_device
+        self.predict_dir = None if predict_dir is None else Path(predict_dir).expanduser()
+        self._predict_images = [] if self.predict_dir is None else self._scan_predict_dir(self.predict_dir)
         self._uint8: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # per source: device path's decoded copy
         self.train_set: TransformedSubset | None = None
         self.val_set: TransformedSubset | None = None
         self.test_set: TransformedSubset | None = None
+        self.predict_set: TransformedSubset | None = None
 
     # -- the contract: what a subclass provides ------------------------------------------------------------------
 
@@ -249,7 +259,24 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
 
     @abstractmethod
     def test_source(self) -> Dataset:
-        """The held-out test images, used by ``test`` and ``predict`` only."""
+        """The held-out test images, used by ``test`` (and by ``predict`` without ``predict_dir``) only."""
+
+    def predict_source(self) -> Dataset:
+        """What ``predict`` classifies: the images of ``predict_dir``, else the test split.
+
+        Unreadable files of the folder are named, one line each, and left out; its items have the class index -1.
+        """
+        if self.predict_dir is None:
+            return self.test_source()
+        bad = check_images(self._predict_images)
+        if self.trainer is None or self.trainer.is_global_zero:
+            for image in bad:  # one line each, as vitlit's other notes, not a Python warning with a traceback line
+                print(f"vitlit: skipping {image.path}: {image.problem}", file=sys.stderr)
+        skip = {b.path for b in bad}
+        kept = [(str(path), -1) for path in self._predict_images if path not in skip]
+        if not kept:
+            raise ConfigError(f"predict_dir={self.predict_dir} holds no readable image; all {len(bad)} were skipped.")
+        return ImageFiles(kept, self.class_names, PIL_MODES[self.in_chans])
 
     def source_targets(self, source: Dataset) -> Sequence[int]:
         """The class index of every item of ``source``, ideally without decoding an image.
@@ -302,12 +329,36 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         return [targets[i] for i in subset.indices]
 
     def predict_files(self) -> list[str] | None:
-        """The file behind each item ``predict`` sees (the test split), in order; ``None`` where unknown."""
-        files = self.source_files(self.test_set.source) if self.test_set is not None else None
-        return None if files is None else [files[i] for i in self.test_set.indices]
+        """The file behind each item ``predict`` sees, in order; ``None`` where unknown."""
+        files = self.source_files(self.predict_set.source) if self.predict_set is not None else None
+        return None if files is None else [files[i] for i in self.predict_set.indices]
 
-    def _resize(self) -> bool:
-        return self.native_size != self.img_size
+    def predicting_folder(self) -> bool:
+        """Whether this is a ``predict`` of ``predict_dir``: then no data set needs to be downloaded."""
+        return self.predict_dir is not None and self.trainer is not None and self.trainer.predicting
+
+    def _is_predict_folder(self, source: Dataset | None) -> bool:
+        """Whether ``source`` is ``predict_dir``'s images (vitlit's own, not one of the subclass's sources)."""
+        return self.predict_dir is not None and self.predict_set is not None and source is self.predict_set.source
+
+    def _resize(self, source: Dataset | None = None) -> bool:
+        """Whether images must be resized to ``img_size``: always for ``predict_dir``'s files, of any size."""
+        return self._is_predict_folder(source) or self.native_size != self.img_size
+
+    def _scan_predict_dir(self, folder: Path) -> list[Path]:
+        """The image files below ``folder``, found before any work starts (the folder must hold at least one)."""
+        if not folder.is_dir():
+            raise ConfigError(f"predict_dir={folder} is not a folder; give the folder of images to classify.")
+        if self.in_chans not in PIL_MODES:
+            raise ConfigError(
+                f"predict_dir reads image files, which hold 1, 3 or 4 channels, not in_chans={self.in_chans}."
+            )
+        found = list(image_files(folder))
+        if not found:
+            raise ConfigError(
+                f"predict_dir={folder} holds no image ({', '.join(IMG_EXTENSIONS)}), also in its sub-folders."
+            )
+        return found
 
     # -- shared machinery ----------------------------------------------------------------------------------------
 
@@ -323,9 +374,9 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             policy=policy_transform(self.augment, self.randaugment_num_ops, self.randaugment_magnitude),
         )
 
-    def eval_transform(self) -> Any:
-        """The deterministic pipeline for validation, test and predict."""
-        return eval_transform(self.img_size, self.mean, self.std, resize=self._resize())
+    def eval_transform(self, resize: bool | None = None) -> Any:
+        """The deterministic pipeline for validation, test and predict (``resize`` overrides the data's own need)."""
+        return eval_transform(self.img_size, self.mean, self.std, resize=self._resize() if resize is None else resize)
 
     def setup(self, stage: str) -> None:
         """Build the datasets that ``stage`` needs; idempotent, so a fit followed by a test reuses the split."""
@@ -340,8 +391,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             else:
                 self.train_set = TransformedSubset(source, None, self.train_transform())
                 self.val_set = TransformedSubset(val_source, None, self.eval_transform())
-        if stage in ("test", "predict") and self.test_set is None:
+        if stage == "test" and self.test_set is None:
             self.test_set = TransformedSubset(self.test_source(), None, self.eval_transform())
+        if stage == "predict" and self.predict_set is None:
+            transform = self.eval_transform(resize=True if self.predict_dir is not None else None)
+            self.predict_set = TransformedSubset(self.predict_source(), None, transform)
 
     def _check_channels(self, source: Dataset) -> None:
         """Refuse data whose images have another channel count than ``in_chans``, before the first step."""
@@ -393,10 +447,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """``source`` as (N, C, H, W) uint8 images and (N,) class indices, once per source (train and val share)."""
         key = id(source)
         if key not in self._uint8:
-            images = self.source_uint8(source)
+            # The hook knows the subclass's own sources only; predict_dir's files are decoded here.
+            images = None if self._is_predict_folder(source) else self.source_uint8(source)
             if images is None:
                 rank_zero_info(f"vitlit: decoding {len(source)} images once for --data.on_device")
-                images = decode_uint8(source, self.img_size, self.in_chans, self._resize())
+                images = decode_uint8(source, self.img_size, self.in_chans, self._resize(source))
             elif images.dtype != torch.uint8 or images.ndim != 4 or images.shape[:2] != (len(source), self.in_chans):
                 raise ValueError(
                     f"{type(self).__name__}.source_uint8 returned {images.dtype} images of shape "
@@ -440,8 +495,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         return self._loader(self.test_set, train=False)
 
     def predict_dataloader(self) -> DataLoader | DeviceLoader:
-        """The test split, in order, for ``predict``."""
-        return self._loader(self.test_set, train=False)
+        """``predict_dir``'s images, or the test split, in order."""
+        return self._loader(self.predict_set, train=False)
 
 
 def _class_balance_weights(targets: Sequence[int]) -> torch.Tensor:

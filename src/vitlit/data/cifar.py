@@ -138,7 +138,7 @@ class CIFARDataModule(ImageClassificationDataModule):
 
     def prepare_data(self) -> None:
         """Download and verify both splits once (on rank 0 only, as Lightning calls it)."""
-        if not self.download:
+        if not self.download or self.predicting_folder():
             return
         created = not self.data_dir.exists()
         try:

@@ -1,0 +1,98 @@
+"""From checkpoint to use: ``predict`` classifies any folder of images with the run's own config."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers.cli import DIGITS_CONFIG, run_cli, tiny_cifar_fit
+from PIL import Image
+
+from vitlit.data.digits import write_digits_folder
+
+QUICK = ["--trainer.max_steps", "4", "--trainer.limit_val_batches", "1", "--data.val_size", "16"]
+
+
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A few steps of the digits recipe; its run folder (config.yaml, checkpoints/last.ckpt)."""
+    root = tmp_path_factory.mktemp("predict")
+    data = write_digits_folder(root / "digits")
+    fit = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", data, "--trainer.default_root_dir", root, *QUICK)
+    return Path(fit.trainer.log_dir)
+
+
+def _mixed_folder(root: Path) -> tuple[list[Path], list[Path]]:
+    """Images of several sizes, modes and depths in nested folders, plus files that cannot be read."""
+    rng = np.random.default_rng(0)
+    (root / "a" / "b").mkdir(parents=True)
+    good = [root / "a" / "rgb.png", root / "a" / "b" / "grey.jpg", root / "rgba.png", root / "sixteen.png"]
+    Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(good[0])
+    Image.fromarray(rng.integers(0, 256, (70, 50), dtype=np.uint8)).save(good[1])
+    Image.fromarray(rng.integers(0, 256, (20, 90, 4), dtype=np.uint8), "RGBA").save(good[2])
+    Image.fromarray(rng.integers(0, 65536, (40, 40), dtype=np.uint16)).save(good[3])
+    bad = [root / "a" / "cut.png", root / "empty.jpg"]
+    bad[0].write_bytes(good[0].read_bytes()[:200])  # a truncated PNG
+    bad[1].write_bytes(b"")
+    (root / "notes.txt").write_text("not an image; not even looked at")
+    return good, bad
+
+
+def test_predict_a_nested_folder_names_the_unreadable_files_and_writes_the_rest(
+    digits_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good, bad = _mixed_folder(tmp_path / "inbox")
+    predict = run_cli(
+        "predict", "--config", digits_run / "config.yaml", "--ckpt_path", digits_run / "checkpoints" / "last.ckpt",
+        "--data.predict_dir", tmp_path / "inbox",
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    for path in bad:
+        assert sum(f"skipping {path}:" in line for line in err.splitlines()) == 1, err[-2000:]
+    written = Path(predict.trainer.log_dir) / "predictions.csv"
+    assert written.parent.parent.parent == digits_run  # <run>/predict/version_0: beside the run
+    rows = list(csv.DictReader(written.open()))
+    assert sorted(row["source"] for row in rows) == sorted(map(str, good))
+    classes = [str(d) for d in range(10)]  # the checkpoint's class names
+    for row in rows:
+        assert row["predicted"] in classes and row["top2"] in classes and row["top3"] in classes
+        assert float(row["confidence"]) >= float(row["p_top2"]) >= float(row["p_top3"])
+        assert float(row["confidence"]) == pytest.approx(float(row[f"p_{row['predicted']}"]))
+        assert sum(float(row[f"p_{c}"]) for c in classes) == pytest.approx(1.0, abs=1e-4)
+
+
+@pytest.mark.parametrize("case", ["empty", "missing", "only-unreadable"])
+def test_a_folder_without_readable_images_is_one_line(
+    case: str, digits_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "inbox"
+    if case != "missing":
+        (folder / "sub").mkdir(parents=True)
+        if case == "only-unreadable":
+            (folder / "sub" / "x.png").write_bytes(b"\x89PNG broken")
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("predict", "--config", digits_run / "config.yaml", "--data.predict_dir", folder,
+                "--ckpt_path", digits_run / "checkpoints" / "last.ckpt")  # fmt: skip
+    assert exit_info.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    expected = {"empty": "holds no image", "missing": "is not a folder", "only-unreadable": "holds no readable image"}
+    assert line.startswith("vitlit: error: predict_dir=") and expected[case] in line
+    assert not (digits_run / "predict" / "version_1").exists()  # nothing left behind but the first test's run
+
+
+@pytest.mark.parametrize("on_device", ["false", "true"])
+def test_a_cifar_run_predicts_images_of_any_size_on_both_data_paths(
+    on_device: str, cifar_dir: Path, tmp_path: Path
+) -> None:
+    """CIFAR's own images need no resize; a folder's do, on the DataLoader and the device path alike."""
+    fit = tiny_cifar_fit(cifar_dir, tmp_path, "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1")
+    good, _ = _mixed_folder(tmp_path / "inbox")
+    run = Path(fit.trainer.log_dir)
+    predict = run_cli(
+        "predict", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt",
+        "--data.predict_dir", tmp_path / "inbox", "--data.on_device", on_device, "--data.augment", "none",
+    )  # fmt: skip
+    rows = list(csv.DictReader((Path(predict.trainer.log_dir) / "predictions.csv").open()))
+    assert len(rows) == len(good) and rows[0]["predicted"] in predict.datamodule.class_names
