@@ -44,7 +44,7 @@ def test_cifar_normalises_with_its_statistics(cifar_dir: Path) -> None:
     expected = torch.tensor(list(raw.getdata()), dtype=torch.float32).T.reshape(3, 32, 32) / 255
     expected = (expected - torch.tensor(data.mean)[:, None, None]) / torch.tensor(data.std)[:, None, None]
     torch.testing.assert_close(data.val_set[0][0], expected)
-    assert data.mean == (0.4914, 0.4822, 0.4465)
+    assert data.mean == [0.4914, 0.4822, 0.4465]
 
 
 def test_cifar100_and_resizing_for_patch16_models(cifar_dir: Path) -> None:

@@ -196,6 +196,9 @@ class VitLitCLI(LightningCLI):
         # The data decides what it delivers; the model adapts (these --model.* flags disappear).
         for key in ("num_classes", "class_names", "img_size", "in_chans"):
             parser.link_arguments(f"data.{key}", f"model.{key}", apply_on="instantiate")
+        # Recorded in checkpoints, so that exports and servers normalise new images as the data module did.
+        parser.link_arguments("data.mean", "model.input_mean", apply_on="instantiate")
+        parser.link_arguments("data.std", "model.input_std", apply_on="instantiate")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         super().parse_arguments(parser, args)

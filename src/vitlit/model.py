@@ -69,6 +69,10 @@ class ViTClassifier(LightningModule):
         class_names: Name of each class in index order (linked from ``data.class_names``). Stored in checkpoints, so
             that evaluating on data whose classes differ is refused and predictions are labelled with the names
             the model learned.
+        input_mean: Per-channel mean the images are normalised with (linked from ``data.mean``). Not used by
+            ``forward`` (the data module normalises); kept in checkpoints so that an exported or served model
+            prepares new images exactly as in training.
+        input_std: Per-channel standard deviation, as ``input_mean`` (linked from ``data.std``).
         optimizer: Optimizer factory, called with the parameter groups (no weight decay on biases, norms,
             position embedding and class token). Default AdamW(lr=5e-4, weight_decay=0.05). Any optimizer class
             works, e.g. ``torch.optim.SGD`` or ``timm.optim.Lamb``. Rule of thumb for the learning rate: scale it
@@ -94,12 +98,17 @@ class ViTClassifier(LightningModule):
         label_smoothing: Rate = 0.1,
         layer_decay: Fraction | None = None,
         class_names: list[str] | None = None,
+        input_mean: list[float] | None = None,
+        input_std: list[float] | None = None,
         optimizer: OptimizerCallable = lambda params: torch.optim.AdamW(params, lr=5e-4, weight_decay=0.05),
         scheduler: LRSchedulerCallable = lambda optimizer: WarmupCosineLR(optimizer, warmup_steps=500),
     ) -> None:
         super().__init__()
+        # Plain lists and numbers in the hyperparameters: hparams.yaml stays plain YAML, checkpoints weights_only.
+        input_mean = None if input_mean is None else [float(v) for v in input_mean]
+        input_std = None if input_std is None else [float(v) for v in input_std]
         self.save_hyperparameters()
-        for key, value in self.hparams.items():  # plain numbers, so that checkpoints load with weights_only
+        for key, value in self.hparams.items():
             self.hparams[key] = plain(value)
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler

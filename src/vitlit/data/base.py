@@ -314,14 +314,17 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         return len(self.class_names)
 
     @property
-    def mean(self) -> tuple[float, ...]:
-        """The normalisation mean in use: ``--data.mean``, else the data's ``default_mean`` fitted to ``in_chans``."""
-        return self._mean if self._mean is not None else channel_statistics(self.default_mean, self.in_chans, "mean")
+    def mean(self) -> list[float]:
+        """The normalisation mean in use: ``--data.mean``, else the data's ``default_mean`` fitted to ``in_chans``.
+
+        A list (linked into the model's hyperparameters, which are saved as plain YAML).
+        """
+        return list(self._mean or channel_statistics(self.default_mean, self.in_chans, "mean"))
 
     @property
-    def std(self) -> tuple[float, ...]:
+    def std(self) -> list[float]:
         """The normalisation standard deviation in use (as `mean`)."""
-        return self._std if self._std is not None else channel_statistics(self.default_std, self.in_chans, "std")
+        return list(self._std or channel_statistics(self.default_std, self.in_chans, "std"))
 
     def targets(self, subset: TransformedSubset) -> list[int]:
         """Class index of every item of one of this module's splits, through `source_targets`."""
