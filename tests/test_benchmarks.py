@@ -39,3 +39,12 @@ def test_gpu_script_smoke_writes_json(
     assert last.startswith("gpu test_vit/4@32 images_per_sec=")
     (result,) = json.loads(out.read_text())["results"]
     assert result["images_per_sec"] > 0 and result["gflops_per_image"] > 0
+
+
+def test_export_prints_speedup_size_and_accuracy(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A tiny form: test_vit at 32 px, one digits epoch; the real figures (ViT-S/16, 50 epochs) are in RESULTS.md.
+    args = "--model test_vit --img-size 32 --repeats 2 --epochs 1".split()
+    last = _run("export.py", args, monkeypatch, capsys)
+    assert re.fullmatch(r"int8 speedup=\d+\.\d\d size_ratio=\d\.\d{3} acc_drop=-?\d\.\d{4}", last), last

@@ -9,6 +9,7 @@ the Trainer with its callbacks comes from the YAML. Example::
 
 from __future__ import annotations
 
+import importlib
 import logging
 import re
 import signal
@@ -30,7 +31,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from vitlit import __version__
 from vitlit.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from vitlit.data import ImageClassificationDataModule
-from vitlit.errors import ConfigError, TrainingHalted
+from vitlit.errors import CheckFailed, ConfigError, TrainingHalted
 from vitlit.interrupts import FirstInterruptAsSigterm
 from vitlit.model import ViTClassifier
 from vitlit.preflight import check_seed, check_trainer, check_writable_folder
@@ -53,8 +54,11 @@ PROG = "vitlit"
 DEFAULTS = Path(__file__).with_name("defaults.yaml")
 DESCRIPTION = (
     "Train and evaluate timm Vision Transformers with Lightning: `vitlit fit --config configs/<recipe>.yaml`. "
-    "Every option is a YAML key and a --flag; `vitlit fit --help` lists them."
+    "Every option is a YAML key and a --flag; `vitlit fit --help` lists them. Beside the subcommands below: "
+    "`vitlit export` (ONNX, int8, torch.export) and `vitlit serve` (HTTP), each with its own --help."
 )
+#: Commands that work from a checkpoint alone, outside LightningCLI: name -> "module:function".
+TOOLS = {"export": "vitlit.export:export", "serve": "vitlit.serve:serve"}
 # Lines of jsonargparse's nested Union report that repeat what the first error already says.
 _NOISE = (
     "Does not validate against any of the Union",
@@ -331,8 +335,11 @@ def main(args: Sequence[str] | None = None) -> VitLitCLI:
     Raises:
         SystemExit: With status 2 and a one-line message on a user error (bad option, value, path or checkpoint).
     """
+    argv = sys.argv[1:] if args is None else [str(a) for a in args]
     try:
-        _check_config_files(sys.argv[1:] if args is None else [str(a) for a in args])
+        if argv and argv[0] in TOOLS:
+            return _tool(argv[0], argv[1:])
+        _check_config_files(argv)
         with warnings.catch_warnings():
             # Lightning warns when `args` is given while sys.argv holds other words (a notebook's kernel arguments,
             # pytest's): main(args) is exactly the way to run the CLI from Python.
@@ -342,11 +349,24 @@ def main(args: Sequence[str] | None = None) -> VitLitCLI:
             # The model summary's size estimate assumes fp32 under mixed precision and says so on every run.
             warnings.filterwarnings("ignore", message=r"Precision .* is not supported by the model summary")
             return _cli(args)
+    except CheckFailed as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        raise SystemExit(1) from None
     except Exception as err:
         cause = _user_error(err)
         if cause is None:
             raise
         _exit(_message(cause))
+
+
+def _tool(name: str, argv: list[str]) -> Any:
+    """Run one of the `TOOLS` with its typed, documented arguments (``vitlit export --help``)."""
+    module, function = TOOLS[name].split(":")
+    run = getattr(importlib.import_module(module), function)
+    parser = VitLitArgumentParser(prog=f"{PROG} {name}", description=run.__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser.add_function_arguments(run, as_group=False)
+    parsed = parser.parse_args(argv)
+    return run(**parsed.as_dict())
 
 
 def entry_point() -> None:

@@ -1,0 +1,84 @@
+"""``vitlit serve`` under load: a loopback client sends concurrent requests, with dynamic batching on and off.
+
+A checkpoint of the digits recipe (a few steps: the weights do not change the cost) is served twice, with
+``--max_batch_size 16`` and ``1``; each time ``--requests`` real digit images are posted as multipart uploads by
+``--concurrency`` client threads.
+
+    python benchmarks/serve.py            # last line: serve img_per_s=<x> p50_ms=<y> p99_ms=<z> errors=<n>
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
+from helpers.http import free_port, post_file, wait_for
+
+from vitlit.cli import main
+from vitlit.data.digits import write_digits_folder
+from vitlit.data.images import image_files
+
+CONFIG = Path(__file__).parents[1] / "configs" / "digits.yaml"
+
+
+def load(url: str, images: list[bytes], requests: int, concurrency: int) -> tuple[float, list[float], int]:
+    """Post ``requests`` images with ``concurrency`` threads; return (images/s, latencies in ms, errors)."""
+
+    def one(i: int) -> tuple[float, bool]:
+        start = time.perf_counter()
+        status, _ = post_file(url, "image", "digit.png", images[i % len(images)])
+        return 1000 * (time.perf_counter() - start), status == 200
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        results = list(pool.map(one, range(requests)))
+    elapsed = time.perf_counter() - start
+    return requests / elapsed, [ms for ms, _ in results], sum(not ok for _, ok in results)
+
+
+def run(ckpt: Path, images: list[bytes], max_batch_size: int, args: argparse.Namespace) -> str:
+    port = free_port()
+    command = [sys.executable, "-m", "vitlit", "serve", "--ckpt_path", str(ckpt), "--port", str(port),
+               "--max_batch_size", str(max_batch_size), "--accelerator", "cpu"]  # fmt: skip
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(f"http://127.0.0.1:{port}/health", timeout=180, alive=lambda: server.poll() is None)
+        url = f"http://127.0.0.1:{port}/predict"
+        load(url, images, 2 * args.concurrency, args.concurrency)  # warm-up
+        rate, latencies, errors = load(url, images, args.requests, args.concurrency)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    p50 = statistics.median(latencies)
+    p99 = statistics.quantiles(latencies, n=100)[98]
+    return f"img_per_s={rate:.1f} p50_ms={p50:.1f} p99_ms={p99:.1f} errors={errors}"
+
+
+def main_() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--concurrency", type=int, default=16)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="vitlit-serve-") as tmp:
+        work = Path(tmp)
+        data = write_digits_folder(work / "digits")
+        quick = ["--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", "--trainer.default_root_dir", work]
+        fit = main([str(a) for a in ["fit", "--config", CONFIG, "--data.root", data, *quick]])
+        ckpt = Path(fit.trainer.log_dir) / "checkpoints" / "last.ckpt"
+        images = [p.read_bytes() for p in list(image_files(data / "test"))[:64]]
+        unbatched = run(ckpt, images, 1, args)
+        print(f"serve max_batch_size=1 ({args.concurrency} concurrent, {args.requests} requests): {unbatched}")
+        batched = run(ckpt, images, 16, args)
+        print(f"serve max_batch_size=16 ({args.concurrency} concurrent, {args.requests} requests): {batched}")
+    print(f"serve {batched}")
+
+
+if __name__ == "__main__":
+    main_()
