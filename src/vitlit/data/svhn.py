@@ -41,8 +41,8 @@ class SVHNDataModule(ImageClassificationDataModule):
         return [str(digit) for digit in range(10)]
 
     def prepare_data(self) -> None:
-        """Download both splits once (Lightning calls this on one process only)."""
-        if self.download:
+        """Download both splits once (Lightning calls this on one process only; not to predict a folder)."""
+        if self.download and not self.predicting_folder():
             for split in ("train", "test"):
                 SVHN(self.data_dir, split=split, download=True)
 
