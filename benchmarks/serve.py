@@ -47,14 +47,14 @@ def run(ckpt: Path, images: list[bytes], max_batch_size: int, args: argparse.Nam
     port = free_port()
     command = [sys.executable, "-m", "vitlit", "serve", "--ckpt_path", str(ckpt), "--port", str(port),
                "--max_batch_size", str(max_batch_size), "--accelerator", "cpu"]  # fmt: skip
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_for(f"http://127.0.0.1:{port}/health", timeout=180, alive=lambda: server.poll() is None)
         url = f"http://127.0.0.1:{port}/predict"
         load(url, images, 2 * args.concurrency, args.concurrency)  # warm-up
         rate, latencies, errors = load(url, images, args.requests, args.concurrency)
     finally:
-        server.terminate()
+        server.terminate()  # vitlit serve stops LitServe's workers on SIGTERM
         server.wait(timeout=60)
     p50 = statistics.median(latencies)
     p99 = statistics.quantiles(latencies, n=100)[98]

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -115,7 +118,7 @@ def test_the_server_answers_predictions_and_refuses_bad_uploads(trained, tmp_pat
     command = [sys.executable, "-m", "vitlit", "serve", "--ckpt_path", str(ckpt), "--port", str(port),
                "--max_upload_mb", "1", "--accelerator", "cpu"]  # fmt: skip
     log = (tmp_path / "server.log").open("w")
-    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(f"{url}/health", timeout=180, alive=lambda: server.poll() is None)
@@ -139,7 +142,21 @@ def test_the_server_answers_predictions_and_refuses_bad_uploads(trained, tmp_pat
         assert post_file(f"{url}/predict", "image", "big.png", b"0" * (2 * 2**20))[0] == 413
         assert post_file(f"{url}/predict", "image", image.name, image.read_bytes()) == (200, answer)  # still up
     finally:
-        server.terminate()
+        server.terminate()  # SIGTERM: vitlit serve shuts LitServe down as on Ctrl-C, worker processes included
         server.wait(timeout=60)
         log.close()
     assert "Traceback" not in (tmp_path / "server.log").read_text()
+    assert not _alive(server.pid), "a process of the server outlived it"
+
+
+def _alive(group: int, grace: float = 20.0) -> bool:
+    """Whether a process of the group ``group`` (the server and the workers it started) outlives ``grace`` seconds."""
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return False
+        time.sleep(0.5)
+    os.killpg(group, signal.SIGKILL)  # leave nothing behind for the next tests
+    return True

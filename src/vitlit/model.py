@@ -19,6 +19,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from vitlit.checkpoint_io import UNREADABLE
 from vitlit.clipping import clip_true_gradients
+from vitlit.distill import Distillation
 from vitlit.errors import ConfigError
 from vitlit.optim import WarmupCosineLR, apply_lr_scale, param_groups
 from vitlit.schedule import total_steps
@@ -73,6 +74,9 @@ class ViTClassifier(LightningModule):
             ``forward`` (the data module normalises); kept in checkpoints so that an exported or served model
             prepares new images exactly as in training.
         input_std: Per-channel standard deviation, as ``input_mean`` (linked from ``data.std``).
+        distillation: Learn from a frozen teacher as well as from the labels (`vitlit.distill.Distillation`:
+            ``--model.distillation.teacher <timm name or vitlit .ckpt>``, ``kind`` soft or hard, ``alpha``,
+            ``temperature``). The teacher is never saved with the student.
         optimizer: Optimizer factory, called with the parameter groups (no weight decay on biases, norms,
             position embedding and class token). Default AdamW(lr=5e-4, weight_decay=0.05). Any optimizer class
             works, e.g. ``torch.optim.SGD`` or ``timm.optim.Lamb``. Rule of thumb for the learning rate: scale it
@@ -100,6 +104,7 @@ class ViTClassifier(LightningModule):
         class_names: list[str] | None = None,
         input_mean: list[float] | None = None,
         input_std: list[float] | None = None,
+        distillation: Distillation | None = None,
         optimizer: OptimizerCallable = lambda params: torch.optim.AdamW(params, lr=5e-4, weight_decay=0.05),
         scheduler: LRSchedulerCallable = lambda optimizer: WarmupCosineLR(optimizer, warmup_steps=500),
     ) -> None:
@@ -107,13 +112,24 @@ class ViTClassifier(LightningModule):
         # Plain lists and numbers in the hyperparameters: hparams.yaml stays plain YAML, checkpoints weights_only.
         input_mean = None if input_mean is None else [float(v) for v in input_mean]
         input_std = None if input_std is None else [float(v) for v in input_std]
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["distillation"])
         for key, value in self.hparams.items():
             self.hparams[key] = plain(value)
+        self.hparams["distillation"] = None if distillation is None else distillation.hparams()
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self._check_optimization()
         self.net = self._create_net()
+        self.distillation = distillation
+        if distillation is not None:
+            if input_mean is None or input_std is None:
+                raise ConfigError(
+                    "distillation needs the input normalisation (input_mean, input_std) to feed the teacher; the CLI "
+                    "links it from the data module."
+                )
+            distillation.build(num_classes, class_names)
+            if hasattr(self.net, "set_distilled_training"):  # DeiT's distillation token learns from the teacher
+                self.net.set_distilled_training(True)
         if grad_checkpointing:
             self.net.set_grad_checkpointing(True)
         if compile:
@@ -228,10 +244,18 @@ class ViTClassifier(LightningModule):
         return self.net(images)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        """Cross-entropy on class indices, or on class probabilities when the data mixes images (Mixup/CutMix)."""
+        """Cross-entropy on class indices, or on class probabilities when the data mixes images (Mixup/CutMix).
+
+        With ``distillation``, the teacher's term is added (`vitlit.distill.Distillation.loss`).
+        """
         images, targets = batch
-        logits = self(images)
-        loss = self.criterion(logits, targets)
+        output = self(images)
+        if self.distillation is not None:
+            teacher = self.distillation.teacher_logits(images, self.hparams.input_mean, self.hparams.input_std)
+            loss = self.distillation.loss(output, teacher, targets, self.criterion)
+        else:
+            loss = self.criterion(output, targets)
+        logits = (output[0] + output[1]) / 2 if isinstance(output, tuple) else output  # DeiT: both heads, as in eval
         # With soft targets, accuracy counts the dominant class of each mixed image.
         hard = targets.argmax(dim=-1) if targets.is_floating_point() else targets
         self.train_metrics.update(logits.detach(), hard)
@@ -291,6 +315,10 @@ class ViTClassifier(LightningModule):
         Lightning's default refuses fused optimizers under 16-/bf16-mixed; `vitlit.clipping` explains why it can.
         """
         clip_true_gradients(optimizer, self.trainer.precision_plugin, gradient_clip_val, gradient_clip_algorithm)
+
+    def on_fit_start(self) -> None:
+        if self.distillation is not None:
+            self.distillation.to(self.device)
 
     def on_train_start(self) -> None:
         # Lightning logs every log_every_n_steps optimizer steps (50); a run whose epochs are shorter would show its

@@ -19,6 +19,8 @@ import base64
 import binascii
 import io
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -194,4 +196,22 @@ def serve(
         api, accelerator=accelerator, max_payload_size=limit, model_metadata=info,
         middlewares=[(JSONBodyCheck, {"max_size": limit})],
     )  # fmt: skip
-    server.run(host=host, port=int(port), generate_client_file=False)
+    # SIGTERM (systemd, docker stop, kill) shuts down like Ctrl-C: LitServe then stops its worker processes,
+    # which a plain SIGTERM to this process would leave running.
+    previous = signal.signal(signal.SIGTERM, _interrupt_in(os.getpid()))
+    try:
+        server.run(host=host, port=int(port), generate_client_file=False)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt_in(owner: int) -> Any:
+    """A SIGTERM handler that is Ctrl-C in process ``owner``, and the default (exit) in the processes it forks."""
+
+    def handler(signum: int, frame: object) -> None:
+        if os.getpid() == owner:
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked server process: LitServe stops it this way
+        signal.raise_signal(signal.SIGTERM)
+
+    return handler

@@ -107,8 +107,8 @@ def channel_statistics(values: Sequence[float], in_chans: int, name: str) -> tup
     if in_chans == 1:  # grey images: the average of the colour channels' statistics, as grey is their average
         return (sum(values) / len(values),)
     raise ConfigError(
-        f"the images have {in_chans} channels but the default {name} has {len(values)} values; give one per "
-        f"channel with --data.{name}, e.g. [{', '.join(['0.5'] * in_chans)}]."
+        f"in_chans={in_chans}, but the default {name} has {len(values)} values; give {in_chans} with --data.{name} "
+        f"(e.g. [{', '.join(['0.5'] * in_chans)}]), or correct --data.in_chans."
     )
 
 

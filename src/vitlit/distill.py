@@ -1,0 +1,193 @@
+"""Knowledge distillation: a frozen teacher's predictions as a second training signal for the ViT.
+
+Given to the model like its optimizer (``--model.distillation.teacher <name or .ckpt>``, or a ``class_path`` block
+in YAML). Two losses, as the write-ups and DeiT use them:
+
+- ``soft``: ``alpha * CE(student, labels) + (1 - alpha) * T^2 * KL(softmax(teacher / T) || softmax(student / T))``
+  (Hinton et al. 2015; the 8 GB write-up trains its ViT-Tiny with alpha 0.7);
+- ``hard``: ``alpha * CE(student, labels) + (1 - alpha) * CE(student, argmax teacher)`` (DeiT, alpha 0.5). For
+  timm's ``deit_*_distilled_*`` students the teacher term trains the distillation token's head, and evaluation
+  averages both heads, as DeiT does.
+
+The teacher is a timm model (a CNN such as ``resnet50``, as the ViT-B/16 write-up uses, or a ViT) with a local
+weights file or timm's pretrained weights, or a vitlit checkpoint. It runs in eval mode without gradients, under the
+student's autocast, on the student's device; it is not a submodule of the student, so it is never in the student's
+checkpoint, optimizer or export. Its input is the student's batch converted to the teacher's own normalisation and
+size (from its timm pretrained config or its checkpoint), so the two may differ.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import timm
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vitlit.checkpoint_io import UNREADABLE
+from vitlit.errors import ConfigError
+from vitlit.types import PositiveFloat, PositiveInt, Probability
+
+
+def soft_distillation_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``T^2 * KL(softmax(teacher / T) || softmax(student / T))``, averaged over the batch (Hinton et al.).
+
+    The ``T^2`` keeps the gradients' scale independent of the temperature.
+    """
+    log_p_student = F.log_softmax(student.float() / temperature, dim=-1)
+    log_p_teacher = F.log_softmax(teacher.float() / temperature, dim=-1)
+    return F.kl_div(log_p_student, log_p_teacher, reduction="batchmean", log_target=True) * temperature**2
+
+
+class Distillation:
+    """A frozen teacher and the loss that mixes its predictions with the labels.
+
+    Args:
+        teacher: A timm model name (``resnet50``, ``vit_base_patch16_224``, ...) or the path of a vitlit checkpoint
+            (``<run>/checkpoints/*.ckpt``) whose model becomes the teacher.
+        teacher_file: Weights of the timm teacher (``.pth``/``.safetensors``), trained on this data's classes; without
+            it timm's pretrained weights are downloaded, which only fit data with the same classes (ImageNet's).
+        kind: ``soft`` (KL divergence of the softened distributions) or ``hard`` (the teacher's top class as a label).
+        alpha: Weight of the loss on the labels; the teacher's term gets ``1 - alpha`` (0.7 in the 8 GB write-up,
+            0.5 in DeiT).
+        temperature: Softening of both distributions in ``soft`` mode (the write-ups use 2-4).
+        teacher_img_size: Side of the teacher's input; ``None`` uses the teacher's own (its pretrained config, or its
+            checkpoint's ``img_size``).
+    """
+
+    def __init__(
+        self,
+        teacher: str,
+        teacher_file: str | None = None,
+        kind: Literal["soft", "hard"] = "soft",
+        alpha: Probability = 0.7,
+        temperature: PositiveFloat = 4.0,
+        teacher_img_size: PositiveInt | None = None,
+    ) -> None:
+        if not teacher:
+            raise ConfigError(
+                "distillation needs a teacher; give --model.distillation.teacher <timm name or vitlit checkpoint>."
+            )
+        self.teacher_name = teacher
+        self.teacher_file = teacher_file
+        self.kind = kind
+        self.alpha = float(alpha)
+        self.temperature = float(temperature)
+        self.teacher_img_size = None if teacher_img_size is None else int(teacher_img_size)
+        self._teacher: list[nn.Module] = []  # in a list: never registered as the student's submodule
+        self.mean = self.std = torch.empty(0)
+        self.img_size = 0
+
+    def hparams(self) -> dict[str, Any]:
+        """The settings as plain values, for the student's hyperparameters."""
+        keys = ("teacher_file", "kind", "alpha", "temperature", "teacher_img_size")
+        return {"teacher": self.teacher_name, **{key: getattr(self, key) for key in keys}}
+
+    @property
+    def teacher(self) -> nn.Module:
+        """The frozen teacher network (built by `build`)."""
+        if not self._teacher:
+            raise RuntimeError("Distillation.build() must run before the teacher is used; ViTClassifier does this.")
+        return self._teacher[0]
+
+    def build(self, num_classes: int, class_names: list[str] | None) -> None:
+        """Create the teacher, check that it predicts the student's classes, and freeze it.
+
+        Raises:
+            ConfigError: For an unknown model name, unreadable weights, or a teacher of other classes.
+        """
+        if self.teacher_name.endswith(".ckpt") or Path(self.teacher_name).expanduser().is_file():
+            from vitlit.export import load_classifier  # the same reading as export and serve
+
+            net, card = load_classifier(self.teacher_name)
+            if class_names and card.class_names != list(class_names):
+                raise ConfigError(
+                    f"the teacher {self.teacher_name} was trained on the classes {card.class_names[:5]}..., not on "
+                    f"this data's {list(class_names)[:5]}...; give a teacher trained on the same data."
+                )
+            mean, std, size = card.mean, card.std, card.img_size
+        else:
+            net = self._timm_teacher(num_classes)
+            cfg = net.pretrained_cfg
+            mean, std, size = list(cfg["mean"]), list(cfg["std"]), int(cfg["input_size"][-1])
+        classes = net.num_classes if hasattr(net, "num_classes") else None
+        if classes is not None and classes != num_classes:
+            raise ConfigError(
+                f"the teacher {self.teacher_name} predicts {classes} classes, this data has {num_classes}; give a "
+                f"teacher trained on these classes (a vitlit checkpoint, or --model.distillation.teacher_file)."
+            )
+        net.eval().requires_grad_(False)
+        self._teacher[:] = [net]
+        self.mean = torch.tensor(mean).view(1, -1, 1, 1)
+        self.std = torch.tensor(std).view(1, -1, 1, 1)
+        self.img_size = self.teacher_img_size or size
+
+    def _timm_teacher(self, num_classes: int) -> nn.Module:
+        if not timm.is_model(self.teacher_name):
+            raise ConfigError(
+                f"teacher={self.teacher_name!r} is neither a timm model nor a checkpoint file; e.g. resnet50, or "
+                f"<run>/checkpoints/last.ckpt."
+            )
+        if self.teacher_file is None:  # timm's pretrained weights, with their own class count
+            try:
+                return timm.create_model(self.teacher_name, pretrained=True)
+            except (OSError, RuntimeError, ValueError) as err:  # no network, no such weights on the hub
+                raise ConfigError(
+                    f"timm's pretrained weights of the teacher {self.teacher_name} could not be loaded "
+                    f"({type(err).__name__}); give them as --model.distillation.teacher_file."
+                ) from None
+        path = Path(self.teacher_file).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"teacher_file={self.teacher_file!r} does not exist; give the teacher's weights file.")
+        net = timm.create_model(self.teacher_name, pretrained=False, num_classes=num_classes)
+        try:
+            net.load_state_dict(timm.models.load_state_dict(str(path)))
+        except (*UNREADABLE, RuntimeError, KeyError) as err:
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+            raise ConfigError(
+                f"teacher_file={self.teacher_file!r} is not a readable state dict of {self.teacher_name} with "
+                f"{num_classes} classes ({first})."
+            ) from None
+        return net
+
+    def to(self, device: torch.device) -> Distillation:
+        """Move the teacher and its statistics to ``device`` (the student's)."""
+        self.teacher.to(device)
+        self.mean, self.std = self.mean.to(device), self.std.to(device)
+        return self
+
+    @torch.no_grad()
+    def teacher_logits(self, images: torch.Tensor, mean: list[float], std: list[float]) -> torch.Tensor:
+        """The teacher's logits for the student's normalised ``images`` (normalised with ``mean``/``std``).
+
+        The batch is taken back to pixel values in [0, 1], normalised as the teacher expects and resized to its
+        input size; Mixup, erasing and the crop the student saw are kept, so both judge the same picture.
+        """
+        student_mean = torch.tensor(mean, device=images.device, dtype=images.dtype).view(1, -1, 1, 1)
+        student_std = torch.tensor(std, device=images.device, dtype=images.dtype).view(1, -1, 1, 1)
+        pixels = images * student_std + student_mean
+        x = (pixels - self.mean.to(images.dtype)) / self.std.to(images.dtype)
+        if x.shape[-1] != self.img_size or x.shape[-2] != self.img_size:
+            x = F.interpolate(x, size=(self.img_size, self.img_size), mode="bilinear", align_corners=False)
+        return self.teacher(x)
+
+    def loss(
+        self, student: torch.Tensor | tuple[torch.Tensor, torch.Tensor], teacher: torch.Tensor, targets: torch.Tensor,
+        criterion: nn.Module,
+    ) -> torch.Tensor:  # fmt: skip
+        """``alpha`` x the loss on the labels + ``1 - alpha`` x the teacher's term.
+
+        Args:
+            student: The student's logits, or ``(class head, distillation head)`` of a distilled DeiT in training.
+            teacher: The teacher's logits.
+            targets: Class indices, or class probabilities (Mixup/CutMix).
+            criterion: The loss on the labels (the model's label-smoothed cross-entropy).
+        """
+        cls, dist = student if isinstance(student, tuple) else (student, student)
+        if self.kind == "soft":
+            teacher_term = soft_distillation_loss(dist, teacher, self.temperature)
+        else:
+            teacher_term = F.cross_entropy(dist, teacher.argmax(dim=-1))
+        return self.alpha * criterion(cls, targets) + (1 - self.alpha) * teacher_term

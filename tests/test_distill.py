@@ -1,0 +1,130 @@
+"""Knowledge distillation: the loss is the formula, the teacher sees its own input, and is never saved or trained."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+import torch.nn.functional as F
+from helpers.cli import DIGITS_CONFIG, ROOT, run_cli
+
+from vitlit.data.digits import write_digits_folder
+from vitlit.distill import Distillation, soft_distillation_loss
+from vitlit.model import ViTClassifier
+
+QUICK = ["--trainer.max_steps", "3", "--trainer.limit_val_batches", "1", "--data.val_size", "16"]
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_digits_folder(tmp_path_factory.mktemp("distill") / "digits")
+
+
+@pytest.fixture(scope="module")
+def teacher_ckpt(tmp_path_factory: pytest.TempPathFactory, digits: Path) -> Path:
+    """A vitlit checkpoint of the digits recipe: the teacher (a few steps; its quality is not the point here)."""
+    root = tmp_path_factory.mktemp("teacher")
+    fit = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits, "--trainer.default_root_dir", root, *QUICK)
+    return Path(fit.trainer.log_dir) / "checkpoints" / "last.ckpt"
+
+
+def test_soft_and_hard_losses_are_the_formulas() -> None:
+    student = torch.tensor([[2.0, 0.5, -1.0], [0.0, 1.0, 0.2]])
+    teacher = torch.tensor([[1.0, 2.0, 0.0], [0.3, 0.1, 3.0]])
+    targets = torch.tensor([0, 1])
+    t = 3.0
+    p_teacher = F.softmax(teacher / t, dim=-1)
+    kl = (p_teacher * (p_teacher.log() - F.log_softmax(student / t, dim=-1))).sum(-1).mean() * t * t
+    torch.testing.assert_close(soft_distillation_loss(student, teacher, t), kl)
+    ce = torch.nn.CrossEntropyLoss()
+    soft = Distillation("unused", alpha=0.7, temperature=t)
+    torch.testing.assert_close(soft.loss(student, teacher, targets, ce), 0.7 * ce(student, targets) + 0.3 * kl)
+    hard = Distillation("unused", kind="hard", alpha=0.5)
+    expected = 0.5 * ce(student, targets) + 0.5 * F.cross_entropy(student, torch.tensor([1, 2]))
+    torch.testing.assert_close(hard.loss(student, teacher, targets, ce), expected)
+    # A distilled DeiT: the labels train the class head, the teacher the distillation head.
+    dist_head = torch.zeros(2, 3)
+    expected = 0.5 * ce(student, targets) + 0.5 * F.cross_entropy(dist_head, torch.tensor([1, 2]))
+    torch.testing.assert_close(hard.loss((student, dist_head), teacher, targets, ce), expected)
+
+
+def test_the_teacher_gets_its_own_normalisation_and_size(teacher_ckpt: Path) -> None:
+    distillation = Distillation(str(teacher_ckpt))
+    distillation.build(10, [str(d) for d in range(10)])
+    teacher = distillation.teacher
+    pixels = torch.rand(4, 3, 16, 16)  # a student at 16 px, normalised with 0.5/0.5
+    student_images = (pixels - 0.5) / 0.5
+    got = distillation.teacher_logits(student_images, [0.5] * 3, [0.5] * 3)
+    mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)  # the teacher's data: ImageFolder's default
+    std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    expected = teacher(F.interpolate((pixels - mean) / std, size=(32, 32), mode="bilinear", align_corners=False))
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_distillation_trains_the_student_only_and_never_saves_the_teacher(
+    teacher_ckpt: Path, digits: Path, tmp_path: Path
+) -> None:
+    student = run_cli(
+        "fit", "--config", DIGITS_CONFIG, "--config", ROOT / "configs" / "addons" / "distill.yaml",
+        "--data.root", digits, "--trainer.default_root_dir", tmp_path, *QUICK,
+        "--trainer.precision", "bf16-mixed", "--model.patch_size", "4", "--model.distillation.teacher", teacher_ckpt,
+    )  # fmt: skip
+    model = student.model
+    teacher = model.distillation.teacher
+    saved = torch.load(teacher_ckpt, map_location="cpu", weights_only=True)["state_dict"]
+    for name, value in teacher.state_dict().items():  # frozen: exactly the weights it was given
+        torch.testing.assert_close(value.cpu(), saved[f"net.{name}"], rtol=0, atol=0)
+    assert not any(p.requires_grad for p in teacher.parameters()) and not teacher.training
+    optimized = {id(p) for group in student.trainer.optimizers[0].param_groups for p in group["params"]}
+    assert optimized == {id(p) for p in model.net.parameters()}
+    checkpoint = torch.load(Path(student.trainer.log_dir) / "checkpoints" / "last.ckpt", weights_only=True)
+    assert all(key.startswith("net.") for key in checkpoint["state_dict"])
+    assert len(checkpoint["state_dict"]) == len(model.net.state_dict())
+    assert checkpoint["hyper_parameters"]["distillation"]["alpha"] == 0.7
+    assert checkpoint["hyper_parameters"]["patch_size"] == 4  # the student is not the teacher (patch 8)
+
+
+def test_a_distilled_deit_student_trains_its_distillation_head(teacher_ckpt: Path) -> None:
+    distillation = Distillation(str(teacher_ckpt), kind="hard", alpha=0.5)
+    model = ViTClassifier(
+        "deit_tiny_distilled_patch16_224", num_classes=10, img_size=32, patch_size=4, class_names=list("0123456789"),
+        input_mean=[0.5] * 3, input_std=[0.5] * 3, distillation=distillation,
+    )  # fmt: skip
+    model.train()
+    batch = (torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 3]))
+    assert isinstance(model(batch[0]), tuple)  # both heads in training
+    model.log = lambda *args, **kwargs: None  # no Trainer here
+    model.log_dict = lambda *args, **kwargs: None
+    loss = model.training_step(batch, 0)
+    loss.backward()
+    assert torch.isfinite(loss) and model.net.head_dist.weight.grad.abs().sum() > 0
+    assert model.eval()(batch[0]).shape == (4, 10)  # one averaged prediction in evaluation
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--model.distillation.teacher", "resnet_nonexistent"], "neither a timm model nor a checkpoint"),
+        (["--model.distillation.teacher", "test_vit", "--model.distillation.teacher_file", "FIVE"], "test_vit with 10"),
+        (["--model.distillation.teacher", "test_vit", "--model.distillation.teacher_file", "TEXT"], "readable"),
+        (["--model.distillation.teacher", "test_vit", "--model.distillation.teacher_file", "NONE"], "does not exist"),
+    ],
+    ids=["unknown-name", "other-class-count", "unreadable-file", "missing-file"],
+)
+def test_bad_teachers_are_one_line(
+    flags: list[str], message: str, digits: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    five = tmp_path / "five.pth"
+    torch.save(timm.create_model("test_vit", num_classes=5).state_dict(), five)
+    (tmp_path / "notes.pth").write_text("not weights")
+    files = {"FIVE": str(five), "TEXT": str(tmp_path / "notes.pth"), "NONE": str(tmp_path / "none.pth")}
+    flags = [files.get(flag, flag) for flag in flags]
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits, "--trainer.default_root_dir",
+                tmp_path / "runs", *QUICK, *flags)  # fmt: skip
+    assert exit_info.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("vitlit: error:") and message in line, line
+    assert not (tmp_path / "runs").exists()
