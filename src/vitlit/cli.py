@@ -55,10 +55,11 @@ DEFAULTS = Path(__file__).with_name("defaults.yaml")
 DESCRIPTION = (
     "Train and evaluate timm Vision Transformers with Lightning: `vitlit fit --config configs/<recipe>.yaml`. "
     "Every option is a YAML key and a --flag; `vitlit fit --help` lists them. Beside the subcommands below: "
-    "`vitlit export` (ONNX, int8, torch.export) and `vitlit serve` (HTTP), each with its own --help."
+    "`vitlit export` (ONNX, int8, torch.export), `vitlit serve` (HTTP) and `vitlit env` (this machine), each with its "
+    "own --help."
 )
 #: Commands that work from a checkpoint alone, outside LightningCLI: name -> "module:function".
-TOOLS = {"export": "vitlit.export:export", "serve": "vitlit.serve:serve"}
+TOOLS = {"export": "vitlit.export:export", "serve": "vitlit.serve:serve", "env": "vitlit.env:env"}
 # Lines of jsonargparse's nested Union report that repeat what the first error already says.
 _NOISE = (
     "Does not validate against any of the Union",
