@@ -24,7 +24,7 @@ import torch
 
 from vitlit.cli import main
 from vitlit.data.digits import write_digits_folder
-from vitlit.data.images import ImageFiles, image_files
+from vitlit.data.images import image_files
 from vitlit.export import export, export_onnx, load_classifier, quantize_int8
 
 CONFIG = Path(__file__).parents[1] / "configs" / "digits.yaml"
@@ -73,8 +73,7 @@ def accuracy_drop(epochs: int, work: Path) -> float:
     _, card = load_classifier(ckpt)
     files = list(image_files(data / "test"))
     labels = torch.tensor([int(p.parent.name) for p in files])
-    dataset, transform = ImageFiles([(str(p), -1) for p in files], card.class_names), card.preprocess()
-    images = torch.stack([transform(dataset[i][0]) for i in range(len(dataset))])
+    images = card.batch(files)
     predicted = {}
     for fmt in ("onnx", "int8"):
         path = work / f"digits.{fmt}.onnx"

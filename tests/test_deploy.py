@@ -20,7 +20,7 @@ from helpers.cli import DIGITS_CONFIG, run_cli
 from helpers.http import free_port, post_file, post_json, wait_for
 
 from vitlit.data.digits import write_digits_folder
-from vitlit.data.images import ImageFiles, image_files
+from vitlit.data.images import image_files
 from vitlit.export import export, load_classifier
 
 # The digits recipe, long enough to be confident (about 0.9 test accuracy): int8 agreement means little on a model
@@ -41,10 +41,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def _test_batch(card, folder: Path) -> tuple[torch.Tensor, torch.Tensor]:
     """The digits test split through the model card's transform, and its labels."""
     files = list(image_files(folder))
-    labels = torch.tensor([int(p.parent.name) for p in files])
-    dataset = ImageFiles([(str(p), -1) for p in files], card.class_names)
-    transform = card.preprocess()
-    return torch.stack([transform(dataset[i][0]) for i in range(len(dataset))]), labels
+    return card.batch(files), torch.tensor([int(p.parent.name) for p in files])
 
 
 def test_onnx_export_runs_in_onnx_runtime_with_any_batch_and_carries_its_card(trained, tmp_path: Path) -> None:

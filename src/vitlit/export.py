@@ -13,10 +13,12 @@ it. The checkpoint is read with ``weights_only`` loading, as everywhere in vitli
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import tempfile
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -26,14 +28,14 @@ import torch
 from torch import nn
 
 from vitlit.checkpoint_io import read_checkpoint, require_checkpoint_file
-from vitlit.data.images import ImageFiles, check_images, image_files
+from vitlit.data.device import PIL_MODES
+from vitlit.data.images import ImageFiles, image_files, image_problem
 from vitlit.data.transforms import eval_transform
 from vitlit.errors import CheckFailed, ConfigError
 
 Format = Literal["onnx", "int8", "pt2"]
 #: Largest difference of a logit between PyTorch and the exported fp32 model that still counts as the same model.
 TOLERANCE = 1e-3
-_PIL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 
 
 @dataclass
@@ -50,6 +52,12 @@ class ModelCard:
     def preprocess(self) -> Any:
         """The eval transform of training: resize (shorter side), centre crop, scale to [0, 1], normalise."""
         return eval_transform(self.img_size, self.mean, self.std, resize=True)
+
+    def batch(self, files: Sequence[Path]) -> torch.Tensor:
+        """Image files, decoded with ``in_chans`` channels and prepared by `preprocess`, as one batch."""
+        dataset = ImageFiles([(str(p), -1) for p in files], self.class_names, PIL_MODES.get(self.in_chans, "RGB"))
+        transform = self.preprocess()
+        return torch.stack([transform(dataset[i][0]) for i in range(len(dataset))])
 
 
 def load_classifier(ckpt_path: str | Path, weights_only: bool = True) -> tuple[nn.Module, ModelCard]:
@@ -93,17 +101,17 @@ def sample_batch(card: ModelCard, images: Path | None, n: int = 8) -> torch.Tens
 
     Either way the batch goes through the model card's transform, so its values are those real inputs have.
     """
-    transform = card.preprocess()
     if images is None:
         pixels = torch.randint(0, 256, (n, card.in_chans, card.img_size, card.img_size), dtype=torch.uint8)
+        transform = card.preprocess()
         return torch.stack([transform(p) for p in pixels])
     if not Path(images).is_dir():
         raise ConfigError(f"images={images} is not a folder; give a folder of images to check the export with.")
-    files = [p for p in image_files(Path(images)) if p not in {b.path for b in check_images([p])}][:n]
+    readable = (p for p in image_files(Path(images)) if image_problem(p) is None)
+    files = list(itertools.islice(readable, n))  # checks files only until n readable ones are found
     if not files:
         raise ConfigError(f"images={images} holds no readable image.")
-    dataset = ImageFiles([(str(p), -1) for p in files], card.class_names, _PIL_MODES.get(card.in_chans, "RGB"))
-    return torch.stack([transform(dataset[i][0]) for i in range(len(dataset))])
+    return card.batch(files)
 
 
 def export_onnx(net: nn.Module, batch: torch.Tensor, output: Path, opset: int = 17) -> None:

@@ -30,11 +30,10 @@ from fastapi import HTTPException
 from fastapi.responses import JSONResponse
 from PIL import Image, UnidentifiedImageError
 
+from vitlit.data.device import PIL_MODES
 from vitlit.errors import ConfigError
 from vitlit.export import load_classifier
 from vitlit.types import PositiveFloat, PositiveInt
-
-_PIL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 
 
 def decode_image(request: Any) -> Image.Image:
@@ -131,7 +130,7 @@ class ViTClassifierAPI(ls.LitAPI):
         net, card = load_classifier(self.ckpt_path, self.weights_only)
         self.net, self.card, self.device = net.to(device), card, device
         self.transform = card.preprocess()
-        self.mode = _PIL_MODES.get(card.in_chans, "RGB")
+        self.mode = PIL_MODES.get(card.in_chans, "RGB")
 
     # No annotation on `request`: LitServe reads it to choose how to parse the body, and only an empty one (or
     # starlette's Request object, which postponed annotations turn into a string) means "the form or the JSON".

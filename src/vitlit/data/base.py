@@ -23,7 +23,7 @@ from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from vitlit.data.batch_augment import BatchAugment
 from vitlit.data.device import PIL_MODES, DeviceLoader, decode_uint8
-from vitlit.data.images import ImageFiles, check_images, image_files
+from vitlit.data.images import ImageFiles, check_images, image_files, without_bad
 from vitlit.data.transforms import Magnitude, Policy, eval_transform, policy_transform, train_transform
 from vitlit.errors import ConfigError
 from vitlit.schedule import training_progress
@@ -272,8 +272,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         if self.trainer is None or self.trainer.is_global_zero:
             for image in bad:  # one line each, as vitlit's other notes, not a Python warning with a traceback line
                 print(f"vitlit: skipping {image.path}: {image.problem}", file=sys.stderr)
-        skip = {b.path for b in bad}
-        kept = [(str(path), -1) for path in self._predict_images if path not in skip]
+        kept = without_bad([(path, -1) for path in self._predict_images], bad)
         if not kept:
             raise ConfigError(f"predict_dir={self.predict_dir} holds no readable image; all {len(bad)} were skipped.")
         return ImageFiles(kept, self.class_names, PIL_MODES[self.in_chans])

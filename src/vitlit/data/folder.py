@@ -13,7 +13,7 @@ from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from vitlit.data.base import ImageClassificationDataModule, validation_count
 from vitlit.data.device import PIL_MODES
-from vitlit.data.images import BadImage, ImageFiles, check_images, image_files
+from vitlit.data.images import BadImage, ImageFiles, check_images, image_files, without_bad
 from vitlit.errors import ConfigError
 
 SPLITS = ("train", "val", "test")
@@ -122,9 +122,7 @@ class ImageFolderDataModule(ImageClassificationDataModule):
             )
         if bad:
             self._report_skipped(name, bad)
-        skip = {b.path for b in bad}
-        kept = [(str(path), target) for path, target in files if path not in skip]
-        return ImageFiles(kept, self.class_names, PIL_MODES[self.in_chans])
+        return ImageFiles(without_bad(files, bad), self.class_names, PIL_MODES[self.in_chans])
 
     @rank_zero_only
     def _report_skipped(self, split: str, bad: list[BadImage]) -> None:

@@ -116,6 +116,12 @@ def check_images(paths: Sequence[Path]) -> list[BadImage]:
     return [BadImage(p, problem) for p in paths if (problem := image_problem(p)) is not None]
 
 
+def without_bad(samples: Sequence[tuple[Path, int]], bad: Sequence[BadImage]) -> list[tuple[str, int]]:
+    """``(path, class index)`` samples for `ImageFiles`, leaving out the files of ``bad``."""
+    skip = {b.path for b in bad}
+    return [(str(path), target) for path, target in samples if path not in skip]
+
+
 class ImageFiles(Dataset):
     """``(PIL image, class index)`` for a list of ``(path, class index)``, decoded with `load_image`.
 
