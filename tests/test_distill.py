@@ -52,11 +52,11 @@ def test_soft_and_hard_losses_are_the_formulas() -> None:
 
 def test_the_teacher_gets_its_own_normalisation_and_size(teacher_ckpt: Path) -> None:
     distillation = Distillation(str(teacher_ckpt))
-    distillation.build(10, [str(d) for d in range(10)])
+    distillation.build(10, [str(d) for d in range(10)], [0.5] * 3, [0.5] * 3)
     teacher = distillation.teacher
     pixels = torch.rand(4, 3, 16, 16)  # a student at 16 px, normalised with 0.5/0.5
     student_images = (pixels - 0.5) / 0.5
-    got = distillation.teacher_logits(student_images, [0.5] * 3, [0.5] * 3)
+    got = distillation.teacher_logits(student_images)
     mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)  # the teacher's data: ImageFolder's default
     std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
     expected = teacher(F.interpolate((pixels - mean) / std, size=(32, 32), mode="bilinear", align_corners=False))

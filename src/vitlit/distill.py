@@ -77,7 +77,7 @@ class Distillation:
         self.temperature = float(temperature)
         self.teacher_img_size = None if teacher_img_size is None else int(teacher_img_size)
         self._teacher: list[nn.Module] = []  # in a list: never registered as the student's submodule
-        self.mean = self.std = torch.empty(0)
+        self._scale = self._shift = torch.empty(0)  # student's normalised input -> teacher's (built by `build`)
         self.img_size = 0
 
     def hparams(self) -> dict[str, Any]:
@@ -92,8 +92,16 @@ class Distillation:
             raise RuntimeError("Distillation.build() must run before the teacher is used; ViTClassifier does this.")
         return self._teacher[0]
 
-    def build(self, num_classes: int, class_names: list[str] | None) -> None:
+    def build(
+        self, num_classes: int, class_names: list[str] | None, input_mean: list[float], input_std: list[float]
+    ) -> None:
         """Create the teacher, check that it predicts the student's classes, and freeze it.
+
+        Args:
+            num_classes: The student's class count.
+            class_names: The student's class names, where known (a vitlit teacher's must be the same).
+            input_mean: The normalisation of the student's input (mean), which the teacher's input is derived from.
+            input_std: Its standard deviation.
 
         Raises:
             ConfigError: For an unknown model name, unreadable weights, or a teacher of other classes.
@@ -120,8 +128,12 @@ class Distillation:
             )
         net.eval().requires_grad_(False)
         self._teacher[:] = [net]
-        self.mean = torch.tensor(mean).view(1, -1, 1, 1)
-        self.std = torch.tensor(std).view(1, -1, 1, 1)
+        # One multiply-add per batch takes the student's input to the teacher's: back to pixels in [0, 1] with the
+        # student's statistics, then normalised with the teacher's. Kept as tensors, moved once with the teacher.
+        student_mean, student_std = torch.tensor(input_mean), torch.tensor(input_std)
+        teacher_mean, teacher_std = torch.tensor(mean), torch.tensor(std)
+        self._scale = (student_std / teacher_std).view(1, -1, 1, 1)
+        self._shift = ((student_mean - teacher_mean) / teacher_std).view(1, -1, 1, 1)
         self.img_size = self.teacher_img_size or size
 
     def _timm_teacher(self, num_classes: int) -> nn.Module:
@@ -153,22 +165,19 @@ class Distillation:
         return net
 
     def to(self, device: torch.device) -> Distillation:
-        """Move the teacher and its statistics to ``device`` (the student's)."""
+        """Move the teacher and its input conversion to ``device`` (the student's)."""
         self.teacher.to(device)
-        self.mean, self.std = self.mean.to(device), self.std.to(device)
+        self._scale, self._shift = self._scale.to(device), self._shift.to(device)
         return self
 
     @torch.no_grad()
-    def teacher_logits(self, images: torch.Tensor, mean: list[float], std: list[float]) -> torch.Tensor:
-        """The teacher's logits for the student's normalised ``images`` (normalised with ``mean``/``std``).
+    def teacher_logits(self, images: torch.Tensor) -> torch.Tensor:
+        """The teacher's logits for the student's normalised ``images``.
 
-        The batch is taken back to pixel values in [0, 1], normalised as the teacher expects and resized to its
-        input size; Mixup, erasing and the crop the student saw are kept, so both judge the same picture.
+        The batch is normalised as the teacher expects (see `build`) and resized to its input size; Mixup, erasing
+        and the crop the student saw are kept, so both judge the same picture.
         """
-        student_mean = torch.tensor(mean, device=images.device, dtype=images.dtype).view(1, -1, 1, 1)
-        student_std = torch.tensor(std, device=images.device, dtype=images.dtype).view(1, -1, 1, 1)
-        pixels = images * student_std + student_mean
-        x = (pixels - self.mean.to(images.dtype)) / self.std.to(images.dtype)
+        x = images * self._scale.to(images.dtype) + self._shift.to(images.dtype)
         if x.shape[-1] != self.img_size or x.shape[-2] != self.img_size:
             x = F.interpolate(x, size=(self.img_size, self.img_size), mode="bilinear", align_corners=False)
         return self.teacher(x)

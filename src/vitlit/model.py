@@ -127,7 +127,7 @@ class ViTClassifier(LightningModule):
                     "distillation needs the input normalisation (input_mean, input_std) to feed the teacher; the CLI "
                     "links it from the data module."
                 )
-            distillation.build(num_classes, class_names)
+            distillation.build(num_classes, class_names, input_mean, input_std)
             if hasattr(self.net, "set_distilled_training"):  # DeiT's distillation token learns from the teacher
                 self.net.set_distilled_training(True)
         if grad_checkpointing:
@@ -251,7 +251,7 @@ class ViTClassifier(LightningModule):
         images, targets = batch
         output = self(images)
         if self.distillation is not None:
-            teacher = self.distillation.teacher_logits(images, self.hparams.input_mean, self.hparams.input_std)
+            teacher = self.distillation.teacher_logits(images)
             loss = self.distillation.loss(output, teacher, targets, self.criterion)
         else:
             loss = self.criterion(output, targets)
