@@ -32,6 +32,7 @@ from vitlit import __version__
 from vitlit.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import CheckFailed, ConfigError, TrainingHalted
+from vitlit.finetune import FreezeSchedule
 from vitlit.interrupts import FirstInterruptAsSigterm
 from vitlit.model import ViTClassifier
 from vitlit.preflight import check_seed, check_trainer, check_writable_folder
@@ -245,6 +246,9 @@ class VitLitCLI(LightningCLI):
     # -- before each subcommand ------------------------------------------------------------------------------------
 
     def before_fit(self) -> None:
+        for callback in self.trainer.callbacks:
+            if isinstance(callback, FreezeSchedule):  # needs the model and the Trainer, so checked here
+                callback.check(self.trainer, self.model)
         self._prepare_run("fit")
         self.interrupts.install()
 

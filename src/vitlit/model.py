@@ -283,9 +283,16 @@ class ViTClassifier(LightningModule):
         images = batch[0] if isinstance(batch, (list, tuple)) else batch
         return self(images).softmax(dim=-1)
 
-    def configure_optimizers(self) -> dict[str, Any]:
+    def param_groups(self, names: set[str] | None = None) -> list[dict[str, Any]]:
+        """The network's trainable parameters (or only ``names``) in optimizer groups: weight decay and layer decay.
+
+        `vitlit.finetune.FreezeSchedule` groups the stages it unfreezes with this, so they are split like the rest.
+        """
         no_decay = getattr(self.net, "no_weight_decay", set)()  # timm: pos_embed, cls_token, ...
-        optimizer = self.optimizer_factory(param_groups(self.net, skip=no_decay, layer_decay=self.hparams.layer_decay))
+        return param_groups(self.net, skip=no_decay, layer_decay=self.hparams.layer_decay, names=names)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = self.optimizer_factory(self.param_groups())
         apply_lr_scale(optimizer)
         scheduler = self.scheduler_factory(optimizer)
         if getattr(scheduler, "total_steps", 0) is None:

@@ -21,7 +21,9 @@ from vitlit.types import NonNegativeInt, PositiveInt, Probability
 _CONFIGURED_DECAY = -1.0
 
 
-def param_groups(model: nn.Module, skip: Iterable[str] = (), layer_decay: float | None = None) -> list[dict]:
+def param_groups(
+    model: nn.Module, skip: Iterable[str] = (), layer_decay: float | None = None, names: Iterable[str] | None = None
+) -> list[dict]:
     """Group parameters for the optimizer: no weight decay where it hurts, and optional layer-wise lr decay.
 
     Biases, norm weights (every tensor with one dimension) and the names in ``skip`` (timm models list
@@ -38,15 +40,23 @@ def param_groups(model: nn.Module, skip: Iterable[str] = (), layer_decay: float 
         model: The network whose trainable parameters are grouped.
         skip: Parameter names (as in ``named_parameters``) that must not be decayed.
         layer_decay: Per-block learning-rate decay factor in (0, 1]; ``None`` disables layer-wise decay.
+        names: Group only these parameters (a stage that `vitlit.finetune.FreezeSchedule` unfreezes); ``None``: all
+            trainable ones.
 
     Returns:
         Parameter groups for any ``torch.optim`` optimizer, each with a ``name`` for the learning-rate curves.
     """
     skip = set(skip)
+    chosen = None if names is None else set(names)
     if layer_decay is not None:
         groups = param_groups_layer_decay(
             model, weight_decay=_CONFIGURED_DECAY, no_weight_decay_list=skip, layer_decay=layer_decay
         )
+        if chosen is not None:
+            ids = {id(p) for n, p in model.named_parameters() if n in chosen}
+            for group in groups:
+                group["params"] = [p for p in group["params"] if id(p) in ids]
+            groups = [g for g in groups if g["params"]]
         for i, group in enumerate(groups):
             decayed = group.pop("weight_decay") == _CONFIGURED_DECAY
             if not decayed:
@@ -56,7 +66,7 @@ def param_groups(model: nn.Module, skip: Iterable[str] = (), layer_decay: float 
         return groups
     decay, no_decay = [], []
     for name, param in model.named_parameters():
-        if not param.requires_grad:
+        if not param.requires_grad or (chosen is not None and name not in chosen):
             continue
         (no_decay if param.ndim <= 1 or name in skip or name.endswith(".bias") else decay).append(param)
     # The names label LearningRateMonitor's curves (lr-AdamW/decay, lr-AdamW/no_decay).
@@ -122,6 +132,20 @@ class WarmupCosineLR(LambdaLR):
             f"warmup_steps={asked} is more than {self.MAX_WARMUP_FRACTION:.0%} of this run's {total_steps} optimizer "
             f"steps; warming up for {limit} steps instead"
         )
+
+    def track_new_param_groups(self) -> None:
+        """Take on the optimizer's groups added since this schedule was built, from the current step on.
+
+        `vitlit.finetune.FreezeSchedule` adds a group for each stage it unfreezes; a plain ``LambdaLR`` would leave
+        it at its first learning rate for the rest of the run. Each new group's learning rate is its peak, and it
+        follows the same warmup and cosine as the others: added mid-run, it starts at the curve's current point.
+        """
+        for group in self.optimizer.param_groups[len(self.base_lrs) :]:
+            group.setdefault("initial_lr", group["lr"])
+            self.base_lrs.append(group["initial_lr"])
+            self.lr_lambdas.append(self.lr_factor)
+            group["lr"] = group["initial_lr"] * self.lr_factor(max(self.last_epoch, 0))
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
     def lr_factor(self, step: int) -> float:
         """Return the multiplier of the peak learning rate at optimizer step ``step`` (0-based)."""

@@ -67,3 +67,29 @@ class HostReads(Callback):
         for name, original in self._saved.items():
             setattr(torch.Tensor, name, original)
         self._saved = {}
+
+
+class TrainableProbe(Callback):
+    """Record, at the end of each training epoch, which parameters train and each optimizer group's learning rate."""
+
+    def __init__(self) -> None:
+        self.trainable: dict[int, set[str]] = {}
+        self.lrs: dict[int, dict[str, float]] = {}
+        self.scales: dict[str, float] = {}  # each group's lr_scale (layer decay)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        epoch = trainer.current_epoch
+        self.trainable[epoch] = {n for n, p in pl_module.net.named_parameters() if p.requires_grad}
+        self.lrs[epoch] = {g["name"]: g["lr"] for g in trainer.optimizers[0].param_groups}
+        self.scales.update({g["name"]: g.get("lr_scale", 1.0) for g in trainer.optimizers[0].param_groups})
+
+
+class StopAfterEpoch(Callback):
+    """Stop the run cleanly at the end of training epoch ``epoch`` (its checkpoints are written), for resume tests."""
+
+    def __init__(self, epoch: int = 1) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.current_epoch == self.epoch:
+            trainer.should_stop = True
