@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from helpers.cli import write_cifar
 from torchvision.datasets import CIFAR10, CIFAR100
 
 from vitlit.data.digits import write_digits_folder
+
+# Under pytest-xdist (`-n 2`, the default in pyproject.toml) each worker gets its share of the cores: two workers of
+# two threads each on a two-core machine would fight over them, and the small models here gain little from a second
+# thread anyway.
+# The runs a test starts in a fresh process get the same number through OMP_NUM_THREADS: a run that must end
+# bit-identical to one in this process must also add its floating-point sums in the same order.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    torch.set_num_threads(_threads)
+    os.environ["OMP_NUM_THREADS"] = str(_threads)
 
 
 @pytest.fixture(scope="session")
