@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -158,12 +159,17 @@ def test_signal_saves_a_checkpoint_and_says_how_to_resume(sig, status, stopped: 
     checkpoint = torch.load(last, map_location="cpu", weights_only=True)  # loadable without trusting pickles
     stopped_at = int(re.search(r"step (\d+);", message[0]).group(1))
     assert checkpoint["global_step"] == stopped_at > 0
+    card = json.loads((run.run_dir / "run_card.json").read_text())
+    assert card["exit_reason"] == "SIGTERM"  # a first Ctrl-C is routed as one
 
     resumed = run_cli(
         "fit", "--config", run.run_dir / "config.yaml", "--ckpt_path", last,
         "--trainer.max_epochs", str(checkpoint["epoch"] + 2),
     )  # fmt: skip
     assert resumed.trainer.global_step > checkpoint["global_step"]
+    after = json.loads((run.run_dir / "run_card.json").read_text())  # the same card, carried on
+    assert after["exit_reason"] == "finished" and after["wall_seconds"] > card["wall_seconds"]
+    assert after["epochs_done"] == checkpoint["epoch"] + 2 and after["config_file"].startswith("config.resume")
 
 
 @pytest.mark.slow

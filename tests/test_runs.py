@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import shutil
 import subprocess
 import sys
@@ -149,7 +150,12 @@ def test_evaluating_a_runs_checkpoint_writes_beside_it(tmp_path: Path, two_epoch
     last = run / "checkpoints" / "last.ckpt"
     for subcommand in ("test", "predict", "test"):
         run_cli(subcommand, "--config", run / "config.yaml", "--ckpt_path", last)
-    assert {k: v for k, v in tree_digest(run).items() if k in before} == before
+    # The training files stay as they were; only the run card gains the test accuracy.
+    card = {"run_card.json", "run_card.md"}
+    assert {k: v for k, v in tree_digest(run).items() if k in before and k not in card} == {
+        k: v for k, v in before.items() if k not in card
+    }
+    assert json.loads((run / "run_card.json").read_text())["test_acc"] is not None
     assert (run / "predict" / "version_0" / "predictions.csv").is_file()
     assert sorted(p.name for p in (run / "test").iterdir()) == ["version_0", "version_1"]
     assert sorted(p.name for p in run.parent.iterdir()) == ["version_0"]  # no new training-run numbers

@@ -59,6 +59,19 @@ def verdict(gpus: list[dict[str, Any]]) -> str:
     )
 
 
+def versions() -> dict[str, str]:
+    """The versions a result depends on: Python, torch with its CUDA and cuDNN, torchvision, timm, Lightning."""
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda or "none (CPU build)",
+        "cudnn": str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else "none",
+        "torchvision": torchvision.__version__,
+        "timm": timm.__version__,
+        "lightning": lightning.__version__,
+    }
+
+
 def env(compile_check: bool = True) -> dict[str, Any]:
     """Print this machine's versions, GPUs and capabilities, and the flags that suit it.
 
@@ -74,17 +87,7 @@ def env(compile_check: bool = True) -> dict[str, Any]:
             "capability": f"{props.major}.{props.minor}",
             "bf16": props.major >= 8,  # Ampere and newer compute in bf16 natively
         })  # fmt: skip
-    report: dict[str, Any] = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda or "none (CPU build)",
-        "cudnn": str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else "none",
-        "torchvision": torchvision.__version__,
-        "timm": timm.__version__,
-        "lightning": lightning.__version__,
-        "cpu_cores": cpu_cores(),
-        "gpus": gpus,
-    }
+    report: dict[str, Any] = {**versions(), "cpu_cores": cpu_cores(), "gpus": gpus}
     for key in ("python", "torch", "cuda", "cudnn", "torchvision", "timm", "lightning"):
         print(f"{key}: {report[key]}")
     print(f"cpu cores for DataLoader workers: {report['cpu_cores']}")

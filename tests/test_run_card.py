@@ -1,0 +1,92 @@
+"""The run card (vitlit.run_card.RunCard): written by every fit, carried through a resume, completed by test."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from helpers.cli import DIGITS_CONFIG, ROOT, run_cli
+
+from vitlit.run_card import render_markdown
+
+SHORT = [
+    "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "2", "--data.batch_size", "32",
+]  # fmt: skip
+
+
+def _fit(digits: Path, root: Path, *extra: object):
+    return run_cli(
+        "fit", "--config", DIGITS_CONFIG, "--data.root", digits, "--trainer.default_root_dir", root, *SHORT, *extra
+    )
+
+
+def _card(run_dir: Path) -> dict:
+    return json.loads((run_dir / "run_card.json").read_text())
+
+
+def test_a_fit_writes_its_card_and_a_test_of_its_checkpoint_completes_it(digits_dir: Path, tmp_path: Path) -> None:
+    fit = _fit(digits_dir, tmp_path, "--trainer.max_epochs", "2", "--trainer.log_every_n_steps", "1")
+    run = Path(fit.trainer.log_dir)
+    card = _card(run)
+    assert card["exit_reason"] == "finished" and card["epochs_done"] == 2
+    best = fit.trainer.checkpoint_callback.best_model_score.item()
+    assert card["best_val_acc"] == pytest.approx(best) and card["best_epoch"] in (0, 1)
+    assert f"epoch{card['best_epoch']:03d}" in fit.trainer.checkpoint_callback.best_model_path
+    assert card["config"] == yaml.safe_load((run / "config.yaml").read_text()) and card["config_file"] == "config.yaml"
+    assert card["precision"] == "32-true" and card["seed"] == 42 and card["model_name"] == "test_vit"
+    assert card["versions"]["torch"] == torch.__version__ and card["device"].startswith("CPU")
+    assert card["wall_seconds"] > 0 and card["images_per_sec"] > 0 and card["peak_memory_gib"] > 0.1
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:  # the suite runs from a checkout (CI: a fresh clone)
+        assert card["git_commit"] == head.stdout.strip() and isinstance(card["git_dirty"], bool)
+    assert card["test_acc"] is None
+    markdown = (run / "run_card.md").read_text()
+    assert "| exit | finished |" in markdown and f"{card['best_val_acc']:.4f} (epoch {card['best_epoch']})" in markdown
+
+    test = run_cli(
+        "test", "--config", run / "config.yaml", "--ckpt_path", fit.trainer.checkpoint_callback.best_model_path
+    )
+    after = _card(run)
+    assert after["test_acc"] == pytest.approx(test.trainer.callback_metrics["test/acc"].item())
+    assert after["test_checkpoint"].startswith("checkpoints/epoch") and after["best_val_acc"] == card["best_val_acc"]
+    assert f"| test/acc | {after['test_acc']:.4f} |" in (run / "run_card.md").read_text()
+
+
+def test_a_resumed_run_carries_its_card_on(digits_dir: Path, tmp_path: Path) -> None:
+    stop = ["--trainer.callbacks+=helpers.probes.StopAfterEpoch", "--trainer.callbacks.init_args.epoch", "0"]
+    first = _fit(digits_dir, tmp_path, "--trainer.max_epochs", "3", *stop)
+    run = Path(first.trainer.log_dir)
+    card = _card(run)
+    assert card["exit_reason"] == "stopped" and card["epochs_done"] == 1
+    resumed = run_cli("fit", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt")
+    assert Path(resumed.trainer.log_dir) == run
+    after = _card(run)
+    assert after["exit_reason"] == "finished" and after["epochs_done"] == 3
+    assert after["wall_seconds"] > card["wall_seconds"] and after["resumed_from"].endswith("last.ckpt")
+    assert after["config_file"] == "config.resume-1.yaml"
+
+
+EARLY_STOP = ["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor", "val/loss",
+              "--trainer.callbacks.stopping_threshold", "100"]  # fmt: skip
+POISON = ["--trainer.callbacks+=helpers.faults.PoisonBatch", "--trainer.callbacks.init_args.step", "2"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "reason"), [(EARLY_STOP, "early stop"), (POISON, "non-finite")], ids=["early-stop", "nan"]
+)
+def test_the_card_says_why_the_run_ended(flags: list[str], reason: str, digits_dir: Path, tmp_path: Path) -> None:
+    try:
+        _fit(digits_dir, tmp_path, "--trainer.max_epochs", "3", *flags)
+    except SystemExit as stop:
+        assert reason == "non-finite" and stop.code == 1
+    (run,) = (tmp_path / "lightning_logs").iterdir()
+    assert _card(run)["exit_reason"] == reason
+
+
+def test_markdown_of_a_card_without_results_has_placeholders() -> None:
+    text = render_markdown({"run_dir": "runs/v0", "exit_reason": "running"})
+    assert "| best val/acc | — (epoch —) |" in text and "| code | not in git |" in text
