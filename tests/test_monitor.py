@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.cli import tiny_cifar_fit
+from lightning.pytorch.plugins.precision import Precision
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from vitlit.clipping import clip_true_gradients
 from vitlit.model import ViTClassifier
 from vitlit.monitor import SpeedMonitor, available_flops
 from vitlit.runs import read_scalars
@@ -41,3 +44,27 @@ def test_mfu_denominator_knows_the_h200(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
     assert available_flops(cuda, torch.float32) == 494.7e12  # TF32, as Lightning counts fp32 matmuls when allowed
     assert available_flops(torch.device("cpu"), torch.float32) is None
+
+
+@pytest.mark.parametrize(("clip", "algorithm"), [(None, "norm"), (1.0, "norm"), (0.5, "value")])
+def test_the_logged_gradient_norm_is_the_one_before_clipping(clip: float | None, algorithm: str) -> None:
+    weight = torch.nn.Parameter(torch.zeros(2))
+    weight.grad = torch.tensor([3.0, 4.0])
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    norm = clip_true_gradients(optimizer, Precision(), clip, algorithm)
+    assert norm.item() == pytest.approx(5.0)
+    expected = {None: [3.0, 4.0], 1.0: [0.6, 0.8], 0.5: [0.5, 0.5]}[clip]
+    torch.testing.assert_close(weight.grad, torch.tensor(expected), rtol=1e-5, atol=1e-6)
+
+
+def test_gradient_norm_curve_and_weight_histograms_reach_tensorboard(tmp_path: Path, cifar_dir: Path) -> None:
+    cli = tiny_cifar_fit(
+        cifar_dir, tmp_path, "--trainer.max_steps", "6", "--trainer.log_every_n_steps", "1",
+        "--trainer.precision", "bf16-mixed", "--trainer.callbacks+=vitlit.monitor.WeightHistograms",
+    )  # fmt: skip
+    norms = read_scalars(cli.trainer.log_dir)["train/grad_norm"]
+    assert [step for step, _ in norms] == list(range(6)) and all(0 < v < 1e4 for _, v in norms)
+    events = EventAccumulator(cli.trainer.log_dir, size_guidance={"histograms": 0})
+    events.Reload()
+    tags = events.Tags()["histograms"]
+    assert "weights/net.blocks.0.attn.qkv.weight" in tags and not any(t.endswith(".bias") for t in tags)

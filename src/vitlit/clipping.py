@@ -21,11 +21,11 @@ from vitlit.private import unscales_internally
 
 def clip_true_gradients(
     optimizer: Optimizer, precision: Precision, clip_val: float | None, algorithm: str | None = "norm"
-) -> None:
-    """Clip the gradients of ``optimizer``'s parameters as they are without loss scaling.
+) -> torch.Tensor | None:
+    """Clip the gradients of ``optimizer``'s parameters as they are without loss scaling; return their norm.
 
     Call it from `LightningModule.configure_gradient_clipping` (`vitlit.ViTClassifier` does), which Lightning runs
-    after ``on_before_optimizer_step`` and before the optimizer step.
+    after ``on_before_optimizer_step`` and before the optimizer step, with or without clipping.
 
     Args:
         optimizer: The optimizer about to step; its parameter groups name the gradients to clip.
@@ -34,15 +34,22 @@ def clip_true_gradients(
         clip_val: ``gradient_clip_val``: the largest global L2 norm (``norm``) or absolute value (``value``) a
             gradient may have; ``None`` or 0 disables clipping.
         algorithm: ``norm`` (Lightning's default) or ``value``.
+
+    Returns:
+        The global L2 norm of the true gradients before clipping, as a tensor on their device (not read back, so no
+        sync), or ``None`` when no parameter has a gradient.
     """
-    if not clip_val:
-        return
     scaler = getattr(precision, "scaler", None)
     if scaler is not None and unscales_internally(optimizer):
         # Lightning skipped unscale_ for this optimizer; the GradScaler remembers it was done and does not repeat it.
+        # Done also without clipping, so that the norm below is the true gradients' and not the scaled ones'.
         scaler.unscale_(optimizer)
     params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-    if algorithm == "value":  # Lightning passes a GradClipAlgorithmType, a str enum that equals its value
+    if not params:
+        return None
+    if clip_val and algorithm != "value":  # Lightning passes a GradClipAlgorithmType, a str enum equal to its value
+        return torch.nn.utils.clip_grad_norm_(params, clip_val)  # returns the norm before clipping
+    norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+    if clip_val:
         torch.nn.utils.clip_grad_value_(params, clip_val)
-    else:
-        torch.nn.utils.clip_grad_norm_(params, clip_val)
+    return norm

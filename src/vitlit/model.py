@@ -320,8 +320,13 @@ class ViTClassifier(LightningModule):
         """Clip ``--trainer.gradient_clip_val`` on unscaled gradients, also for fused optimizers in mixed precision.
 
         Lightning's default refuses fused optimizers under 16-/bf16-mixed; `vitlit.clipping` explains why it can.
+        Logs ``train/grad_norm``, the global gradient norm before clipping: the curve that shows a learning rate too
+        high (spikes) or a warmup too short. Logged every step as a tensor; Lightning reads it back only at its logging
+        steps, so no step waits for it.
         """
-        clip_true_gradients(optimizer, self.trainer.precision_plugin, gradient_clip_val, gradient_clip_algorithm)
+        norm = clip_true_gradients(optimizer, self.trainer.precision_plugin, gradient_clip_val, gradient_clip_algorithm)
+        if norm is not None:
+            self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
 
     def on_fit_start(self) -> None:
         if self.distillation is not None:
