@@ -52,10 +52,13 @@ class PeakSampler:
         self.peak = max(self.peak, resident_bytes())
 
 
-def measure(model: str, img_size: int, batch_size: int, checkpointing: bool, steps: int, device: str) -> dict:
+def measure(
+    model: str, img_size: int, batch_size: int, checkpointing: bool, steps: int, device: str, patch_size: int = 0
+) -> dict:
     """One setting: the extra memory of a training step (bytes) and the median seconds per step."""
     torch.manual_seed(0)
-    net = timm.create_model(model, img_size=img_size, num_classes=10).to(device)
+    kwargs = {"patch_size": patch_size} if patch_size else {}
+    net = timm.create_model(model, img_size=img_size, num_classes=10, **kwargs).to(device)
     net.set_grad_checkpointing(checkpointing)
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
     images = torch.randn(batch_size, 3, img_size, img_size, device=device)
@@ -93,12 +96,15 @@ def main() -> None:
     parser.add_argument("--model", default="vit_small_patch16_224")
     parser.add_argument("--img-size", type=int, default=224)
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--patch-size", type=int, default=0, help="0: the model's own")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--one", choices=["on", "off"], help=argparse.SUPPRESS)  # a child process's single setting
     args = parser.parse_args()
     if args.one is not None:
-        result = measure(args.model, args.img_size, args.batch_size, args.one == "on", args.steps, args.device)
+        result = measure(
+            args.model, args.img_size, args.batch_size, args.one == "on", args.steps, args.device, args.patch_size
+        )
         print(json.dumps(result))
         return
     results = {}

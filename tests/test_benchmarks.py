@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -48,3 +49,14 @@ def test_export_prints_speedup_size_and_accuracy(
     args = "--model test_vit --img-size 32 --repeats 2 --epochs 1".split()
     last = _run("export.py", args, monkeypatch, capsys)
     assert re.fullmatch(r"int8 speedup=\d+\.\d\d size_ratio=\d\.\d{3} acc_drop=-?\d\.\d{4}", last), last
+
+
+def test_model_choice_prints_a_row_per_choice_and_the_table() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "model_choice.py"), "--only", "1", "--steps", "1",
+         "--batch-size", "4"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[-1].startswith("| vit_tiny, 32 px, patch 8 | 17 | 5.6 M |"), lines
