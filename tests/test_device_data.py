@@ -71,15 +71,16 @@ def test_train_batches_shuffle_crop_and_keep_every_image_once(cifar_dir: Path) -
 
 
 def _fit(cifar_dir: Path, root: Path, *extra: object):
-    flags = """--data.on_device true --data.augment none --trainer.deterministic true
+    flags = """--data.on_device true --trainer.deterministic true
                --trainer.enable_progress_bar false --trainer.max_epochs 2""".split()
     return tiny_cifar_fit(cifar_dir, root, *flags, *extra)
 
 
-def test_on_device_fit_resumes_exactly(tmp_path: Path, cifar_dir: Path) -> None:
-    """Shuffle, crop, flip, erasing and Mixup/CutMix on the device draw from generators the checkpoint restores."""
+@pytest.mark.parametrize("augment", ["none", "autoaugment"])  # the recipe's AutoAugment, batched on the device
+def test_on_device_fit_resumes_exactly(tmp_path: Path, cifar_dir: Path, augment: str) -> None:
+    """Shuffle, crop, flip, policy, erasing, Mixup/CutMix on the device draw from generators the checkpoint restores."""
     # One schedule for both: the half run would otherwise size its cosine for one epoch (its own length).
-    schedule = ["--model.scheduler.init_args.total_steps", "16"]
+    schedule = ["--model.scheduler.init_args.total_steps", "16", "--data.augment", augment]
     whole = _fit(cifar_dir, tmp_path / "whole", *schedule)
     half = _fit(cifar_dir, tmp_path / "half", "--trainer.max_epochs", "1", *schedule)
     run_dir = Path(half.trainer.log_dir)

@@ -114,7 +114,6 @@ CASES = [
     ),
     ("unknown non-finite action", lambda tmp, run: ["--trainer.nonfinite", "ignore"], ["nonfinite", "ignore"]),
     ("layer decay above one", lambda tmp, run: ["--model.layer_decay", "1.2"], ["layer_decay=1.2"]),
-    ("policy on device", lambda tmp, run: ["--data.on_device", "true"], ["augment='autoaugment'", "on_device false"]),
     ("checkpoint missing", lambda tmp, run: ["--ckpt_path", tmp / "none.ckpt"], ["none.ckpt does not exist"]),
     (
         "checkpoint truncated",

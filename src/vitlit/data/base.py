@@ -24,6 +24,7 @@ from torchvision.datasets.folder import IMG_EXTENSIONS
 from vitlit.data.batch_augment import BatchAugment
 from vitlit.data.device import PIL_MODES, DeviceLoader, decode_uint8
 from vitlit.data.images import ImageFiles, check_images, image_files, without_bad
+from vitlit.data.policies import BatchPolicy
 from vitlit.data.transforms import Magnitude, Policy, eval_transform, policy_transform, train_transform
 from vitlit.errors import ConfigError
 from vitlit.schedule import training_progress
@@ -151,7 +152,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             (with replacement, one epoch = as many draws as images), for class-imbalanced data.
         on_device: Keep every split as one uint8 tensor on the training device and crop, flip and normalise whole
             batches there (`vitlit.data.device`): no worker processes, no CPU bottleneck; for data that fits in
-            device memory (CIFAR: 150 MB). Per-image policies (``augment``) need the DataLoader path (false).
+            device memory (CIFAR: 150 MB). The ``augment`` policies run there too, batched, each image with its own
+            draw (`vitlit.data.policies`), matching torchvision's.
         predict_dir: A folder of images for ``predict`` to classify instead of the test split: any layout, nested
             folders included, no class folders needed; files that cannot be read are named and left out.
     """
@@ -202,11 +204,6 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             raise ConfigError(
                 f"augment={augment!r} needs 1 or 3 channels (torchvision's colour operations), but "
                 f"in_chans={in_chans}; pass --data.augment none."
-            )
-        if on_device and augment != "none":
-            raise ConfigError(
-                f"augment={augment!r} is a per-image policy, which the batched on_device path does not run; "
-                f"pass --data.on_device false for it, or --data.augment none."
             )
         if batch_augment is not None and batch_augment.mixes and batch_size % 2:
             raise ConfigError(
@@ -481,8 +478,15 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             drop_last=train,
             crop_padding=self.crop_padding if train else 0,
             hflip=self.hflip and train,
+            policy=self._batch_policy() if train else None,
             sample_weights=weights,
         )
+
+    def _batch_policy(self) -> BatchPolicy | None:
+        """``augment`` for whole batches on the device (`vitlit.data.policies`), or ``None``."""
+        if self.augment == "none":
+            return None
+        return BatchPolicy(self.augment, self.randaugment_num_ops, self.randaugment_magnitude)
 
     def train_dataloader(self) -> DataLoader | DeviceLoader:
         """Shuffled training batches."""

@@ -14,7 +14,7 @@ generator of the device, whose state `vitlit.callbacks.RNGStateCheckpoint` saves
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -114,6 +114,8 @@ class DeviceLoader:
         crop_padding: Random-crop padding in pixels; 0 disables the crop.
         hflip: Random horizontal flips.
         sample_weights: Draw ``N`` images with replacement with these weights each epoch instead (class balancing).
+        policy: An augmentation policy applied to each uint8 batch after crop and flip (`vitlit.data.policies`), as
+            the per-image pipeline applies torchvision's after its crop and flip.
     """
 
     def __init__(
@@ -130,6 +132,7 @@ class DeviceLoader:
         crop_padding: int = 0,
         hflip: bool = False,
         sample_weights: torch.Tensor | None = None,
+        policy: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
         self._resize = images.shape[-1] != img_size or images.shape[-2] != img_size
         # Crops of stored images come straight out of a copy padded once (56% more memory for CIFAR's 4 px);
@@ -149,6 +152,7 @@ class DeviceLoader:
         self.crop_padding = crop_padding
         self.hflip = hflip
         self.sample_weights = sample_weights
+        self.policy = policy
 
     def __len__(self) -> int:
         n = len(self.targets)
@@ -171,7 +175,7 @@ class DeviceLoader:
             yield self.transform(index), self.targets[index]
 
     def transform(self, index: torch.Tensor) -> torch.Tensor:
-        """The images ``index``: resized (if needed), cropped, flipped and normalised into float32, on the device."""
+        """The images ``index``, resized if needed, cropped, flipped, augmented, as normalised float32 on the device."""
         if self._prepadded:
             dy, dx = random_offsets(len(index), self.crop_padding, self.images.device)
             images = crop(self.images, self.img_size, dy, dx, index)
@@ -185,4 +189,6 @@ class DeviceLoader:
                 images = random_crop(images, self.crop_padding)
         if self.hflip:
             images = random_flip(images)
+        if self.policy is not None:
+            images = self.policy(images)
         return images.float().mul_(self._scale).add_(self._shift)
