@@ -8,8 +8,8 @@ for one image (`torchvision.transforms.v2.AutoAugment` with the CIFAR-10 policy,
 
 - rotate, shear and translate as one affine resampling (``grid_sample``, nearest, zero fill) with a matrix per
   image, built as torchvision builds it (`torchvision.transforms.v2.functional.affine`), so the pixels agree;
-- brightness, colour, contrast, sharpness, posterize and solarize as torchvision's formulas with a parameter per
-  image; autocontrast, equalize and invert with torchvision's own kernels, which take batches.
+- brightness, colour, contrast, sharpness, posterize, solarize and autocontrast as torchvision's formulas with a
+  parameter per image; equalize and invert with torchvision's own kernels, which take batches.
 
 There is no Python loop over images. On the CPU each operation runs on the images that drew it; on an accelerator
 each runs on the whole batch with a neutral parameter (or a per-image select) for the others, so that no step
@@ -170,8 +170,9 @@ def sharpness(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
     channels, height, width = images.shape[-3:]
     if height <= 2 or width <= 2:
         return images
-    a, b = 1.0 / 13.0, 5.0 / 13.0
-    kernel = torch.tensor([[a, a, a], [a, b, a], [a, a, a]], device=images.device).expand(channels, 1, 3, 3)
+    # Filled on the device: a tensor made from Python lists would be a host-to-device copy, which waits for the GPU.
+    kernel = torch.full((channels, 1, 3, 3), 1.0 / 13.0, device=images.device)
+    kernel[..., 1, 1] = 5.0 / 13.0
     output = images.to(torch.float32, copy=True)
     blurred = F.conv2d(output, kernel, groups=channels).round_()
     view = output[..., 1:-1, 1:-1]
@@ -188,6 +189,20 @@ def posterize(images: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
 def solarize(images: torch.Tensor, fraction: torch.Tensor) -> torch.Tensor:
     """``solarize`` at ``255 * fraction`` per image (torchvision's threshold for uint8; above 1 changes nothing)."""
     return torch.where(images >= _per_image(255.0 * fraction.float()), images.bitwise_not(), images)
+
+
+def autocontrast(images: torch.Tensor) -> torch.Tensor:
+    """``autocontrast``: stretch each channel of each image to 0..255, by torchvision's formula.
+
+    torchvision's own kernel indexes with a boolean mask, which makes the host wait for the GPU; this one selects.
+    """
+    values = images.float()
+    low = values.amin(dim=(-2, -1), keepdim=True)
+    high = values.amax(dim=(-2, -1), keepdim=True)
+    flat = high == low
+    inv_scale = torch.where(flat, 1.0, (high - low).mul_(1.0 / 255))
+    low = torch.where(flat, 0.0, low)
+    return values.sub_(low).div_(inv_scale).clamp_(0, 255).to(torch.uint8)
 
 
 def affine_matrices(op: torch.Tensor, magnitude: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -227,8 +242,10 @@ def affine(images: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
     xs = torch.linspace((1.0 - w) * 0.5, (w - 1.0) * 0.5, steps=w, device=images.device)
     ys = torch.linspace((1.0 - h) * 0.5, (h - 1.0) * 0.5, steps=h, device=images.device)
     base = torch.stack([xs.expand(h, w), ys[:, None].expand(h, w), torch.ones(h, w, device=images.device)], dim=-1)
-    scale = torch.tensor([0.5 * w, 0.5 * h], device=images.device)
-    grid = base.view(1, h * w, 3).expand(n, -1, -1).bmm(theta.transpose(1, 2) / scale).view(n, h, w, 2)
+    rescaled = theta.transpose(1, 2).clone()
+    rescaled[..., 0] /= 0.5 * w
+    rescaled[..., 1] /= 0.5 * h
+    grid = base.view(1, h * w, 3).expand(n, -1, -1).bmm(rescaled).view(n, h, w, 2)
     sampled = F.grid_sample(images.float(), grid, mode="nearest", padding_mode="zeros", align_corners=False)
     return sampled.round_().to(torch.uint8)
 
@@ -245,7 +262,7 @@ _KERNELS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "Sharpness": lambda x, m: sharpness(x, 1.0 + m),
     "Posterize": lambda x, m: posterize(x, m),
     "Solarize": lambda x, m: solarize(x, m),
-    "AutoContrast": lambda x, m: TF.autocontrast_image(x),
+    "AutoContrast": lambda x, m: autocontrast(x),
     "Equalize": lambda x, m: TF.equalize_image(x),
     "Invert": lambda x, m: TF.invert_image(x),
 }
@@ -320,6 +337,7 @@ class BatchPolicy:
             self.sub_probs = torch.tensor([[p for _, p, _ in sub] for sub in CIFAR10_POLICY])
             self.sub_bins = torch.tensor([[b or 0 for _, _, b in sub] for sub in CIFAR10_POLICY])
         self._tables: dict[tuple, torch.Tensor] = {}
+        self._on_device: dict[torch.device, dict[str, torch.Tensor]] = {}
 
     def _table(self, height: int, width: int, device: torch.device) -> torch.Tensor:
         key = (height, width, device)
@@ -327,23 +345,31 @@ class BatchPolicy:
             self._tables[key] = magnitude_table(self.space, self.bins, height, width).to(device)
         return self._tables[key]
 
+    def _constants(self, device: torch.device) -> dict[str, torch.Tensor]:
+        """The policy's index tables on ``device``, copied once (a copy per batch would wait for the GPU's queue)."""
+        if device not in self._on_device:
+            names = ("signed", "space_ops", "sub_ops", "sub_probs", "sub_bins")
+            self._on_device[device] = {n: getattr(self, n).to(device) for n in names if hasattr(self, n)}
+        return self._on_device[device]
+
     def draw(self, n: int, height: int, width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw operations and signed magnitudes for ``n`` images: two (rounds, n) tensors; rounds apply in order."""
         table = self._table(height, width, device)
-        signed = self.signed.to(device)
+        const = self._constants(device)
+        signed = const["signed"]
         if self.name == "autoaugment":
             sub = torch.randint(len(CIFAR10_POLICY), (n,), device=device)
             rounds = []
             for j in range(2):
-                apply = torch.rand(n, device=device) <= self.sub_probs.to(device)[sub, j]
-                op = torch.where(apply, self.sub_ops.to(device)[sub, j], OP["Identity"])
-                magnitude = table[op, self.sub_bins.to(device)[sub, j]]
+                apply = torch.rand(n, device=device) <= const["sub_probs"][sub, j]
+                op = torch.where(apply, const["sub_ops"][sub, j], OP["Identity"])
+                magnitude = table[op, const["sub_bins"][sub, j]]
                 negative = signed[op] & (torch.randint(2, (n,), device=device) == 0)
                 rounds.append((op, torch.where(negative, -magnitude, magnitude)))
         else:
             rounds = []
             for _ in range(self.num_ops if self.name == "randaugment" else 1):
-                op = self.space_ops.to(device)[torch.randint(len(self.space_ops), (n,), device=device)]
+                op = const["space_ops"][torch.randint(len(self.space_ops), (n,), device=device)]
                 if self.name == "randaugment":
                     magnitude = table[op, self.magnitude]
                 else:
