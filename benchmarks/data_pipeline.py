@@ -7,7 +7,12 @@ batch at a time (`vitlit.data.device`); here it runs on the CPU too, so the figu
 before a GPU multiplies it. Random CIFAR-shaped images stand in for the real files (the work does not depend on
 the pixel values).
 
-    python benchmarks/data_pipeline.py          # last line: data speedup=<batched/per-image>
+The policy case repeats both with AutoAugment (the CIFAR-10 policy) on top: torchvision's per image in the
+DataLoader's workers, `vitlit.data.policies.BatchPolicy` on whole batches (each image its own draw).
+
+    python benchmarks/data_pipeline.py    # last lines: data speedup=<batched/per-image>, policy speedup=<same, AA>
+
+Goals (issue 16): data speedup >= 20, policy speedup >= 10 on two CPU cores.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from vitlit.data.base import TransformedSubset
 from vitlit.data.device import DeviceLoader
-from vitlit.data.transforms import train_transform
+from vitlit.data.policies import BatchPolicy
+from vitlit.data.transforms import policy_transform, train_transform
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
@@ -54,37 +60,67 @@ def images_per_second(loader: object, epochs: int) -> float:
     return count / (time.perf_counter() - start)
 
 
+def policy_alone(device: str, size: int, batch_size: int, steps: int = 20) -> float:
+    """Images/s of `BatchPolicy` (AutoAugment) alone on ``device`` at ``size`` px: the policy's own ceiling."""
+    images = torch.randint(0, 256, (batch_size, 3, size, size), dtype=torch.uint8, device=device)
+    policy = BatchPolicy("autoaugment")
+    for _ in range(3):
+        policy(images)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        policy(images)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return steps * batch_size / (time.perf_counter() - start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=20_000)
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="DataLoader workers (per-image)")
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--policy-device", help="only time the batched AutoAugment on this device, 32 and 224 px")
     args = parser.parse_args()
+    if args.policy_device:
+        for size in (32, 224):
+            rate = policy_alone(args.policy_device, size, args.batch_size)
+            print(f"AutoAugment on {args.policy_device}, batch {args.batch_size}, {size} px: {rate:,.0f} img/s")
+        return
 
     source = FakeCIFAR(args.images)
-    transform = train_transform(32, MEAN, STD, resize=False, crop_padding=4, hflip=True)
-    per_image = DataLoader(
-        TransformedSubset(source, None, transform),
-        batch_size=args.batch_size,
-        shuffle=True,
-        drop_last=True,
-        num_workers=args.workers,
-        persistent_workers=args.workers > 0,
-    )
     # As CIFARDataModule.source_uint8 takes torchvision's array: channels first, no decoding.
     images = torch.from_numpy(source.data).permute(0, 3, 1, 2).contiguous()
     targets = torch.tensor(source.targets)
-    batched = DeviceLoader(
-        images, targets, args.batch_size, img_size=32, mean=MEAN, std=STD, shuffle=True, drop_last=True,
-        crop_padding=4, hflip=True,
-    )  # fmt: skip
-    slow = images_per_second(per_image, args.epochs)
-    fast = images_per_second(batched, args.epochs)
+    speeds = {}
+    for policy in (None, "autoaugment"):
+        transform = train_transform(
+            32, MEAN, STD, resize=False, crop_padding=4, hflip=True, policy=policy and policy_transform(policy)
+        )
+        per_image = DataLoader(
+            TransformedSubset(source, None, transform),
+            batch_size=args.batch_size,
+            shuffle=True,
+            drop_last=True,
+            num_workers=args.workers,
+            persistent_workers=args.workers > 0,
+        )
+        batched = DeviceLoader(
+            images, targets, args.batch_size, img_size=32, mean=MEAN, std=STD, shuffle=True, drop_last=True,
+            crop_padding=4, hflip=True, policy=policy and BatchPolicy(policy),
+        )  # fmt: skip
+        fast = images_per_second(batched, args.epochs)  # first, while no worker process of the other is alive
+        speeds[policy] = (images_per_second(per_image, args.epochs), fast)
+        del per_image  # its persistent workers end here
     print(f"cpu threads={torch.get_num_threads()} workers={args.workers} images={args.images}")
-    print(f"per-image DataLoader: {slow:,.0f} img/s")
-    print(f"batched on-device:    {fast:,.0f} img/s")
-    print(f"data speedup={fast / slow:.1f}")
+    for policy, (slow, fast) in speeds.items():
+        label = f" + {policy}" if policy else ""
+        print(f"per-image DataLoader{label}: {slow:,.0f} img/s")
+        print(f"batched on-device{label}:    {fast:,.0f} img/s")
+    print(f"data speedup={speeds[None][1] / speeds[None][0]:.1f}")
+    print(f"policy speedup={speeds['autoaugment'][1] / speeds['autoaugment'][0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
 #   2. training images/s, TFLOP/s and MFU of ViT-Ti/4 and ViT-S/4 at 32 px and ViT-B/16 at 224 px, eager and compiled
 #      (benchmarks/gpu.py);
 #   3. vitlit's per-step overhead against a plain PyTorch loop on the GPU (benchmarks/overhead.py), with and without
-#      the configs' callbacks, and a count of host syncs per step with their source.
+#      the configs' callbacks, and a count of host syncs per step with their source;
+#   4. the batched AutoAugment's own images/s at 32 and 224 px (benchmarks/data_pipeline.py --policy-device cuda).
 # A failing step does not stop the later ones (one GPU session should bring back every figure it can); the exit
 # status is that of the first failure. Logs and JSON go to ${OUT:-benchmarks/results}/; copy the figures into
 # benchmarks/RESULTS.md with the date and the machine.
@@ -35,7 +36,9 @@ step() {  # step <name> <seconds> <command...>: run with a time limit, log to $o
     if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=$rc; fi
 }
 
-step smoke 150 "$py" -m pytest -m cuda tests/test_precision.py -q -p no:cacheprovider --durations=5
+# -o addopts: one process (the GPU machine need not have pytest-xdist, which pyproject's addopts asks for).
+step smoke 150 "$py" -m pytest -o addopts="-ra --strict-markers" -m cuda tests/test_precision.py -q \
+    -p no:cacheprovider --durations=5
 # gpu.py starts no new case after --budget seconds; the slowest case (compiled ViT-B) takes about a minute more.
 step gpu 240 "$py" benchmarks/gpu.py --out "$out/gpu.json" --budget 130
 vit_s=(--device cuda --precision bf16-mixed --model vit_small_patch16_224 --batch-size 512)
@@ -44,4 +47,6 @@ step overhead_gpu 60 "$py" benchmarks/overhead.py "${vit_s[@]}" --batches 90 --e
 # vitlit's remaining host syncs come from.
 step overhead_gpu_bare 60 "$py" benchmarks/overhead.py "${vit_s[@]}" --batches 90 --epochs 4 --no-callbacks
 step sync_debug 40 "$py" benchmarks/overhead.py "${vit_s[@]}" --batches 20 --epochs 2 --sync-debug
+# The batched AutoAugment alone, batch 512, at 32 and 224 px (issue 16: at least 5x the model's training images/s).
+step policy_gpu 40 "$py" benchmarks/data_pipeline.py --policy-device cuda --batch-size 512
 exit "$status"

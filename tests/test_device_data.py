@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 import torch
 from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
+from torch.utils.data import DataLoader
 from torchvision.transforms import v2
 
-from vitlit.data import CIFARDataModule
+from vitlit.data import CIFARDataModule, base
 from vitlit.data.device import DeviceLoader, random_crop, random_flip
 
 N = 4000  # draws per pipeline: a frequency's standard error is below 0.008
@@ -44,11 +46,12 @@ def test_batched_crop_and_flip_match_the_per_image_pipeline() -> None:
 
 @pytest.mark.parametrize("img_size", [32, 64], ids=["native", "resized"])
 def test_eval_batches_equal_the_per_image_pipeline(img_size: int, cifar_dir: Path) -> None:
-    dm = CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, img_size=img_size, batch_size=8)
+    dm = CIFARDataModule(
+        data_dir=str(cifar_dir), download=False, val_size=16, img_size=img_size, batch_size=8, on_device=True
+    )
     dm.setup("fit")
-    expected = torch.stack([dm.val_set[i][0] for i in range(16)])
+    expected = torch.stack([dm.val_set[i][0] for i in range(16)])  # the per-image pipeline, item by item
     expected_targets = torch.tensor([dm.val_set[i][1] for i in range(16)])
-    dm.on_device = True
     loader = dm.val_dataloader()
     assert isinstance(loader, DeviceLoader) and len(loader) == 2
     images, targets = map(torch.cat, zip(*loader, strict=True))
@@ -106,3 +109,22 @@ def test_image_folder_on_device_decodes_once_and_trains(tmp_path: Path, digits_d
     assert torch.equal(loader.targets.cpu(), torch.tensor(cli.datamodule.targets(cli.datamodule.train_set)))
     assert len(cli.datamodule._uint8) == 1
     assert cli.trainer.global_step == 3
+
+
+def test_auto_takes_the_device_path_only_when_the_images_fit(
+    cifar_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def module() -> CIFARDataModule:
+        dm = CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, batch_size=8)  # on_device: auto
+        dm.setup("fit")
+        return dm
+
+    with caplog.at_level(logging.INFO):
+        assert isinstance(module().train_dataloader(), DeviceLoader)  # 80 images of 3 KB, gigabytes free
+        monkeypatch.setattr(base, "free_memory", lambda device: 3 * 80 * 3072)  # a quarter of it would not hold them
+        tight = module()
+        assert isinstance(tight.train_dataloader(), DataLoader) and isinstance(tight.val_dataloader(), DataLoader)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("vitlit: data path")]
+    assert len(lines) == 2, lines  # one line per data module, however many loaders it builds
+    assert lines[0].startswith("vitlit: data path: on the device (80 images of 3x32x32")
+    assert lines[1].startswith("vitlit: data path: DataLoader (80 images") and "33.3% of the" in lines[1]

@@ -111,7 +111,8 @@ def newer_checkpoint(ckpt_path: Path, run_dir: Path) -> tuple[Path, int] | None:
         return None
     others = [p for p in (run_dir / "checkpoints").glob("*.ckpt") if p.resolve() != ckpt_path.resolve()]
     later = [(p, s) for p in others if (s := checkpoint_step(p)) is not None and s > step]
-    return max(later, key=lambda item: item[1]) if later else None
+    # The latest step; among equals, last.ckpt (the one a resume would overwrite first), then by name: stable messages.
+    return max(later, key=lambda item: (item[1], item[0].name == "last.ckpt", item[0].name)) if later else None
 
 
 def resume_config_name(run_dir: Path) -> str:

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from lightning.pytorch import LightningDataModule
@@ -29,6 +29,10 @@ from vitlit.data.transforms import Magnitude, Policy, eval_transform, policy_tra
 from vitlit.errors import ConfigError
 from vitlit.schedule import training_progress
 from vitlit.types import PositiveFloat, PositiveInt, plain
+
+#: ``on_device: auto`` keeps the images on the training device when they take at most this share of its free memory:
+#: the rest is for the model, its activations and the optimizer (CIFAR's 150 MB is under 1% of a 24 GB GPU).
+AUTO_DEVICE_FRACTION = 0.25
 
 #: Normalisation statistics of ImageNet, the default of data modules that name none of their own.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -150,10 +154,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             ``None`` for none.
         class_balanced: Draw training images with probability inversely proportional to their class's frequency
             (with replacement, one epoch = as many draws as images), for class-imbalanced data.
-        on_device: Keep every split as one uint8 tensor on the training device and crop, flip and normalise whole
-            batches there (`vitlit.data.device`): no worker processes, no CPU bottleneck; for data that fits in
-            device memory (CIFAR: 150 MB). The ``augment`` policies run there too, batched, each image with its own
-            draw (`vitlit.data.policies`), matching torchvision's.
+        on_device: Keep every split as one uint8 tensor on the training device and crop, flip, augment and
+            normalise whole batches there (`vitlit.data.device`, `vitlit.data.policies`): no worker processes, no
+            CPU bottleneck (CIFAR: 150 MB). ``auto`` (the default) does so when the decoded images take at most a
+            quarter of the device's free memory (`AUTO_DEVICE_FRACTION`), else uses the per-image DataLoader, and
+            says which in one line; ``true``/``false`` force one path.
         predict_dir: A folder of images for ``predict`` to classify instead of the test split: any layout, nested
             folders included, no class folders needed; files that cannot be read are named and left out.
     """
@@ -184,7 +189,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         randaugment_magnitude: Magnitude = 9,
         batch_augment: BatchAugment | None = None,
         class_balanced: bool = False,
-        on_device: bool = False,
+        on_device: bool | Literal["auto"] = "auto",
         predict_dir: str | Path | None = None,
     ) -> None:
         super().__init__()
@@ -227,6 +232,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self.batch_augment = batch_augment if batch_augment is not None and batch_augment.active else None
         self.class_balanced = class_balanced
         self.on_device = on_device
+        self._device_path: bool | None = None if on_device == "auto" else bool(on_device)  # auto: decided once
         self.predict_dir = None if predict_dir is None else Path(predict_dir).expanduser()
         self._predict_images = [] if self.predict_dir is None else self._scan_predict_dir(self.predict_dir)
         self._uint8: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # per source: device path's decoded copy
@@ -420,7 +426,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     def _loader(self, dataset: TransformedSubset | None, train: bool) -> DataLoader | DeviceLoader:
         if dataset is None:
             raise RuntimeError("setup() must run before the loaders are requested; the Trainer does this for you.")
-        if self.on_device:
+        if self.uses_device_path():
             return self._device_loader(dataset, train)
         sampler = _class_balanced_sampler(self.targets(dataset)) if train and self.class_balanced else None
         return DataLoader(
@@ -435,6 +441,36 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             pin_memory=self.pin_memory and torch.cuda.is_available(),
             persistent_workers=self.persistent_workers and self.workers > 0,
         )
+
+    def uses_device_path(self) -> bool:
+        """Whether the loaders keep the images on the training device (``on_device``; ``auto`` decides on first use)."""
+        if self._device_path is None:
+            self._device_path = self._device_path_fits()
+        return self._device_path
+
+    def _device_path_fits(self) -> bool:
+        """``on_device: auto``: the device path if the decoded images fit in `AUTO_DEVICE_FRACTION` of free memory."""
+        device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
+        splits = (self.train_set, self.val_set, self.test_set, self.predict_set)
+        sources = {id(split.source): split.source for split in splits if split is not None}
+        images = sum(len(source) for source in sources.values())
+        side = self.native_size or self.img_size  # stored size (resized per batch), else decoded at img_size
+        need = images * self.in_chans * side * side
+        free = free_memory(device)
+        size = f"{images:,} images of {self.in_chans}x{side}x{side} take {need / 2**20:,.1f} MB"
+        if free is None:
+            rank_zero_info(f"vitlit: data path: DataLoader ({device.type} does not report its free memory; {size}); "
+                           f"--data.on_device true puts them on the device")  # fmt: skip
+            return False
+        fits = need <= AUTO_DEVICE_FRACTION * free
+        share = f"{need / free:.1%} of the {free / 2**30:,.1f} GB free on {device}"
+        if fits:
+            rank_zero_info(f"vitlit: data path: on the device ({size}, {share}); --data.on_device false for the "
+                           f"per-image DataLoader")  # fmt: skip
+        else:
+            rank_zero_info(f"vitlit: data path: DataLoader ({size}, {share}, more than the {AUTO_DEVICE_FRACTION:.0%} "
+                           f"--data.on_device auto allows); --data.on_device true forces the device path")  # fmt: skip
+        return fits
 
     @property
     def workers(self) -> int:
@@ -503,6 +539,20 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     def predict_dataloader(self) -> DataLoader | DeviceLoader:
         """``predict_dir``'s images, or the test split, in order."""
         return self._loader(self.predict_set, train=False)
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes free on ``device``: CUDA's own count, or the host's available memory (Linux); ``None`` where unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 def _class_balance_weights(targets: Sequence[int]) -> torch.Tensor:
