@@ -13,7 +13,7 @@ from torchvision.datasets import CIFAR10, CIFAR100
 
 from vitlit.data.digits import write_digits_folder
 
-# Under pytest-xdist (`-n 2`, the default in pyproject.toml) each worker gets its share of the cores: two workers of
+# Under pytest-xdist (`-n auto`, the default in pyproject.toml) each worker gets its share of the cores: two workers of
 # two threads each on a two-core machine would fight over them, and the small models here gain little from a second
 # thread anyway.
 # The runs a test starts in a fresh process get the same number through OMP_NUM_THREADS: a run that must end
