@@ -80,6 +80,7 @@ CASES = [
     ("val fraction out of range", lambda tmp, run: ["--data.val_size", "1.5"], ["val_size=1.5"]),
     ("unknown timm model", lambda tmp, run: ["--model.model_name", "vit_nonexistent"], ["vit_nonexistent"]),
     ("missing weights file", lambda tmp, run: ["--model.pretrained_file", tmp / "w.pth"], ["w.pth"]),
+    ("empty checkpoint path", lambda tmp, run: ["--ckpt_path", ""], ["--ckpt_path is empty", "leave the flag out"]),
     ("unknown augmentation", lambda tmp, run: ["--data.augment", "cutout"], ["augment", "cutout"]),
     ("negative mixup alpha", lambda tmp, run: ["--data.batch_augment.mixup_alpha", "-0.2"], ["mixup_alpha=-0.2"]),
     (

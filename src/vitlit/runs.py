@@ -204,8 +204,13 @@ def resolve_checkpoint(ckpt_path: str | None, subcommand: str, root: Path, folde
     only) is the switch for job scripts restarted after preemption: resume if there is one, else start fresh.
 
     Raises:
-        ConfigError: For ``auto`` outside ``fit``, or ``last`` with no ``last.ckpt`` to find.
+        ConfigError: For ``auto`` outside ``fit``, ``last`` with no ``last.ckpt`` to find, or an empty path (a script's
+            unset variable), which would otherwise train from scratch or evaluate an untrained model without a word.
     """
+    if ckpt_path is not None and not str(ckpt_path).strip():
+        raise ConfigError(
+            "--ckpt_path is empty; give a checkpoint file, last or auto, or leave the flag out to start from scratch."
+        )
     if ckpt_path in ("last", "auto"):
         if ckpt_path == "auto" and subcommand != "fit":
             raise ConfigError(f"--ckpt_path auto is for fit only; {subcommand} takes last or a checkpoint path.")
