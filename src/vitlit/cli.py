@@ -24,6 +24,7 @@ import yaml
 from jsonargparse import Namespace
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -60,7 +61,12 @@ DESCRIPTION = (
     "own --help."
 )
 #: Commands that work from a checkpoint alone, outside LightningCLI: name -> "module:function".
-TOOLS = {"export": "vitlit.export:export", "serve": "vitlit.serve:serve", "env": "vitlit.env:env"}
+TOOLS = {
+    "export": "vitlit.export:export",
+    "serve": "vitlit.serve:serve",
+    "env": "vitlit.env:env",
+    "sweep": "vitlit.sweep:sweep",
+}
 # Lines of jsonargparse's nested Union report that repeat what the first error already says.
 _NOISE = (
     "Does not validate against any of the Union",
@@ -328,11 +334,13 @@ def _check_config_files(argv: list[str]) -> None:
             )
 
 
-def main(args: Sequence[str] | None = None) -> VitLitCLI:
+def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) -> VitLitCLI:
     """Run the vitlit command line; the single entry of ``python -m vitlit``, ``vitlit``, the tests and notebooks.
 
     Args:
         args: Command-line arguments without the program name; ``None`` reads ``sys.argv``.
+        callbacks: Lightning callbacks to add to the run's own, for callers in Python that hold objects no config
+            can name (`vitlit.sweep` adds Optuna's pruning callback, which carries its trial).
 
     Returns:
         The CLI object, whose ``trainer``, ``model`` and ``datamodule`` hold the finished run.
@@ -353,7 +361,7 @@ def main(args: Sequence[str] | None = None) -> VitLitCLI:
             warnings.filterwarnings("ignore", message=r"The number of training batches \(\d+\) is smaller than")
             # The model summary's size estimate assumes fp32 under mixed precision and says so on every run.
             warnings.filterwarnings("ignore", message=r"Precision .* is not supported by the model summary")
-            return _cli(args)
+            return _cli(args, callbacks)
     except CheckFailed as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         raise SystemExit(1) from None
@@ -370,6 +378,8 @@ def _tool(name: str, argv: list[str]) -> Any:
     run = getattr(importlib.import_module(module), function)
     parser = VitLitArgumentParser(prog=f"{PROG} {name}", description=run.__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_function_arguments(run, as_group=False)
+    # Options may be spelled with dashes too (--n-trials for --n_trials), as most command-line tools take them.
+    argv = [re.sub(r"^--([\w-]+)", lambda m: "--" + m.group(1).replace("-", "_"), a) for a in argv]
     parsed = parser.parse_args(argv)
     return run(**parsed.as_dict())
 
@@ -379,7 +389,7 @@ def entry_point() -> None:
     main()
 
 
-def _cli(args: Sequence[str] | None) -> VitLitCLI:
+def _cli(args: Sequence[str] | None, callbacks: Sequence[Callback] = ()) -> VitLitCLI:
     return VitLitCLI(
         ViTClassifier,
         ImageClassificationDataModule,
@@ -396,4 +406,6 @@ def _cli(args: Sequence[str] | None) -> VitLitCLI:
             **{sub: {"default_config_files": [str(DEFAULTS)]} for sub in ("fit", "validate", "test", "predict")},
         },
         args=None if args is None else list(args),
+        # Appended to the configured callbacks, and kept out of the saved config (they are objects, not options).
+        trainer_defaults={"callbacks": list(callbacks)} if callbacks else None,
     )

@@ -142,7 +142,7 @@ class RunCard(Callback):
     Part of vitlit's shared settings (``src/vitlit/defaults.yaml``). Only the main process writes. The exit reason
     is one of ``running``, ``finished``, ``early stop``, ``time budget`` (``--trainer.max_time``), ``stopped`` (another
     callback asked to stop), ``SIGTERM`` (also a first Ctrl-C, which vitlit turns into one), ``non-finite`` (the NaN
-    guard halted it), ``interrupted`` (a second Ctrl-C) or ``error: <exception>``.
+    guard halted it), ``interrupted`` (a second Ctrl-C), ``pruned`` (a sweep stopped the trial) or ``error: ...``.
     """
 
     def __init__(self) -> None:
@@ -219,6 +219,8 @@ class RunCard(Callback):
             reason = "non-finite"
         elif isinstance(exception, KeyboardInterrupt):
             reason = "interrupted"
+        elif type(exception).__name__ == "TrialPruned":  # Optuna stopped a sweep's trial (vitlit.sweep)
+            reason = "pruned"
         else:
             reason = f"error: {type(exception).__name__}"
         self.card["exit_reason"] = reason

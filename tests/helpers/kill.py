@@ -78,3 +78,21 @@ class DieWhileSavingLast(Callback):
             save(checkpoint, path, storage_options)
 
         checkpoint_io.save_checkpoint = dying_save
+
+
+class SigtermOnce(Callback):
+    """SIGTERM the own process at the end of the first training epoch of the first run that finds no ``marker``.
+
+    For the sweep test: the first trial is stopped the way a cluster pre-empts a job; the trials after it run on.
+
+    Args:
+        marker: A file created when the signal is sent.
+    """
+
+    def __init__(self, marker: str) -> None:
+        self.marker = Path(marker)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not self.marker.exists():
+            self.marker.touch()
+            os.kill(os.getpid(), signal.SIGTERM)

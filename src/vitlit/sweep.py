@@ -1,0 +1,246 @@
+"""``vitlit sweep``: tune a recipe with Optuna, each trial a vitlit ``fit`` in its own run folder.
+
+    python -m vitlit sweep --config configs/digits.yaml --search configs/sweeps/digits.yaml --n-trials 20
+
+The search space is a YAML file of command-line keys (as after ``--``) and their distributions::
+
+    model.optimizer.init_args.lr: {type: log_uniform, low: 1.0e-4, high: 1.0e-2}
+    model.drop_path_rate: {type: uniform, low: 0.0, high: 0.3}
+    data.batch_size: {type: int, low: 32, high: 256, log: true}
+    data.augment: {type: categorical, choices: [none, trivialaugment]}
+    fixed: {data.root: data/digits, trainer.max_epochs: 30}   # the same for every trial
+
+Optuna's TPE sampler proposes the values; its median pruner stops trials whose ``val/acc`` falls behind at the same
+epoch (Optuna's Lightning callback, `optuna_integration.PyTorchLightningPruningCallback`). The study lives in a
+database: SQLite next to the trials by default, so the same command continues a sweep stopped with Ctrl-C, or any
+Optuna storage URL (``--storage postgresql://...``) that several machines share, each running the same command.
+At the end the best trial's values are printed as a ``python -m vitlit fit`` command and written as a config
+(``best.yaml``) to give after the base config. Needs the ``[sweep]`` extra (Optuna).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vitlit.errors import ConfigError
+from vitlit.types import PositiveInt
+
+#: Distribution types of a search space and the keys each takes (besides ``type``).
+KINDS = {
+    "log_uniform": ("low", "high"),
+    "uniform": ("low", "high"),
+    "int": ("low", "high", "log", "step"),
+    "categorical": ("choices",),
+}
+
+
+def read_space(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Read and check a search space, with one-line errors for what Optuna would only refuse mid-sweep.
+
+    Returns:
+        The distributions by key, and the ``fixed`` values every trial gets.
+
+    Raises:
+        ConfigError: An unreadable file, a distribution of unknown type or with missing/extra keys, an empty or
+            reversed range, a non-positive bound of a log range, a number of the wrong type, no choices.
+    """
+    try:
+        space = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(
+            f"--search {path} cannot be read as YAML ({type(err).__name__}); give a search-space file."
+        ) from None
+    if not isinstance(space, dict):
+        raise ConfigError(f"--search {path} holds no keys; give `option.key: {{type: ..., ...}}` lines.")
+    fixed = space.pop("fixed", None) or {}
+    if not isinstance(fixed, dict):
+        raise ConfigError(f"--search {path}: fixed must map option keys to values, e.g. fixed: {{data.root: data}}.")
+    if not space:
+        raise ConfigError(f"--search {path} holds no keys; give `option.key: {{type: ..., ...}}` lines.")
+    for key, spec in space.items():
+        where = f"--search {path}: {key}"
+        if not isinstance(spec, dict) or spec.get("type") not in KINDS:
+            raise ConfigError(f"{where} needs a type, one of {', '.join(KINDS)}.")
+        kind = spec["type"]
+        extra = set(spec) - {"type", *KINDS[kind]}
+        if extra:
+            raise ConfigError(f"{where} ({kind}) does not take {', '.join(sorted(extra))}.")
+        if kind == "categorical":
+            if not isinstance(spec.get("choices"), list) or not spec["choices"]:
+                raise ConfigError(f"{where} needs a non-empty list of choices.")
+            continue
+        low, high = spec.get("low"), spec.get("high")
+        number = int if kind == "int" else (int, float)
+        if not all(isinstance(v, number) and not isinstance(v, bool) for v in (low, high)):
+            expected = "integers" if kind == "int" else "numbers"
+            raise ConfigError(f"{where} needs low and high as {expected}, got low={low!r} high={high!r}.")
+        if not low < high:
+            raise ConfigError(f"{where} has an empty range, low={low} high={high}; low must be below high.")
+        if (kind == "log_uniform" or spec.get("log")) and low <= 0:
+            raise ConfigError(f"{where} is a log range, which needs low > 0, got low={low}.")
+    return space, fixed
+
+
+def suggest(trial: Any, space: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The trial's value for every key of ``space`` (Optuna's ``suggest_*``)."""
+    values = {}
+    for key, spec in space.items():
+        kind = spec["type"]
+        if kind == "categorical":
+            values[key] = trial.suggest_categorical(key, spec["choices"])
+        elif kind == "int":
+            values[key] = trial.suggest_int(key, spec["low"], spec["high"], step=spec.get("step", 1),
+                                            log=bool(spec.get("log", False)))  # fmt: skip
+        else:
+            values[key] = trial.suggest_float(key, spec["low"], spec["high"], log=kind == "log_uniform")
+    return values
+
+
+def as_flags(values: dict[str, Any]) -> list[str]:
+    """``{"a.b": 1}`` -> ``["--a.b", "1"]``, values as YAML scalars (``null``, ``true``, lists) for the CLI."""
+    return [arg for key, value in values.items() for arg in (f"--{key}", _scalar(value))]
+
+
+def _scalar(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...").strip()
+
+
+def nested(values: dict[str, Any]) -> dict[str, Any]:
+    """Dotted keys as a nested config (``model.optimizer.init_args.lr`` -> ``{model: {optimizer: ...}}``)."""
+    tree: dict[str, Any] = {}
+    for key, value in values.items():
+        node = tree
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return tree
+
+
+def _check_keys(config: str, space: dict[str, dict[str, Any]], fixed: dict[str, Any]) -> None:
+    """Parse the base config with every key at a value of its range: a key the CLI does not know fails here."""
+    from vitlit.cli import main
+
+    for bound in (0, -1):  # every key at the low end of its range, then at the high end
+        probe = {}
+        for key, spec in space.items():
+            values = spec["choices"] if spec["type"] == "categorical" else [spec["low"], spec["high"]]
+            probe[key] = values[bound]
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(said):
+                main(["fit", "--config", config, *as_flags({**fixed, **probe}), "--print_config"])
+        except SystemExit as stop:
+            if stop.code not in (0, None):
+                reason = (said.getvalue().strip().splitlines() or ["refused"])[-1].removeprefix("vitlit: error: ")
+                raise ConfigError(
+                    f"--search: the values {probe} do not fit {config}: {reason} (keys as the command line takes "
+                    f"them, e.g. model.optimizer.init_args.lr)"
+                ) from None
+
+
+def sweep(
+    config: str,
+    search: str,
+    n_trials: PositiveInt = 20,
+    storage: str | None = None,
+    study_name: str = "vitlit",
+    root: str = "sweeps",
+    seed: int = 0,
+    prune_after: PositiveInt = 2,
+) -> dict[str, Any]:
+    """Tune a recipe with Optuna: trials are vitlit fits, ranked by their best ``val/acc``.
+
+    Args:
+        config: The base recipe (a vitlit config file); every trial starts from it.
+        search: The search space: a YAML file of ``option.key: {type: log_uniform|uniform|int|categorical, ...}``,
+            and optionally ``fixed: {option.key: value, ...}`` for every trial.
+        n_trials: Trials the study should hold when this command ends (finished or pruned ones count): a sweep
+            that was stopped continues with the rest.
+        storage: An Optuna storage URL that several machines may share, e.g. ``postgresql://user@host/db``;
+            default: ``sqlite:///<root>/<study_name>.db``.
+        study_name: The study's name in the storage; its trials go to ``<root>/<study_name>/trial_NNN``.
+        root: Folder of the trials' run folders, the SQLite file and ``best.yaml``.
+        seed: Seed of the TPE sampler (each machine of a shared study should use its own).
+        prune_after: Epochs every trial trains before the median pruner may stop it.
+
+    Returns:
+        The best trial's number, ``val/acc`` and values.
+    """
+    try:
+        import optuna
+        from optuna_integration import PyTorchLightningPruningCallback
+    except ImportError:
+        raise ConfigError('vitlit sweep needs Optuna; pip install -e ".[sweep]"') from None
+    from vitlit.cli import main
+
+    space, fixed = read_space(Path(search))
+    if not Path(config).is_file():
+        raise ConfigError(f"--config {config} does not exist; give the base recipe's config file.")
+    _check_keys(config, space, fixed)
+    folder = Path(root).expanduser() / study_name
+    folder.mkdir(parents=True, exist_ok=True)
+    url = storage or f"sqlite:///{(Path(root).expanduser() / f'{study_name}.db').resolve()}"
+    study = optuna.create_study(
+        study_name=study_name,
+        storage=url,
+        direction="maximize",
+        load_if_exists=True,
+        sampler=optuna.samplers.TPESampler(seed=seed),
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=prune_after),
+    )
+    done_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+    def objective(trial: optuna.Trial) -> float:
+        values = suggest(trial, space)
+        run_root = folder / f"trial_{trial.number:03d}"
+        trial.set_user_attr("run_root", str(run_root))
+        args = ["fit", "--config", config, *as_flags({**fixed, **values}), "--trainer.default_root_dir", str(run_root)]
+        try:
+            cli = main(args, callbacks=[PyTorchLightningPruningCallback(trial, monitor="val/acc")])
+        except SystemExit as stop:
+            if stop.code in (130, 143):  # Ctrl-C or SIGTERM stopped the trial's fit: stop the sweep too
+                raise KeyboardInterrupt from None
+            raise RuntimeError(f"trial {trial.number}'s fit exited with status {stop.code}") from None
+        score = cli.trainer.checkpoint_callback.best_model_score
+        if score is None or not math.isfinite(float(score)):
+            raise RuntimeError(f"trial {trial.number} recorded no val/acc")
+        return float(score)
+
+    remaining = n_trials - sum(t.state in done_states for t in study.trials)
+    if remaining > 0:
+        print(f"vitlit: sweep {study_name}: {n_trials - remaining} of {n_trials} trials done; running {remaining}",
+              file=sys.stderr)  # fmt: skip
+        try:
+            study.optimize(objective, n_trials=remaining, catch=(RuntimeError,))
+        except KeyboardInterrupt:
+            print(f"vitlit: sweep interrupted; the same command continues it ({url})", file=sys.stderr)
+            raise SystemExit(130) from None
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if not complete:
+        raise ConfigError(f"no trial of sweep {study_name} finished; see the trials' output above.")
+    best = study.best_trial
+    best_file = Path(root).expanduser() / f"{study_name}.best.yaml"
+    fixed_flags = shlex.join(as_flags(fixed))
+    # The tuned values only: the search file's `fixed` ones are command-line flags (some, like callbacks+, have no
+    # YAML form), so the command below repeats them.
+    best_file.write_text(
+        f"# Best trial {best.number} of sweep {study_name}: val/acc {best.value:.4f}. Give it after the base config:\n"
+        f"#   python -m vitlit fit --config {config} --config {best_file} {fixed_flags}\n"
+        + yaml.safe_dump(nested(best.params)),
+        encoding="utf-8",
+    )
+    flags = as_flags({**fixed, **best.params})
+    command = shlex.join(["python", "-m", "vitlit", "fit", "--config", config, *flags])
+    print(f"best trial {best.number}: val/acc {best.value:.4f}")
+    print(command)
+    print(f"(also as a config: --config {config} --config {best_file})")
+    return {"number": best.number, "value": best.value, "params": best.params, "best_config": str(best_file)}

@@ -1,0 +1,97 @@
+"""vitlit sweep: Optuna trials as vitlit fits, a search space checked before the first trial, stop and continue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from helpers.cli import DIGITS_CONFIG, run_cli
+
+from vitlit.errors import ConfigError
+from vitlit.sweep import nested, read_space
+
+SPACE = {
+    "model.optimizer.init_args.lr": {"type": "log_uniform", "low": 1.0e-3, "high": 1.0e-2},
+    "model.drop_path_rate": {"type": "uniform", "low": 0.0, "high": 0.2},
+    "data.batch_size": {"type": "int", "low": 32, "high": 64, "step": 32},
+    "data.augment": {"type": "categorical", "choices": ["none", "trivialaugment"]},
+}
+
+
+def _space(tmp: Path, space: dict, **fixed: object) -> Path:
+    path = tmp / "space.yaml"
+    path.write_text(yaml.safe_dump({**space, "fixed": fixed} if fixed else space))
+    return path
+
+
+@pytest.mark.slow  # about 30 s: four short digits fits
+def test_a_sweep_stopped_by_sigterm_continues_with_the_same_command(
+    digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fixed = {
+        "data.root": str(digits_dir), "data.on_device": True, "trainer.max_epochs": 2,
+        "trainer.limit_train_batches": 3, "trainer.limit_val_batches": 1, "trainer.enable_progress_bar": False,
+        "trainer.callbacks+": "helpers.kill.SigtermOnce", "trainer.callbacks.init_args.marker": str(tmp_path / "once"),
+    }  # fmt: skip
+    command = ["sweep", "--config", DIGITS_CONFIG, "--search", _space(tmp_path, SPACE, **fixed),
+               "--n-trials", "3", "--root", tmp_path / "sweeps"]  # fmt: skip
+    with pytest.raises(SystemExit) as stop:
+        run_cli(*command)
+    assert stop.value.code == 130 and "the same command continues it" in capsys.readouterr().err
+    storage = f"sqlite:///{tmp_path / 'sweeps' / 'vitlit.db'}"
+    states = [t.state for t in optuna.load_study(study_name="vitlit", storage=storage).trials]
+    assert states == [optuna.trial.TrialState.FAIL]  # the stopped trial, recorded, not counted
+
+    best = run_cli(*command)
+    trials = optuna.load_study(study_name="vitlit", storage=storage).trials
+    done = [t for t in trials if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
+    assert len(trials) == 4 and len(done) == 3
+    assert set(best["params"]) == set(SPACE) and 0 <= best["value"] <= 1
+    for trial in done:  # each trial in its own run folder, val/acc reported every epoch (the pruner's input)
+        assert (Path(trial.user_attrs["run_root"]) / "lightning_logs" / "version_0" / "config.yaml").is_file()
+        assert sorted(trial.intermediate_values) == [0, 1] or trial.state == optuna.trial.TrialState.PRUNED
+    out = capsys.readouterr().out
+    assert "python -m vitlit fit --config" in out and "--model.optimizer.init_args.lr" in out
+    # The best config re-parses on top of the base recipe and trains.
+    config = Path(best["best_config"])
+    assert yaml.safe_load(config.read_text())["model"]["optimizer"]["init_args"]["lr"] == pytest.approx(
+        best["params"]["model.optimizer.init_args.lr"]
+    )
+    fit = run_cli(
+        "fit", "--config", DIGITS_CONFIG, "--config", config, "--data.root", digits_dir, "--trainer.max_epochs", "1",
+        "--trainer.callbacks", "[]", "--trainer.limit_train_batches", "2", "--trainer.default_root_dir",
+        tmp_path / "again",
+    )  # fmt: skip
+    assert fit.trainer.global_step == 2
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"type": "gaussian"}, "needs a type"),
+        ({"type": "uniform", "low": 1.0, "high": 1.0}, "empty range"),
+        ({"type": "int", "low": 1.5, "high": 4}, "as integers"),
+        ({"type": "log_uniform", "low": 0.0, "high": 1.0}, "needs low > 0"),
+        ({"type": "categorical", "choices": []}, "non-empty list"),
+        ({"type": "uniform", "low": 0, "high": 1, "step": 0.1}, "does not take step"),
+    ],
+)
+def test_bad_search_spaces_are_refused_in_one_line(spec: dict, message: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=message):
+        read_space(_space(tmp_path, {"model.drop_path_rate": spec}))
+
+
+def test_an_unknown_key_stops_the_sweep_before_any_trial(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    space = _space(tmp_path, {"model.dropout_rat": {"type": "uniform", "low": 0.0, "high": 0.5}})
+    with pytest.raises(SystemExit) as stop:
+        run_cli("sweep", "--config", DIGITS_CONFIG, "--search", space, "--root", tmp_path / "sweeps")
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "model.dropout_rat" in err[0] and err[0].startswith("vitlit: error:"), err
+    assert not (tmp_path / "sweeps").exists()  # no study, no trial folder
+
+
+def test_dotted_keys_become_a_nested_config() -> None:
+    assert nested({"a.b.c": 1, "a.d": 2, "e": 3}) == {"a": {"b": {"c": 1}, "d": 2}, "e": 3}
