@@ -168,7 +168,7 @@ def sweep(
         storage: An Optuna storage URL that several machines may share, e.g. ``postgresql://user@host/db``;
             default: ``sqlite:///<root>/<study_name>.db``.
         study_name: The study's name in the storage; its trials go to ``<root>/<study_name>/trial_NNN``.
-        root: Folder of the trials' run folders, the SQLite file and ``best.yaml``.
+        root: Folder of the trials' run folders, the SQLite file and ``<study_name>.best.yaml``.
         seed: Seed of the TPE sampler (each machine of a shared study should use its own).
         prune_after: Epochs every trial trains before the median pruner may stop it.
 
