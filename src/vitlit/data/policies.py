@@ -291,9 +291,6 @@ def apply_operations(
             images those are costs nothing), or on the whole batch with neutral parameters for the others
             (``False``: the accelerator default, where the question would make the host wait). Same result.
     """
-    geometric = torch.zeros_like(op, dtype=torch.bool)
-    for name in _GEOMETRIC:
-        geometric |= op == OP[name]
     if gather if gather is not None else images.device.type == "cpu":
         # Where asking which images drew what costs nothing (the CPU): sort the batch by operation, run each
         # operation on its own slice, and put the images back in place: one gather and one scatter in all.
@@ -302,22 +299,20 @@ def apply_operations(
         ops, magnitudes = op[order], magnitude[order]
         sorted_images = images.index_select(0, order)  # index_select: several times faster than [order] on a CPU
         pieces, start = [], 0
-        geometric_ids = range(OP[_GEOMETRIC[0]], OP[_GEOMETRIC[-1]] + 1)  # consecutive in OPS
-        geometric_count = sum(counts[i] for i in geometric_ids)
-        for i, name in enumerate(OPS):
-            count = counts[i]
-            if i in geometric_ids:
-                if i == geometric_ids[0] and geometric_count:  # all geometric images lie next to each other
-                    part = slice(start, start + geometric_count)
-                    pieces.append(_geometric(sorted_images[part], ops[part], magnitudes[part]))
-                start += count
+        for name, count in zip(OPS, counts, strict=True):
+            part, start = slice(start, start + count), start + count
+            if not count:
                 continue
-            if count:
-                part = slice(start, start + count)
-                kernel = _KERNELS.get(name)
-                pieces.append(sorted_images[part] if kernel is None else kernel(sorted_images[part], magnitudes[part]))
-            start += count
+            if name in _GEOMETRIC:
+                pieces.append(_geometric(sorted_images[part], ops[part], magnitudes[part]))
+            elif name in _KERNELS:
+                pieces.append(_KERNELS[name](sorted_images[part], magnitudes[part]))
+            else:  # Identity
+                pieces.append(sorted_images[part])
         return torch.cat(pieces).index_select(0, torch.argsort(order))  # back to the batch's order
+    geometric = torch.zeros_like(op, dtype=torch.bool)
+    for name in _GEOMETRIC:
+        geometric |= op == OP[name]
     # On an accelerator: every operation on the whole batch, neutral (or not selected) for the others: no sync.
     out = torch.where(_per_image(geometric), _geometric(images, op, magnitude), images)
     for name, kernel in _KERNELS.items():
