@@ -133,7 +133,7 @@ def test_bad_schedules_are_refused(schedule: dict, trainer: int | None, schedule
     with pytest.raises(ConfigError, match=message):
         callback = FreezeSchedule(**schedule)
         model = _model(scheduler=scheduler) if scheduler else _model()
-        callback.check(SimpleNamespace(max_epochs=trainer), model)
+        callback.check(SimpleNamespace(max_epochs=trainer, world_size=1), model)
 
 
 def test_stages_follow_timms_layer_order_top_down() -> None:

@@ -14,6 +14,7 @@ from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelChe
 from lightning.pytorch.utilities import rank_zero_info
 
 from vitlit.data import ImageClassificationDataModule
+from vitlit.distributed import all_gather_objects, interleave
 from vitlit.errors import ConfigError
 from vitlit.private import set_checkpoint_interval
 from vitlit.schedule import total_steps
@@ -39,7 +40,9 @@ class RNGStateCheckpoint(Callback):
         return {
             "rng": {
                 "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                # The generator of the device this process trains on (one per process under DDP, where every
+                # process draws the same numbers as the main one, whose checkpoint is the one saved).
+                "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else [],
                 "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached),
                 "python": random.getstate(),
             }
@@ -52,7 +55,8 @@ class RNGStateCheckpoint(Callback):
         rng = state_dict["rng"]
         torch.set_rng_state(rng["torch"])
         if rng["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+            # This process's device. (Older checkpoints list every device's generator; the first is a one-GPU run's.)
+            torch.cuda.set_rng_state(rng["cuda"][0])
         kind, keys, pos, has_gauss, cached = rng["numpy"]
         np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
         version, internal, gauss = rng["python"]
@@ -150,11 +154,16 @@ class PredictionWriter(BasePredictionWriter):
         self, trainer: Trainer, pl_module: LightningModule, predictions: list[Any], batch_indices: list[Any]
     ) -> None:
         probs = torch.cat([p.float().cpu() for p in predictions])
+        # Under DDP each process predicted its shard; the main process puts them back in data order and writes.
+        # (Both calls are collectives: every process makes them.)
+        probs = interleave(all_gather_objects(probs, trainer))
+        path = Path(trainer.log_dir or trainer.default_root_dir) / self.filename
+        if not trainer.is_global_zero:
+            return
         classes = _class_names(trainer, pl_module, probs.shape[1])
         data = trainer.datamodule
         files = data.predict_files() if isinstance(data, ImageClassificationDataModule) else None
         sources = files if files is not None and len(files) == len(probs) else [""] * len(probs)
-        path = Path(trainer.log_dir or trainer.default_root_dir) / self.filename
         path.parent.mkdir(parents=True, exist_ok=True)
         k = min(self.top_k, probs.shape[1])
         top_p, top_i = probs.topk(k, dim=1)

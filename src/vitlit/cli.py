@@ -36,7 +36,7 @@ from vitlit.errors import CheckFailed, ConfigError, TrainingHalted
 from vitlit.finetune import FreezeSchedule
 from vitlit.interrupts import FirstInterruptAsSigterm
 from vitlit.model import ViTClassifier
-from vitlit.preflight import check_seed, check_trainer, check_writable_folder
+from vitlit.preflight import check_seed, check_seed_shared, check_trainer, check_writable_folder
 from vitlit.pretrained import fill_pretrained_normalization
 from vitlit.progress import ProgressBar
 from vitlit.runs import (
@@ -179,10 +179,12 @@ class VitLitCLI(LightningCLI):
                 raise
             name = self.interrupts.signal_name or ("SIGTERM" if isinstance(err, SIGTERMException) else "SIGINT")
             where = f"interrupted by {name} at epoch {trainer.current_epoch}, step {trainer.global_step}"
-            print(f"{PROG}: {where}; {self._resume_hint()}", file=sys.stderr)
+            if trainer.is_global_zero:  # one line, not one per DDP process
+                print(f"{PROG}: {where}; {self._resume_hint()}", file=sys.stderr)
             raise SystemExit(128 + signal.Signals[name].value) from None  # the shell's convention: 130, 143
         except TrainingHalted as err:
-            print(f"{PROG}: error: {err}; {self._resume_hint()}", file=sys.stderr)
+            if self.trainer.is_global_zero:
+                print(f"{PROG}: error: {err}; {self._resume_hint()}", file=sys.stderr)
             raise SystemExit(1) from None
         except Exception as err:
             if self.placement is not None and _user_error(err) is not None:
@@ -217,6 +219,8 @@ class VitLitCLI(LightningCLI):
         config = self.config[self.config["subcommand"]]
         # Values Lightning would crash on, ignore or silently replace: refused before anything is built.
         check_seed(config.get("seed_everything"))
+        if self.config["subcommand"] == "fit":
+            check_seed_shared(config.get("seed_everything"))
         check_trainer(config["trainer"])
         check_writable_folder(config["trainer"].get("default_root_dir") or ".")
         # Kept from Lightning until the classes are built: given a checkpoint path, LightningCLI copies the
@@ -278,6 +282,10 @@ class VitLitCLI(LightningCLI):
         if ckpt is not None:
             self._check_checkpoint(ckpt)
         if logger_root(trainer.logger) is None:  # other loggers keep their own folders
+            return
+        if not trainer.is_global_zero:
+            # Under DDP only the main process chooses and creates the folder: Lightning sends its trainer.log_dir
+            # and checkpoint folder to the others, and nothing else of theirs writes (their loggers are inert).
             return
         self.placement = place_run(Path(trainer.logger.save_dir), trainer.logger.name, subcommand, ckpt)
         if self.placement.note:

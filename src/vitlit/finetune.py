@@ -106,8 +106,8 @@ class FreezeSchedule(BaseFinetuning):
         """Refuse, in one line, a schedule this model, optimizer or run cannot follow (called before any work).
 
         Raises:
-            ConfigError: Too many stages for the model's blocks, an epoch past the run's end, or a learning-rate
-                scheduler that cannot take on parameter groups added during the run.
+            ConfigError: Too many stages for the model's blocks, an epoch past the run's end, a learning-rate
+                scheduler that cannot take on parameter groups added during the run, or unfreezing under DDP.
         """
         stages = self._stages(pl_module)
         if len(self.unfreeze_at_epochs) > len(stages):
@@ -121,6 +121,14 @@ class FreezeSchedule(BaseFinetuning):
             raise ConfigError(
                 f"FreezeSchedule unfreezes at epoch {late[0]}, but the run ends after --trainer.max_epochs="
                 f"{trainer.max_epochs} epochs (epochs count from 0); use an earlier epoch or a longer run."
+            )
+        if self.unfreeze_at_epochs and trainer.world_size > 1:
+            # DDP averages the gradients of the parameters that were trainable when it wrapped the model; those of
+            # a stage unfrozen later would stay each process's own, and the processes' weights would drift apart.
+            raise ConfigError(
+                f"FreezeSchedule unfreezes stages during the run (unfreeze_at_epochs={self.unfreeze_at_epochs}), "
+                f"which data-parallel training ({trainer.world_size} processes) cannot follow; train on one device, "
+                f"or drop configs/addons/unfreeze.yaml for full fine-tuning or a linear probe."
             )
         if self.unfreeze_at_epochs:
             probe = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)

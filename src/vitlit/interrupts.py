@@ -1,9 +1,11 @@
-"""Ctrl-C during ``fit`` stops like SIGTERM: at the next safe point of the loop, with a checkpoint to resume from.
+"""Ctrl-C and SIGTERM during ``fit`` stop at the next safe point of the loop, with a checkpoint to resume from.
 
 Python raises KeyboardInterrupt wherever the main thread happens to be, and where that is inside a finaliser or a C
 callback it is swallowed and training goes on. Lightning's SIGTERM handling instead sets a flag the loops check
 between steps; the first Ctrl-C is routed there. A second Ctrl-C interrupts at once. POSIX only (on Windows a
 SIGTERM to oneself terminates the process) and main thread only (signal handlers live there).
+
+Under DDP, `StopTogetherOnSigterm` takes over SIGTERM: every process must stop at the same step.
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ import sys
 import threading
 from types import FrameType
 from typing import Any
+
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 
 class FirstInterruptAsSigterm:
@@ -42,8 +48,58 @@ class FirstInterruptAsSigterm:
         if self.signal_name is not None:
             raise KeyboardInterrupt
         self.signal_name = "SIGINT"
-        print(
-            f"{self.program}: stopping after this step and saving a checkpoint; Ctrl-C again to stop at once",
-            file=sys.stderr,
-        )
+        if rank_zero_only.rank == 0:  # a terminal's Ctrl-C reaches every DDP process; one line is enough
+            print(
+                f"{self.program}: stopping after this step and saving a checkpoint; Ctrl-C again to stop at once",
+                file=sys.stderr,
+            )
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+class StopTogetherOnSigterm(Callback):
+    """Under DDP, stop every process at the same step after a SIGTERM (or first Ctrl-C) reaches any of them.
+
+    Lightning 2.6's SIGTERM handler broadcasts from inside the signal handler. Python runs a handler between two
+    bytecodes of whatever the process is doing, so that broadcast pairs up with whichever collective the other
+    processes are in (the per-step broadcast of the flag, or DDP's gradient all-reduce), and the processes wait for
+    each other for ever: measured here, a SIGTERM to a 2-process run hung until killed. This handler only notes the
+    signal and passes it on to the processes this one started (Lightning's launcher, as Lightning's handler does);
+    after every training batch all processes agree whether any of them was signalled (one all-reduce of a flag,
+    where Lightning's loop already reads one flag per step under DDP), and if so all raise Lightning's
+    ``SIGTERMException`` at that step: ``last.ckpt`` is saved on the way out (``save_on_exception``) and vitlit
+    prints the resume command. A single process keeps Lightning's own handling. Part of `vitlit.Trainer`.
+    """
+
+    def __init__(self) -> None:
+        self.signalled = False
+        self._active = False
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.signalled, self._active = False, False
+
+    # Lightning installs its handlers just before the sanity check (or training, without one); these hooks run after
+    # that, and Lightning puts back the handlers it found when the run ends.
+    def on_sanity_check_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._install(trainer)
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._install(trainer)
+
+    def _install(self, trainer: Trainer) -> None:
+        if self._active or trainer.world_size == 1 or os.name != "posix":
+            return
+        if threading.current_thread() is not threading.main_thread():
+            return
+        launcher = trainer.strategy.launcher
+
+        def note(signum: int, frame: FrameType | None) -> None:
+            if not self.signalled and launcher is not None:
+                launcher.kill(signum)  # the processes this one started (none under torchrun or SLURM)
+            self.signalled = True
+
+        signal.signal(signal.SIGTERM, note)
+        self._active = True
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
+        if self._active and trainer.strategy.reduce_boolean_decision(self.signalled, all=False):
+            raise SIGTERMException()

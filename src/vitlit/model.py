@@ -14,7 +14,8 @@ from lightning.fabric.utilities.throughput import measure_flops
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
-from torchmetrics import MetricCollection
+from torch.nn import functional as F
+from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from vitlit.checkpoint_io import UNREADABLE
@@ -143,6 +144,11 @@ class ViTClassifier(LightningModule):
         self.train_metrics = MetricCollection({"acc": top1.clone()}, prefix="train/")
         self.val_metrics = MetricCollection({"acc": top1.clone(), "acc_top5": top5.clone()}, prefix="val/")
         self.test_metrics = self.val_metrics.clone(prefix="test/")
+        # The evaluation loss as a torchmetrics mean too: under DDP it sums losses and image counts over all
+        # processes at the epoch end (Lightning's sync_dist averages the counts as integers, which rounds them).
+        # nan_strategy="disable": its NaN check is a host sync per step; a NaN loss shows as a NaN mean anyway.
+        self.val_loss = MeanMetric(nan_strategy="disable")
+        self.test_loss = MeanMetric(nan_strategy="disable")
         if not compile:  # lets Lightning's model summary show FLOPs and shapes (a compiled model would recompile)
             self.example_input_array = torch.zeros(1, in_chans, img_size, img_size)
 
@@ -265,18 +271,25 @@ class ViTClassifier(LightningModule):
         self.log_dict(self.train_metrics, on_step=False, on_epoch=True, batch_size=len(images))
         return loss
 
-    def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str, metrics: MetricCollection) -> None:
+    def _evaluate(
+        self, batch: tuple[torch.Tensor, torch.Tensor], stage: str, metrics: MetricCollection, loss: MeanMetric
+    ) -> None:
         images, targets = batch
         logits = self(images)
-        self.log(f"{stage}/loss", self.criterion(logits, targets), prog_bar=stage == "val", batch_size=len(images))
+        # torchmetrics objects: under DDP they combine every process's shard when computed, at the epoch end. The
+        # loss goes in per image, not as the batch mean with a weight: torchmetrics 1.9 drops the weight when
+        # nan_strategy="disable" (every batch would count the same, its last small one too).
+        per_image = F.cross_entropy(logits, targets, label_smoothing=self.criterion.label_smoothing, reduction="none")
+        loss.update(per_image)
+        self.log(f"{stage}/loss", loss, prog_bar=stage == "val", batch_size=len(images))
         metrics.update(logits, targets)
         self.log_dict(metrics, prog_bar=stage == "val", batch_size=len(images))
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "val", self.val_metrics)
+        self._evaluate(batch, "val", self.val_metrics, self.val_loss)
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "test", self.test_metrics)
+        self._evaluate(batch, "test", self.test_metrics, self.test_loss)
 
     def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         """Return class probabilities (softmax of the logits), shape (batch, num_classes)."""

@@ -68,12 +68,13 @@ class SpeedMonitor(Callback):
     inside). FLOPs are counted per image rather than per batch (Lightning's ``flops_per_batch``), because the images
     between two logging steps are counted from the batch shapes, whatever their size.
 
-    Logged: ``perf/images_per_sec``; ``perf/tflops_per_sec`` (model FLOPs of forward and backward, counted once per
-    image by the model's ``flops_per_image()``, e.g. `vitlit.model.ViTClassifier.flops_per_image`);
-    ``perf/mfu``, the fraction of the device's peak for the run's precision, where Lightning knows the chip (A100,
-    H100, H200, ...); and per epoch ``perf/peak_memory_gib`` (``torch.cuda.max_memory_allocated``, CUDA only). The
-    rates average the last ``window`` logging intervals; each epoch's clock starts after its first batch, so
-    validation and data-loader start-up are not counted as training time.
+    Logged: ``perf/images_per_sec`` (all processes together under DDP); ``perf/tflops_per_sec`` per device (model
+    FLOPs of forward and backward, counted once per image by the model's ``flops_per_image()``, e.g.
+    `vitlit.model.ViTClassifier.flops_per_image`); ``perf/mfu``, the fraction of the device's peak for the run's
+    precision, where Lightning knows the chip (A100, H100, H200, ...); and per epoch ``perf/peak_memory_gib``
+    (``torch.cuda.max_memory_allocated``, CUDA only). The rates average the last ``window`` logging intervals; each
+    epoch's clock starts after its first batch, so validation and data-loader start-up are not counted as training
+    time.
 
     Args:
         window: Logging intervals the rates are averaged over (with ``log_every_n_steps: 50`` and ``window: 2``, the
@@ -100,7 +101,9 @@ class SpeedMonitor(Callback):
         dtype = COMPUTE_DTYPE.get(str(trainer.precision), torch.float32)
         self.available_flops = available_flops(trainer.strategy.root_device, dtype)
         # window + 1 points span `window` intervals.
-        self._meter = ThroughputWindow(available_flops=self.available_flops, window_size=self.window + 1)
+        self._meter = ThroughputWindow(
+            available_flops=self.available_flops, world_size=trainer.world_size, window_size=self.window + 1
+        )
         if trainer.strategy.root_device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(trainer.strategy.root_device)
 
@@ -136,14 +139,18 @@ class SpeedMonitor(Callback):
         self._timed_images += self._images
         self._timed_batches += self._batches
         self._timed_seconds += now - t0
-        flops = self.flops_per_image * self._images if self.flops_per_image is not None else None
+        # The meter takes the FLOPs of all processes (it divides by world_size for the per-device rate and MFU);
+        # under DDP every process runs batches of the same size, so the main one's count stands for each.
+        world = trainer.world_size
+        flops = self.flops_per_image * self._images * world if self.flops_per_image is not None else None
         self._images = self._batches = 0
         self._meter.update(
             time=self._timed_seconds, batches=self._timed_batches, samples=self._timed_images, flops=flops
         )
         metrics = self._meter.compute()
         names = {
-            "device/samples_per_sec": ("perf/images_per_sec", 1.0),
+            # All processes together under DDP (the meter scales the main one's rate by world_size), else this one.
+            ("samples_per_sec" if world > 1 else "device/samples_per_sec"): ("perf/images_per_sec", 1.0),
             "device/flops_per_sec": ("perf/tflops_per_sec", 1e-12),
             "device/mfu": ("perf/mfu", 1.0),
         }

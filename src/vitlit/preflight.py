@@ -81,6 +81,21 @@ def check_seed(seed: Any) -> None:
         raise ConfigError(f"--seed_everything={seed} is outside {low}..{high}; give a seed in that range, e.g. 42.")
 
 
+def check_seed_shared(seed: Any, environ: Mapping[str, str] = os.environ) -> None:
+    """Refuse a seed each process would draw for itself when torchrun or SLURM started several (DDP).
+
+    With ``seed_everything: true`` every process picks a random seed; Lightning's own launcher hands the first one's
+    to the processes it starts (``PL_GLOBAL_SEED``), but processes that torchrun or SLURM start together each pick
+    their own, and their samplers would then shuffle differently: shards that overlap and leave images out.
+    """
+    started = max(int(environ.get(name, "1") or 1) for name in ("WORLD_SIZE", "SLURM_NTASKS"))
+    if seed is True and started > 1 and "PL_GLOBAL_SEED" not in environ:
+        raise ConfigError(
+            f"--seed_everything=true gives each of the {started} processes its own random seed, so their data "
+            f"shards would overlap; give a number (e.g. --seed_everything 42)."
+        )
+
+
 def _writable(folder: Path) -> bool:
     return os.access(folder, os.W_OK | os.X_OK)
 

@@ -24,10 +24,11 @@ import yaml
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import EarlyStopping, Timer
 from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
-from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 import vitlit
+from vitlit.distributed import effective_batch
 from vitlit.env import versions
 from vitlit.errors import TrainingHalted
 from vitlit.monitor import SpeedMonitor
@@ -123,6 +124,8 @@ def render_markdown(card: dict[str, Any]) -> str:
         ("peak memory", f"{_fmt(card.get('peak_memory_gib'))} GiB ({card.get('peak_memory_kind', '—')})"),
         ("model", card.get("model_name")),
         ("device", card.get("device")),
+        ("processes", f"{_fmt(card.get('devices'))} device(s) x {_fmt(card.get('num_nodes'))} node(s)"),
+        ("effective batch", card.get("effective_batch")),
         ("precision", card.get("precision")),
         ("seed", card.get("seed")),
         ("code", code),
@@ -153,10 +156,15 @@ class RunCard(Callback):
 
     # -- fit ---------------------------------------------------------------------------------------------------------
 
-    @rank_zero_only
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # Every process asks: under DDP trainer.log_dir is the main process's folder, sent to all (a collective).
+        run_dir = Path(trainer.log_dir or trainer.default_root_dir)
+        if trainer.is_global_zero:
+            self._start(trainer, pl_module, run_dir)
+
+    def _start(self, trainer: Trainer, pl_module: LightningModule, run_dir: Path) -> None:
         self._started = time.monotonic()
-        self.run_dir = Path(trainer.log_dir or trainer.default_root_dir)
+        self.run_dir = run_dir
         self.run_dir.mkdir(parents=True, exist_ok=True)
         earlier: dict[str, Any] = {}
         if trainer.ckpt_path:  # a resume: this run's card, or that of the run it continues beside
@@ -173,6 +181,9 @@ class RunCard(Callback):
             "versions": {**versions(), "vitlit": vitlit.__version__},
             "device": device_name(trainer),
             "precision": str(trainer.precision),
+            "devices": trainer.num_devices,
+            "num_nodes": trainer.num_nodes,
+            "strategy": type(trainer.strategy).__name__,
             "seed": _seed(),
             "model_name": hp.get("model_name"),
             "resumed_from": str(trainer.ckpt_path) if trainer.ckpt_path else earlier.get("resumed_from"),
@@ -183,6 +194,18 @@ class RunCard(Callback):
         self.card.setdefault("best_val_acc", None)
         self.card.setdefault("test_acc", None)
         self._write(trainer)
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # After the batch size finder (on_fit_start), so the batch size is the one training uses.
+        batch_size = getattr(trainer.datamodule, "batch_size", None)
+        if not isinstance(batch_size, int):
+            return
+        total, parts = effective_batch(trainer, batch_size)
+        if total != batch_size:  # say it where it differs from --data.batch_size: the learning rate depends on it
+            rank_zero_info(f"vitlit: effective batch {total} ({parts})")
+        if self.card:
+            self.card["effective_batch"] = total
+            self._write(trainer)
 
     @rank_zero_only
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

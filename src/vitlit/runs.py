@@ -238,8 +238,10 @@ def resume_hint(trainer: Trainer, config_name: str, program: str = "vitlit") -> 
         program: The module to run.
     """
     saved = [p for folder in checkpoint_folders(trainer) for p in folder.glob("*.ckpt")]
-    if not saved or trainer.log_dir is None:
+    # The logger's folder, not trainer.log_dir: under DDP that is a collective, and this runs on the way out.
+    log_dir = trainer.logger.log_dir if trainer.logger is not None else trainer.default_root_dir
+    if not saved or log_dir is None:
         return "no checkpoint was written, so there is nothing to resume."
     # last.ckpt where the config keeps one (it was rewritten on the way out), else the newest checkpoint.
     newest = max(saved, key=lambda p: (p.name == "last.ckpt", p.stat().st_mtime))
-    return f"resume with: python -m {program} fit --config {Path(trainer.log_dir) / config_name} --ckpt_path {newest}"
+    return f"resume with: python -m {program} fit --config {Path(log_dir) / config_name} --ckpt_path {newest}"

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import lightning as L
 
+from vitlit.interrupts import StopTogetherOnSigterm
 from vitlit.nonfinite import NonFiniteGuard
 
 _CKPT_PATH = """ckpt_path: Checkpoint to start from: a ``.ckpt`` file, ``last`` (the newest ``last.ckpt`` of any run
@@ -41,7 +42,9 @@ def _documented(method: Any, doc: str) -> Any:
 
 
 class Trainer(L.Trainer):
-    """Lightning's Trainer, with a guard against non-finite steps; the subcommands' help texts are vitlit's.
+    """Lightning's Trainer, with a guard against non-finite steps and a SIGTERM that stops all DDP processes together.
+
+    The subcommands' help texts are vitlit's.
 
     Args:
         nonfinite: What a NaN/inf loss or gradient does (`vitlit.nonfinite.NonFiniteGuard`, which skips the update on
@@ -56,6 +59,8 @@ class Trainer(L.Trainer):
         callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, list) else [callbacks]
         if nonfinite != "off" and not any(isinstance(cb, NonFiniteGuard) for cb in callbacks):
             callbacks.append(NonFiniteGuard(action=nonfinite))
+        if not any(isinstance(cb, StopTogetherOnSigterm) for cb in callbacks):
+            callbacks.append(StopTogetherOnSigterm())  # does nothing in a single process
         self.nonfinite = nonfinite
         kwargs["callbacks"] = callbacks
         super().__init__(**kwargs)  # this form lets jsonargparse find Lightning's arguments behind **kwargs

@@ -96,3 +96,28 @@ class SigtermOnce(Callback):
         if not self.marker.exists():
             self.marker.touch()
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+class SignalOneRank(Callback):
+    """Send ``signum`` to the process of global rank ``rank`` only, after training batch ``batch`` of epoch ``epoch``.
+
+    As ``kill <pid>`` of the command a user started (DDP's rank 0): the other processes learn of it from vitlit, not
+    from a signal of their own. Armed by VITLIT_TEST_KILL.
+
+    Args:
+        signum: The signal number, e.g. 15 for SIGTERM.
+        rank: The global rank whose process is signalled.
+        epoch: The epoch of the signal.
+        batch: The training batch of that epoch after which it is sent.
+    """
+
+    def __init__(self, signum: int = 15, rank: int = 0, epoch: int = 1, batch: int = 2) -> None:
+        self.signum = signum
+        self.rank = rank
+        self.epoch = epoch
+        self.batch = batch
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, i: int):
+        armed = os.environ.get("VITLIT_TEST_KILL") and trainer.global_rank == self.rank
+        if armed and trainer.current_epoch == self.epoch and i == self.batch:
+            os.kill(os.getpid(), self.signum)

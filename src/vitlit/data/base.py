@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import torch
 from lightning.pytorch import LightningDataModule
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 from torchvision.datasets.folder import IMG_EXTENSIONS
@@ -428,7 +429,17 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             raise RuntimeError("setup() must run before the loaders are requested; the Trainer does this for you.")
         if self.uses_device_path():
             return self._device_loader(dataset, train)
-        sampler = _class_balanced_sampler(self.targets(dataset)) if train and self.class_balanced else None
+        rank, world_size = self._rank_and_world_size()
+        if train:
+            # In DDP Lightning shards these itself (DistributedSampler, or DistributedSamplerWrapper around this one).
+            sampler = _class_balanced_sampler(self.targets(dataset)) if self.class_balanced else None
+        elif world_size > 1:
+            # Lightning's own shards for evaluation repeat images to even out the processes, so an accuracy would
+            # count some twice; this shard of every world_size-th image counts each exactly once (vitlit logs the
+            # evaluation metrics only at epoch ends, so processes may run one batch more or less).
+            sampler = UnrepeatedDistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
+        else:
+            sampler = None
         return DataLoader(
             dataset,
             batch_size=self.batch_size,
@@ -442,10 +453,25 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             persistent_workers=self.persistent_workers and self.workers > 0,
         )
 
+    def _rank_and_world_size(self) -> tuple[int, int]:
+        """This process's global rank and the number of data-parallel processes (``(0, 1)`` outside a Trainer)."""
+        if self.trainer is None:
+            return 0, 1
+        return self.trainer.global_rank, self.trainer.world_size
+
     def uses_device_path(self) -> bool:
         """Whether the loaders keep the images on the training device (``on_device``; ``auto`` decides on first use)."""
         if self._device_path is None:
-            self._device_path = self._device_path_fits()
+            fits = self._device_path_fits()
+            if self.trainer is not None and self.trainer.world_size > 1:
+                # Every DDP process must take the same path (the two give different batch counts): the device path
+                # only where it fits on every device. All processes ask at once, for their first loader.
+                everywhere = self.trainer.strategy.reduce_boolean_decision(fits, all=True)
+                if fits and not everywhere:
+                    rank_zero_info("vitlit: data path: DataLoader after all: another process's device has too little "
+                                   "free memory")  # fmt: skip
+                fits = everywhere
+            self._device_path = fits
         return self._device_path
 
     def _device_path_fits(self) -> bool:
@@ -456,6 +482,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         images = sum(len(source) for source in sources.values())
         side = self.native_size or self.img_size  # stored size (resized per batch), else decoded at img_size
         need = images * self.in_chans * side * side
+        if device.type == "cpu" and self.trainer is not None:
+            need *= self.trainer.num_devices  # each process of this machine keeps its own copy in the same memory
         free = free_memory(device)
         size = f"{images:,} images of {self.in_chans}x{side}x{side} take {need / 2**20:,.1f} MB"
         if free is None:
@@ -503,6 +531,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         index = torch.as_tensor(dataset.indices, dtype=torch.long)
         images, targets = all_images[index].to(device), all_targets[index].to(device)
         weights = _class_balance_weights(targets.tolist()) if train and self.class_balanced else None
+        rank, world_size = self._rank_and_world_size()
         return DeviceLoader(
             images,
             targets,
@@ -516,6 +545,9 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             hflip=self.hflip and train,
             policy=self._batch_policy() if train else None,
             sample_weights=weights,
+            rank=rank,
+            world_size=world_size,
+            share_order=self.trainer.strategy.broadcast if world_size > 1 else None,
         )
 
     def _batch_policy(self) -> BatchPolicy | None:

@@ -22,6 +22,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
+from vitlit.data.policies import BatchPolicy
 from vitlit.data.transforms import resize_steps
 
 #: PIL mode of each channel count that image files hold.
@@ -75,27 +76,37 @@ def crop(padded: torch.Tensor, size: int, dy: torch.Tensor, dx: torch.Tensor, in
     return windows[index, :, dy, dx]
 
 
-def random_offsets(n: int, padding: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row and column offsets uniform in ``0..2 * padding``, as RandomCrop draws them for a padded image."""
-    return tuple(torch.randint(0, 2 * padding + 1, (2, n), device=device))
+def random_offsets(
+    n: int, padding: int, device: torch.device, among: int | None = None, at: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row and column offsets uniform in ``0..2 * padding``, as RandomCrop draws them for a padded image.
+
+    With ``among``, the draws are made for ``among`` images and those of images ``at .. at + n`` returned: one DDP
+    process's part of a batch shared by all (`DeviceLoader`).
+    """
+    dy, dx = torch.randint(0, 2 * padding + 1, (2, among or n), device=device)
+    return dy[at : at + n], dx[at : at + n]
 
 
-def random_crop(images: torch.Tensor, padding: int) -> torch.Tensor:
+def random_crop(images: torch.Tensor, padding: int, among: int | None = None, at: int = 0) -> torch.Tensor:
     """Crop each image at its own random offset from the batch zero-padded by ``padding`` (RandomCrop semantics).
 
     Args:
         images: A batch of square images, shape (B, C, S, S), any dtype.
         padding: Zero padding on each side; offsets are uniform in ``0..2 * padding`` per image and axis.
+        among: Draw for this many images, of which ``images`` are those from position ``at`` (`random_offsets`).
+        at: See ``among``.
     """
     b, _, size, _ = images.shape
-    dy, dx = random_offsets(b, padding, images.device)
+    dy, dx = random_offsets(b, padding, images.device, among, at)
     padded = F.pad(images, (padding, padding, padding, padding))
     return crop(padded, size, dy, dx, torch.arange(b, device=images.device))
 
 
-def random_flip(images: torch.Tensor) -> torch.Tensor:
-    """Mirror each image of a (B, C, H, W) batch left-right with probability 0.5."""
-    flip = torch.rand(images.shape[0], device=images.device) < 0.5
+def random_flip(images: torch.Tensor, among: int | None = None, at: int = 0) -> torch.Tensor:
+    """Mirror each image of a (B, C, H, W) batch left-right with probability 0.5 (``among``/``at``: `random_crop`)."""
+    b = images.shape[0]
+    flip = (torch.rand(among or b, device=images.device) < 0.5)[at : at + b]
     return torch.where(flip[:, None, None, None], images.flip(-1), images)
 
 
@@ -116,6 +127,18 @@ class DeviceLoader:
         sample_weights: Draw ``N`` images with replacement with these weights each epoch instead (class balancing).
         policy: An augmentation policy applied to each uint8 batch after crop and flip (`vitlit.data.policies`), as
             the per-image pipeline applies torchvision's after its crop and flip.
+        rank: This process's index among ``world_size`` data-parallel processes (DDP's global rank).
+        world_size: Number of processes sharing each epoch. In training, every process draws the same epoch order
+            and the same random numbers (the seeds are equal), cuts the order into steps of ``world_size x
+            batch_size`` images and takes its ``batch_size`` of each, augmented with its part of the draws for the
+            whole step: the processes see disjoint images, as many steps each, and together exactly the batches of
+            one process with ``world_size`` times the batch size (augmentations included). In evaluation each takes
+            positions ``rank, rank + world_size, ...`` of the split, without repeats (shards may differ by one
+            image), so every image is counted once.
+        share_order: Under DDP, a function that returns the main process's value of its argument on every process
+            (``trainer.strategy.broadcast``): each training epoch's order is then the main process's, so the
+            shares stay disjoint even when the processes' seeds differ (``seed_everything: true`` under torchrun
+            draws one per process). With equal seeds it changes nothing.
     """
 
     def __init__(
@@ -132,8 +155,13 @@ class DeviceLoader:
         crop_padding: int = 0,
         hflip: bool = False,
         sample_weights: torch.Tensor | None = None,
-        policy: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        policy: BatchPolicy | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        share_order: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank={rank} is not one of the {world_size} processes")
         self._resize = images.shape[-1] != img_size or images.shape[-2] != img_size
         # Crops of stored images come straight out of a copy padded once (56% more memory for CIFAR's 4 px);
         # images that are resized first are padded a batch at a time, after the resize.
@@ -148,17 +176,33 @@ class DeviceLoader:
         self._scale = scale.view(1, -1, 1, 1)
         self._shift = (-torch.tensor(mean, dtype=torch.float32, device=images.device) * 255.0 * scale).view(1, -1, 1, 1)
         self.shuffle = shuffle
-        self.drop_last = drop_last and len(targets) >= batch_size
         self.crop_padding = crop_padding
         self.hflip = hflip
         self.sample_weights = sample_weights
         self.policy = policy
+        self.rank = rank
+        self.world_size = world_size
+        self._training = shuffle or sample_weights is not None
+        self.share_order = share_order
+        self.drop_last = drop_last and self._usable() >= self._step()
+
+    def _usable(self) -> int:
+        """Images of the epoch order that are used: in training a multiple of ``world_size`` (equal shares)."""
+        n = len(self.targets)
+        if self._training:
+            return n // self.world_size * self.world_size
+        return len(range(self.rank, n, self.world_size))  # this process's evaluation shard
+
+    def _step(self) -> int:
+        """Images of the order per step: of all processes together in training, of this one in evaluation."""
+        return self.batch_size * self.world_size if self._training else self.batch_size
 
     def __len__(self) -> int:
-        n = len(self.targets)
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        n, step = self._usable(), self._step()
+        return n // step if self.drop_last else math.ceil(n / step)
 
     def _order(self) -> torch.Tensor:
+        """The epoch's order: all processes' in training (the same everywhere), this process's shard in evaluation."""
         n = len(self.targets)
         if self.sample_weights is not None:
             order = torch.multinomial(self.sample_weights, n, replacement=True)
@@ -166,18 +210,35 @@ class DeviceLoader:
             order = torch.randperm(n)
         else:
             order = torch.arange(n)
+        if self._training and self.share_order is not None and self.world_size > 1:
+            order = self.share_order(order)  # a collective: every process starts its epoch here
+        order = order[: self._usable()] if self._training else order[self.rank :: self.world_size]
         return order.to(self.images.device, non_blocking=True)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        order = self._order()
+        order, step = self._order(), self._step()
         for i in range(len(self)):
-            index = order[i * self.batch_size : (i + 1) * self.batch_size]
-            yield self.transform(index), self.targets[index]
+            index = order[i * step : (i + 1) * step]
+            if self._training and self.world_size > 1:
+                share = len(index) // self.world_size  # a multiple of world_size: an equal share each
+                at = self.rank * share
+                mine = index[at : at + share]
+                yield self.transform(mine, among=len(index), at=at), self.targets[mine]
+            else:
+                yield self.transform(index), self.targets[index]
 
-    def transform(self, index: torch.Tensor) -> torch.Tensor:
-        """The images ``index``, resized if needed, cropped, flipped, augmented, as normalised float32 on the device."""
+    def transform(self, index: torch.Tensor, among: int | None = None, at: int = 0) -> torch.Tensor:
+        """The images ``index``, resized if needed, cropped, flipped, augmented, as normalised float32 on the device.
+
+        Args:
+            index: Positions of the images in the split.
+            among: Draw the random augmentation for a batch of this many images, of which ``index`` are those from
+                position ``at`` (one DDP process's share of a step); ``None``: for ``index`` alone.
+            at: See ``among``.
+        """
+        n = len(index)
         if self._prepadded:
-            dy, dx = random_offsets(len(index), self.crop_padding, self.images.device)
+            dy, dx = random_offsets(n, self.crop_padding, self.images.device, among, at)
             images = crop(self.images, self.img_size, dy, dx, index)
         else:
             images = self.images[index]
@@ -186,9 +247,9 @@ class DeviceLoader:
                 images = F.interpolate(images.float(), size=size, mode="bilinear", antialias=True, align_corners=False)
                 images = images.round_().clamp_(0, 255)  # as torchvision's uint8 resize
             if self.crop_padding > 0:
-                images = random_crop(images, self.crop_padding)
+                images = random_crop(images, self.crop_padding, among, at)
         if self.hflip:
-            images = random_flip(images)
+            images = random_flip(images, among, at)
         if self.policy is not None:
-            images = self.policy(images)
+            images = self.policy(images, among, at)
         return images.float().mul_(self._scale).add_(self._shift)

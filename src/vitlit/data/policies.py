@@ -394,9 +394,18 @@ class BatchPolicy:
         ops, magnitudes = zip(*rounds, strict=True)
         return torch.stack(ops), torch.stack(magnitudes)
 
-    def __call__(self, images: torch.Tensor) -> torch.Tensor:
-        """Augment a (B, C, H, W) uint8 batch, each image with its own draw."""
-        ops, magnitudes = self.draw(len(images), images.shape[-2], images.shape[-1], images.device)
+    def __call__(self, images: torch.Tensor, among: int | None = None, at: int = 0) -> torch.Tensor:
+        """Augment a (B, C, H, W) uint8 batch, each image with its own draw.
+
+        Args:
+            images: The batch.
+            among: Draw for a batch of this many images, of which ``images`` are those from position ``at`` (one DDP
+                process's share of a step, `vitlit.data.device.DeviceLoader`); ``None``: for ``images`` alone.
+            at: See ``among``.
+        """
+        b = len(images)
+        ops, magnitudes = self.draw(among or b, images.shape[-2], images.shape[-1], images.device)
+        ops, magnitudes = ops[:, at : at + b], magnitudes[:, at : at + b]
         for op, magnitude in zip(ops, magnitudes, strict=True):
             images = apply_operations(images, op, magnitude)
         return images
