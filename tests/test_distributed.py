@@ -153,8 +153,14 @@ def _weights(ckpt: Path) -> dict[str, torch.Tensor]:
 def test_ddp_run_has_one_writer_and_evaluates_as_one_process(tmp_path: Path, digits_dir: Path) -> None:
     root = tmp_path / "runs"
     data = ["--data.root", digits_dir, "--data.on_device", "false", "--trainer.default_root_dir", root]
-    fit = _vitlit("fit", *DDP, *data, "--trainer.max_epochs", "2")
+    fit = _vitlit("fit", *DDP, *data, "--trainer.max_epochs", "2", "--trainer.callbacks+=helpers.shards.RecordShards")
     assert fit.returncode == 0, fit.stderr[-3000:]
+    # Each epoch the two processes train on disjoint shards of the same size, and the epochs are shuffled anew.
+    shards = {(e, r): json.loads((root / f"shard-{e}-{r}.json").read_text()) for e in (0, 1) for r in (0, 1)}
+    for epoch in (0, 1):
+        a, b = shards[epoch, 0], shards[epoch, 1]
+        assert len(a) == len(b) == 9 * 64 and not set(a) & set(b)  # 1,213 training images: 9 full batches each
+    assert shards[0, 0] != shards[1, 0]
     # One run folder (the second process creates none), one last.ckpt, one config, one card.
     runs = sorted(p.name for p in (root / "lightning_logs").iterdir())
     assert runs == ["version_0"]
