@@ -13,6 +13,13 @@ DataLoader's workers, `vitlit.data.policies.BatchPolicy` on whole batches (each 
     python benchmarks/data_pipeline.py    # last lines: data speedup=<batched/per-image>, policy speedup=<same, AA>
 
 Goals (issue 16): data speedup >= 20, policy speedup >= 10 on two CPU cores.
+
+``--against-timm`` instead times the per-image path against timm's on the same real image files (scikit-learn's
+digits written as a PNG folder at 32 px, the digits recipe's loader: batch 64, no workers): vitlit's
+``ImageFolderDataModule`` training loader (decode, crop with padding 4, normalise) against timm's ``ImageDataset``
+with ``create_transform(32, is_training=True, no_aug=True)`` (decode, resize, centre crop, normalise; what timm's
+train.py feeds with ``--no-aug``) in the same DataLoader, alternating, best of ``--repeats``. Last line:
+``timm cost ratio=<vitlit ms per batch / timm ms per batch>`` (goal <= 1).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -76,6 +84,38 @@ def policy_alone(device: str, size: int, batch_size: int, steps: int = 20) -> fl
     return steps * batch_size / (time.perf_counter() - start)
 
 
+def ms_per_batch(loader: DataLoader) -> float:
+    """Milliseconds per batch of one pass over ``loader`` (no workers: the pipeline's own cost in this process)."""
+    start, batches = time.perf_counter(), 0
+    for _ in loader:
+        batches += 1
+    return (time.perf_counter() - start) * 1000 / batches
+
+
+def against_timm(repeats: int) -> tuple[float, float]:
+    """Best ms per 64-image batch of vitlit's and timm's per-image training pipelines on the same digits files."""
+    import tempfile
+
+    from timm.data import ImageDataset, create_transform
+
+    from vitlit.data import ImageFolderDataModule
+    from vitlit.data.digits import write_digits_folder
+
+    with tempfile.TemporaryDirectory() as folder:
+        write_digits_folder(folder)
+        data = ImageFolderDataModule(root=folder, batch_size=64, num_workers=0, hflip=False, on_device=False)
+        data.setup("fit")
+        ours = data.train_dataloader()
+        theirs_set = ImageDataset(str(Path(folder) / "train"))
+        theirs_set.transform = create_transform(32, is_training=True, no_aug=True, mean=data.mean, std=data.std)
+        theirs = DataLoader(theirs_set, batch_size=64, shuffle=True, drop_last=True, num_workers=0)
+        times: dict[str, list[float]] = {"vitlit": [], "timm": []}
+        for _ in range(repeats):  # alternating, so that both see the same machine
+            times["vitlit"].append(ms_per_batch(ours))
+            times["timm"].append(ms_per_batch(theirs))
+    return min(times["vitlit"]), min(times["timm"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=20_000)
@@ -83,7 +123,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="DataLoader workers (per-image)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--policy-device", help="only time the batched AutoAugment on this device, 32 and 224 px")
+    parser.add_argument("--against-timm", action="store_true", help="only time the per-image path against timm's")
+    parser.add_argument("--repeats", type=int, default=5, help="--against-timm: passes over the data per pipeline")
     args = parser.parse_args()
+    if args.against_timm:
+        ours, theirs = against_timm(args.repeats)
+        print(f"per-image training batch of 64, digits PNG files at 32 px: vitlit {ours:.2f} ms, timm {theirs:.2f} ms")
+        print(f"timm cost ratio={ours / theirs:.2f}")
+        return
     if args.policy_device:
         for size in (32, 224):
             rate = policy_alone(args.policy_device, size, args.batch_size)

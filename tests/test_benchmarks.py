@@ -35,6 +35,16 @@ def test_data_pipeline_prints_the_speedup(monkeypatch: pytest.MonkeyPatch, capsy
     assert re.fullmatch(r"policy speedup=\d+\.\d", policy), policy
 
 
+def test_data_pipeline_times_the_per_image_path_against_timm(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["data_pipeline.py", "--against-timm", "--repeats", "1"])
+    runpy.run_path(str(ROOT / "benchmarks" / "data_pipeline.py"), run_name="__main__")
+    *_, times, ratio = capsys.readouterr().out.strip().splitlines()
+    assert re.fullmatch(r"per-image training batch of 64, .*: vitlit \d+\.\d\d ms, timm \d+\.\d\d ms", times), times
+    assert re.fullmatch(r"timm cost ratio=\d+\.\d\d", ratio), ratio
+
+
 def test_gpu_script_smoke_writes_json(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -100,7 +100,8 @@ def load_image(path: str | Path, mode: str = "RGB") -> Image.Image:
         if image.mode in _SIXTEEN_BIT:
             pixels = np.asarray(image, dtype=np.float64).clip(0, 65535) * (255 / 65535)
             return Image.fromarray(pixels.round().astype(np.uint8)).convert(mode)
-        return image.convert(mode)
+        # Already in the mode (the common case): the decoded image as it is, not a converted copy.
+        return image if image.mode == mode else image.convert(mode)
 
 
 @dataclass
