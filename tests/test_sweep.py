@@ -93,5 +93,22 @@ def test_an_unknown_key_stops_the_sweep_before_any_trial(tmp_path: Path, capsys:
     assert not (tmp_path / "sweeps").exists()  # no study, no trial folder
 
 
+def test_a_multi_process_base_config_is_refused_before_any_trial(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A trial runs inside the sweep's process; DDP's launcher would start the sweep command again in its children.
+    base = tmp_path / "digits_ddp.yaml"
+    recipe = yaml.safe_load(DIGITS_CONFIG.read_text())
+    recipe["trainer"].update(strategy="ddp", devices=2)
+    base.write_text(yaml.safe_dump(recipe))
+    space = _space(tmp_path, {"model.drop_path_rate": {"type": "uniform", "low": 0.0, "high": 0.2}})
+    with pytest.raises(SystemExit) as stop:
+        run_cli("sweep", "--config", base, "--search", space, "--root", tmp_path / "sweeps")
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "trains in several processes (strategy=ddp, devices=2" in err[0], err
+    assert not (tmp_path / "sweeps").exists()
+
+
 def test_dotted_keys_become_a_nested_config() -> None:
     assert nested({"a.b.c": 1, "a.d": 2, "e": 3}) == {"a": {"b": {"c": 1}, "d": 2}, "e": 3}

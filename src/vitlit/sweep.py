@@ -134,9 +134,9 @@ def _check_keys(config: str, space: dict[str, dict[str, Any]], fixed: dict[str, 
         for key, spec in space.items():
             values = spec["choices"] if spec["type"] == "categorical" else [spec["low"], spec["high"]]
             probe[key] = values[bound]
-        said = io.StringIO()
+        said, printed = io.StringIO(), io.StringIO()
         try:
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(said):
+            with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(said):
                 main(["fit", "--config", config, *as_flags({**fixed, **probe}), "--print_config"])
         except SystemExit as stop:
             if stop.code not in (0, None):
@@ -145,6 +145,23 @@ def _check_keys(config: str, space: dict[str, dict[str, Any]], fixed: dict[str, 
                     f"--search: the values {probe} do not fit {config}: {reason} (keys as the command line takes "
                     f"them, e.g. model.optimizer.init_args.lr)"
                 ) from None
+        _check_one_process(config, (yaml.safe_load(printed.getvalue()) or {}).get("trainer") or {})
+
+
+def _check_one_process(config: str, trainer: dict[str, Any]) -> None:
+    """Refuse a base config that trains in several processes: a trial runs inside this one (Optuna's callback)."""
+    strategy = trainer.get("strategy")
+    name = str(strategy.get("class_path", "") if isinstance(strategy, dict) else strategy or "").lower()
+    devices = trainer.get("devices")
+    several = (isinstance(devices, int) and (devices > 1 or devices == -1)) or (
+        isinstance(devices, list) and len(devices) > 1
+    )
+    if any(word in name for word in ("ddp", "fsdp", "deepspeed")) or several or (trainer.get("num_nodes") or 1) > 1:
+        raise ConfigError(
+            f"{config} trains in several processes (strategy={strategy}, devices={devices}, "
+            f"num_nodes={trainer.get('num_nodes')}), but a sweep's trials run in this one; sweep on one device "
+            f"(leave out configs/scale/ddp.yaml) and run several sweep commands on one study instead (--storage)."
+        )
 
 
 def sweep(
