@@ -26,6 +26,7 @@ def test_the_batch_size_finder_grows_the_batch_on_both_data_paths(
     assert len(images) == 32
 
 
+@pytest.mark.slow  # about 13 s: ViT-S/16 steps at 224 px with and without checkpointing
 def test_memory_benchmark_prints_both_ratios(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

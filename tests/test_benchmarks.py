@@ -64,6 +64,7 @@ def test_export_prints_speedup_size_and_accuracy(
     assert re.fullmatch(r"int8 speedup=\d+\.\d\d size_ratio=\d\.\d{3} acc_drop=-?\d\.\d{4}", last), last
 
 
+@pytest.mark.slow  # about 16 s: six models built, timed and measured
 def test_model_choice_prints_a_row_per_choice_and_the_table() -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "model_choice.py"), "--only", "1", "--steps", "1",

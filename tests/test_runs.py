@@ -61,6 +61,7 @@ def test_relocated_logger_keeps_its_class_and_options_in_the_new_folder(tmp_path
     assert moved._flush_logs_every_n_steps == 7  # the configured option travels with it
 
 
+@pytest.mark.slow  # about 20 s: two digits fits in fresh processes at once
 def test_two_fits_started_at_once_finish_in_their_own_folders(tmp_path: Path, digits_dir: Path) -> None:
     args = [
         sys.executable, "-m", "vitlit", "fit", "--config", TINY_CONFIG, "--trainer.accelerator", "cpu",
