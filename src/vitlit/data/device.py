@@ -23,7 +23,7 @@ from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 from vitlit.data.policies import BatchPolicy
-from vitlit.data.transforms import resize_steps
+from vitlit.data.transforms import ToNormalizedFloat, resize_steps
 
 #: PIL mode of each channel count that image files hold.
 PIL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
@@ -171,10 +171,7 @@ class DeviceLoader:
         self.targets = targets
         self.batch_size = batch_size
         self.img_size = img_size
-        # Normalisation folded into one multiply-add on the 0..255 values.
-        scale = 1.0 / (255.0 * torch.tensor(std, dtype=torch.float32, device=images.device))
-        self._scale = scale.view(1, -1, 1, 1)
-        self._shift = (-torch.tensor(mean, dtype=torch.float32, device=images.device) * 255.0 * scale).view(1, -1, 1, 1)
+        self._normalize = ToNormalizedFloat(mean, std, device=images.device)  # the per-image path's normalisation
         self.shuffle = shuffle
         self.crop_padding = crop_padding
         self.hflip = hflip
@@ -252,4 +249,4 @@ class DeviceLoader:
             images = random_flip(images, among, at)
         if self.policy is not None:
             images = self.policy(images, among, at)
-        return images.float().mul_(self._scale).add_(self._shift)
+        return self._normalize(images)

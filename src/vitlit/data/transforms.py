@@ -59,7 +59,7 @@ class ToUint8Image:
     def __call__(self, image: Image.Image | torch.Tensor) -> torch.Tensor:
         if isinstance(image, Image.Image):
             return F.pil_to_tensor(image)
-        return v2.ToImage()(image).as_subclass(torch.Tensor)
+        return F.to_image(image).as_subclass(torch.Tensor)
 
     def __repr__(self) -> str:
         return "ToUint8Image()"
@@ -123,28 +123,29 @@ class PaddedRandomCrop:
 
 
 class ToNormalizedFloat:
-    """uint8 to normalised float32 in one multiply-add: ``ToDtype(float32, scale=True)`` then ``Normalize`` at once.
+    """uint8 to normalised float32 in one multiply and one add: ``ToDtype(float32, scale=True)`` and ``Normalize``.
+
+    Works on one (C, H, W) image or a (B, C, H, W) batch; the device data path (`vitlit.data.device`) uses it too.
 
     Args:
         mean: Per-channel mean (of the 0..1 values).
         std: Per-channel standard deviation.
+        device: Where the images are.
     """
 
-    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
-        std_ = torch.tensor(list(std), dtype=torch.float32).view(-1, 1, 1)
+    def __init__(self, mean: Sequence[float], std: Sequence[float], device: torch.device | None = None) -> None:
         self.mean, self.std = list(mean), list(std)
+        std_ = torch.tensor(self.std, dtype=torch.float32, device=device).view(-1, 1, 1)
         self._scale = 1.0 / (255.0 * std_)
-        self._shift = -torch.tensor(list(mean), dtype=torch.float32).view(-1, 1, 1) / std_
+        self._shift = -torch.tensor(self.mean, dtype=torch.float32, device=device).view(-1, 1, 1) / std_
 
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
-        return torch.addcmul(self._shift, image.as_subclass(torch.Tensor), self._scale)
+        # A new float tensor (also for float input, which stays untouched), then in place: faster than addcmul's
+        # broadcast on a CPU batch (0.6 vs 1.1-4.8 ms for 512 CIFAR images).
+        return image.as_subclass(torch.Tensor).to(torch.float32, copy=True).mul_(self._scale).add_(self._shift)
 
     def __repr__(self) -> str:
         return f"ToNormalizedFloat(mean={self.mean}, std={self.std})"
-
-
-def _to_normalized_float(mean: Sequence[float], std: Sequence[float]) -> list[ToNormalizedFloat]:
-    return [ToNormalizedFloat(mean, std)]
 
 
 def train_transform(
@@ -182,7 +183,7 @@ def train_transform(
         steps.append(v2.RandomHorizontalFlip())
     if policy is not None:
         steps.append(policy)
-    return v2.Compose(steps + _to_normalized_float(mean, std))
+    return v2.Compose([*steps, ToNormalizedFloat(mean, std)])
 
 
 def eval_transform(img_size: int, mean: Sequence[float], std: Sequence[float], *, resize: bool) -> v2.Compose:
@@ -198,4 +199,4 @@ def eval_transform(img_size: int, mean: Sequence[float], std: Sequence[float], *
         A transform from a PIL image (or uint8 tensor) to a normalised float tensor of shape (C, img_size, img_size).
     """
     steps = [ToUint8Image()] + ([ResizeIfNeeded(img_size)] if resize else [])
-    return v2.Compose(steps + _to_normalized_float(mean, std))
+    return v2.Compose([*steps, ToNormalizedFloat(mean, std)])
