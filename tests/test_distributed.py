@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers.cli import DIGITS_CONFIG, ROOT, run_cli
+from helpers.cli import DIGITS_CONFIG, ROOT, TINY_CONFIG, TINY_MODEL, run_cli
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 
 from vitlit.data import ImageFolderDataModule
@@ -227,3 +227,26 @@ def test_ddp_device_path_resumes_exactly_and_stops_together_on_sigterm(tmp_path:
     resumed = _vitlit("fit", *common, "--ckpt_path", "auto")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("on_device", ["true", "false"])
+def test_the_tiny_recipe_as_shipped_trains_in_two_processes(on_device: str, tmp_path: Path, digits_dir: Path) -> None:
+    # The CIFAR-10 recipe with its AutoAugment, Mixup/CutMix, erasing, fused AdamW, clipping and callbacks, in
+    # bf16-mixed (the CPU's stand-in for its 16-mixed), with test_vit and the digits files instead of CIFAR.
+    root = tmp_path / "runs"
+    fit = _vitlit(
+        "fit", "--config", TINY_CONFIG, "--config", DDP_CONFIG, "--trainer.accelerator", "cpu",
+        "--trainer.devices", "2", "--trainer.precision", "bf16-mixed", *TINY_MODEL,
+        "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "2",
+        "--trainer.enable_progress_bar", "false", "--data", "ImageFolderDataModule", "--data.root", digits_dir,
+        "--data.batch_size", "16", "--data.num_workers", "0", "--data.on_device", on_device,
+        "--trainer.default_root_dir", root,
+    )  # fmt: skip
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    assert "effective batch 32 (16 per device x 1 accumulated x 2 devices x 1 node)" in fit.stderr
+    run = root / "lightning_logs" / "version_0"
+    assert sorted(p.name for p in (root / "lightning_logs").iterdir()) == ["version_0"]
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert checkpoint["global_step"] == 8
+    assert all(torch.isfinite(v).all() for v in checkpoint["state_dict"].values() if v.is_floating_point())
