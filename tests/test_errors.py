@@ -60,8 +60,68 @@ def _empty_class_folder(tmp: Path) -> Path:
     return tmp
 
 
+def _flipped(tmp: Path, source: Path, name: str) -> Path:
+    """``source`` with one bit flipped inside its tensors: torch.load alone reads it without a word."""
+    data = bytearray(source.read_bytes())
+    data[len(data) // 2] ^= 0x04
+    (tmp / name).write_bytes(bytes(data))
+    return tmp / name
+
+
+def _legacy(tmp: Path, name: str, obj: object) -> Path:
+    """``obj`` saved in PyTorch's format from before 1.6 (a bare pickle, no zip archive)."""
+    torch.save(obj, tmp / name, _use_new_zipfile_serialization=False)
+    return tmp / name
+
+
+def _alias_bomb(tmp: Path) -> Path:
+    """A 500-byte config whose anchors and aliases stand for 10**10 values."""
+    lines = ["model:", "  drop_rate: 0.0", "junk:", "  l0: &l0 [a, a, a, a, a, a, a, a, a, a]"]
+    lines += [f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 10)]
+    (tmp / "bomb.yaml").write_text("\n".join(lines) + "\n")
+    return tmp / "bomb.yaml"
+
+
+def _dangling(tmp: Path) -> Path:
+    (tmp / "runs").symlink_to(tmp / "gone")
+    return tmp / "runs"
+
+
 # (id, arguments after `fit --config <tiny> <cpu> <tiny model> <cifar>`, words the one-line message must contain)
 CASES = [
+    ("config alias bomb", lambda tmp, run: ["--config", _alias_bomb(tmp)], ["bomb.yaml expands to more than 100,000"]),
+    (
+        "checkpoint with a flipped bit",
+        lambda tmp, run: ["--ckpt_path", _flipped(tmp, _last(run), "flipped.ckpt")],
+        ["flipped.ckpt is damaged", "does not match the checksum"],
+    ),
+    (
+        "legacy-format plain weights",
+        lambda tmp, run: ["--ckpt_path", _legacy(tmp, "old.ckpt", {"weight": torch.zeros(2)})],
+        ["old.ckpt is not a Lightning checkpoint"],
+    ),
+    (
+        "resume with another optimizer",
+        lambda tmp, run: [
+            "--ckpt_path",
+            _last(run),
+            "--model.optimizer",
+            "torch.optim.SGD",
+            "--model.optimizer.init_args.lr",
+            "0.1",
+        ],
+        ["optimizer state has no dampening, momentum", "which SGD needs"],
+    ),
+    (
+        "root name too long",
+        lambda tmp, run: ["--trainer.default_root_dir", tmp / ("r" * 300)],
+        ["has a name of 300 characters"],
+    ),
+    (
+        "root is a dangling link",
+        lambda tmp, run: ["--trainer.default_root_dir", _dangling(tmp)],
+        ["is a symbolic link to", "which does not exist"],
+    ),
     ("unknown key", lambda tmp, run: ["--model.not_an_option", "1"], ["--model.not_an_option"]),
     ("wrong type", lambda tmp, run: ["--data.batch_size", "many"], ["batch_size", "many"]),
     ("no data without download", lambda tmp, run: ["--data.data_dir", tmp], ["is not in", "--data.download true"]),

@@ -115,6 +115,20 @@ def test_schedule_this_model_cannot_follow_is_one_line_before_the_run(
     assert not (tmp_path / "lightning_logs").exists()
 
 
+def test_an_unfreeze_epoch_past_max_steps_is_one_line_and_leaves_no_run(
+    digits_dir: Path, weights: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    schedule = tmp_path / "schedule.yaml"
+    schedule.write_text(SCHEDULE)
+    # 3 steps per epoch (limit_train_batches): 5 steps end in epoch 1, so the stage of epoch 2 would never come.
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(*_finetune(digits_dir, weights, tmp_path / "out", "--config", schedule), "--trainer.max_steps", "5")
+    assert exit_info.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "unfreezes at epoch 2, but --trainer.max_steps=5 ends the run in epoch 1 (3 steps per epoch" in line, line
+    assert not list((tmp_path / "out").rglob("*.ckpt"))
+
+
 def _model(**kwargs: object) -> ViTClassifier:
     return ViTClassifier("test_vit", num_classes=10, img_size=32, patch_size=8, **kwargs)
 

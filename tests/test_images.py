@@ -65,7 +65,14 @@ BAD_FILES = {
     "empty.png": ("empty (0 bytes)", lambda p, good: p.write_bytes(b"")),
     "fake.png": ("not an image PIL can read", lambda p, good: p.write_text("<html>not an image</html>")),
     "dangling.png": ("a dangling symbolic link", lambda p, good: p.symlink_to(p.parent / "gone.png")),
-    "huge.png": ("decompression-bomb limit", lambda p, good: Image.new("1", (12_000, 12_000)).save(p)),
+    # 20 KB of PNG holding 144 million pixels: refused from its header, before decoding (seconds and gigabytes).
+    "huge.png": (
+        "too large to decode safely (12000 x 12000 pixels",
+        lambda p, good: Image.new("1", (12_000, 12_000)).save(p),
+    ),
+    # A few KB holding one row of 4 million pixels: small to decode, but the resize of its shorter side to the
+    # model's size would make 128 million.
+    "streak.png": ("so elongated that resizing", lambda p, good: Image.new("L", (4_000_000, 1)).save(p)),
 }
 
 
@@ -74,8 +81,37 @@ def test_each_kind_of_unreadable_file_is_named(name: str, tmp_path: Path) -> Non
     good = _folder(tmp_path, per_class=1) / "train" / "a" / "0.png"
     problem, make = BAD_FILES[name]
     make(tmp_path / name, good)
-    assert problem in image_problem(tmp_path / name)
-    assert image_problem(good) is None
+    assert problem in image_problem(tmp_path / name, img_size=32)
+    assert image_problem(good, img_size=32) is None
+
+
+@pytest.mark.skipif(os.geteuid() == 0 if hasattr(os, "geteuid") else True, reason="root reads every file")
+def test_an_image_without_read_permission_is_named_not_raised(tmp_path: Path) -> None:
+    good = _folder(tmp_path, per_class=1) / "train" / "a" / "0.png"
+    good.chmod(0)
+    assert "not readable (Permission denied)" in image_problem(good)
+
+
+def test_an_image_without_read_permission_is_named_even_as_root(tmp_path: Path, monkeypatch) -> None:
+    good = _folder(tmp_path, per_class=1) / "train" / "a" / "0.png"
+    real_open = Path.open
+
+    def refuse(self, *args, **kwargs):  # what a file of another user gives: open() fails, stat() works
+        if self == good:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", refuse)
+    assert image_problem(good) == "not readable (Permission denied)"
+
+
+def test_only_a_full_decode_finds_damage_inside_the_pixels(tmp_path: Path) -> None:
+    good = _folder(tmp_path, per_class=1) / "train" / "a" / "0.png"
+    data = bytearray(good.read_bytes())
+    data[60:200] = bytes(140)  # the compressed pixels; the header and the end are intact
+    good.write_bytes(bytes(data))
+    assert image_problem(good) is None  # the cheap check of training sets cannot see it
+    assert image_problem(good, decode=True).startswith("damaged: PIL cannot decode it")
 
 
 def _with_bad_files(root: Path) -> Path:
@@ -92,7 +128,11 @@ def test_unreadable_images_stop_the_run_before_it_starts(tmp_path: Path, capsys:
         _fit(root, tmp_path / "out")
     assert exit_info.value.code == 2
     line = _one_error_line(capsys)
-    assert "vitlit: error: image " in line and "(and 4 more)" in line and "--data.bad_images skip" in line
+    assert (
+        "vitlit: error: image " in line
+        and f"(and {len(BAD_FILES) - 1} more)" in line
+        and "--data.bad_images skip" in line
+    )
     assert not list((tmp_path / "out").rglob("*.*")), "a refused run left files behind"
 
 
@@ -102,7 +142,7 @@ def test_skip_trains_without_them_and_lists_them(tmp_path: Path) -> None:
     run = Path(cli.trainer.log_dir)
     listed = (run / "skipped_images.txt").read_text().splitlines()
     assert sorted(Path(line.split("\t")[0]).name for line in listed) == sorted(BAD_FILES)
-    assert read_scalars(run)["data/skipped_images"] == [(0, 5.0)]
+    assert read_scalars(run)["data/skipped_images"] == [(0, float(len(BAD_FILES)))]
     assert len(cli.datamodule.train_set) + len(cli.datamodule.val_set) == 24
 
 

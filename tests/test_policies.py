@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.cli import DIGITS_CONFIG, run_cli
+from helpers.learning import CASES as LEARNING
 from scipy.stats import binomtest, chisquare
 from torchvision.transforms import v2
 
@@ -131,13 +132,12 @@ def test_autoaugment_draws_sub_policies_with_their_probabilities() -> None:
 
 @pytest.mark.parametrize("name", ["autoaugment", "randaugment", "trivialaugment"])
 def test_a_digits_fit_learns_with_each_policy_on_the_device(name: str, digits_dir: Path, tmp_path: Path) -> None:
-    # Patch 16 learns these upsampled digits fastest (8 epochs: 0.70 without a policy, 0.56 with AutoAugment).
-    cli = run_cli(
-        "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.on_device", "true",
-        "--data.augment", name, "--data.randaugment_magnitude", "5", "--model.patch_size", "16",
-        "--trainer.max_epochs", "8", "--model.optimizer.init_args.lr", "4e-3",
-        "--model.scheduler.init_args.warmup_steps", "10", "--trainer.default_root_dir", tmp_path,
-    )  # fmt: skip
+    # Chance is 0.1. Over 5 seeds x 1-2 threads x torch's generic and AVX2 kernels the best epoch reached 0.61-0.71
+    # (benchmarks/learning_margins.py policy-<name>; benchmarks/RESULTS.md), so 0.4 holds on any machine.
+    case = LEARNING[f"policy-{name}"]
+    cli = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path,
+                  *case.flags)  # fmt: skip
     loader = cli.datamodule.train_dataloader()
     assert isinstance(loader, DeviceLoader) and isinstance(loader.policy, BatchPolicy) and loader.policy.name == name
-    assert cli.trainer.callback_metrics["val/acc"] > 0.4  # chance is 0.1
+    best = cli.trainer.checkpoint_callback.best_model_score
+    assert case.metric == "best_val_acc" and float(best) > case.threshold

@@ -33,9 +33,12 @@ def _mixed_folder(root: Path) -> tuple[list[Path], list[Path]]:
     Image.fromarray(rng.integers(0, 256, (70, 50), dtype=np.uint8)).save(good[1])
     Image.fromarray(rng.integers(0, 256, (20, 90, 4), dtype=np.uint8), "RGBA").save(good[2])
     Image.fromarray(rng.integers(0, 65536, (40, 40), dtype=np.uint16)).save(good[3])
-    bad = [root / "a" / "cut.png", root / "empty.jpg"]
+    bad = [root / "a" / "cut.png", root / "empty.jpg", root / "a" / "damaged.png"]
     bad[0].write_bytes(good[0].read_bytes()[:200])  # a truncated PNG
     bad[1].write_bytes(b"")
+    damaged = bytearray(good[0].read_bytes())
+    damaged[60:400] = bytes(340)  # inside the compressed pixels: the header and the end are intact
+    bad[2].write_bytes(bytes(damaged))
     (root / "notes.txt").write_text("not an image; not even looked at")
     return good, bad
 
@@ -96,3 +99,33 @@ def test_a_cifar_run_predicts_images_of_any_size_on_both_data_paths(
     )  # fmt: skip
     rows = list(csv.DictReader((Path(predict.trainer.log_dir) / "predictions.csv").open()))
     assert len(rows) == len(good) and rows[0]["predicted"] in predict.datamodule.class_names
+
+
+@pytest.mark.parametrize("subcommand", ["validate", "test", "predict"])
+def test_an_evaluation_without_a_checkpoint_is_refused_unless_asked_for(
+    subcommand: str, digits_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = sorted(p.relative_to(digits_run) for p in digits_run.rglob("*"))
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(subcommand, "--config", digits_run / "config.yaml")
+    assert exit_info.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line == (
+        f"vitlit: error: {subcommand} without --ckpt_path would evaluate untrained weights; give a checkpoint (a "
+        f"run's checkpoints/*.ckpt, or last), or --ckpt_path none to {subcommand} the model as it is built."
+    )
+    assert sorted(p.relative_to(digits_run) for p in digits_run.rglob("*")) == before
+    if subcommand == "test":  # asked for explicitly: the model as built (here: untrained)
+        test = run_cli(subcommand, "--config", digits_run / "config.yaml", "--ckpt_path", "none",
+                       "--trainer.limit_test_batches", "1")  # fmt: skip
+        assert test.trainer.ckpt_path is None and "test/acc" in test.trainer.callback_metrics
+
+
+def test_an_explicit_root_folder_takes_the_predictions(digits_run: Path, tmp_path: Path) -> None:
+    ckpt = digits_run / "checkpoints" / "last.ckpt"
+    before = sorted(p.relative_to(digits_run) for p in digits_run.rglob("*"))
+    predict = run_cli("predict", "--config", digits_run / "config.yaml", "--ckpt_path", ckpt,
+                      "--trainer.default_root_dir", tmp_path / "elsewhere")  # fmt: skip
+    written = Path(predict.trainer.log_dir) / "predictions.csv"
+    assert written == tmp_path / "elsewhere" / "lightning_logs" / "version_0" / "predictions.csv" and written.is_file()
+    assert sorted(p.relative_to(digits_run) for p in digits_run.rglob("*")) == before

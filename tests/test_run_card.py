@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 from pathlib import Path
 
@@ -54,6 +56,20 @@ def test_a_fit_writes_its_card_and_a_test_of_its_checkpoint_completes_it(digits_
     assert after["test_acc"] == pytest.approx(test.trainer.callback_metrics["test/acc"].item())
     assert after["test_checkpoint"].startswith("checkpoints/epoch") and after["best_val_acc"] == card["best_val_acc"]
     assert f"| test/acc | {after['test_acc']:.4f} |" in (run / "run_card.md").read_text()
+
+
+def test_a_run_logged_once_per_epoch_has_its_speed_and_the_files_modes_of_any_file(
+    digits_dir: Path, tmp_path: Path
+) -> None:
+    # Four steps per epoch, and Lightning's log_every_n_steps (50) lowered to them: one logging step per epoch.
+    fit = _fit(digits_dir, tmp_path, "--trainer.max_epochs", "2")
+    run = Path(fit.trainer.log_dir)
+    assert fit.trainer.log_every_n_steps == 4
+    assert _card(run)["images_per_sec"] > 0
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in ("run_card.json", "run_card.md", "checkpoints/last.ckpt"):  # not mkstemp's owner-only 0600
+        assert stat.S_IMODE((run / name).stat().st_mode) == 0o666 & ~umask, name
 
 
 def test_a_resumed_run_carries_its_card_on(digits_dir: Path, tmp_path: Path) -> None:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -76,6 +80,8 @@ def test_a_sweep_stopped_by_sigterm_continues_with_the_same_command(
         ({"type": "log_uniform", "low": 0.0, "high": 1.0}, "needs low > 0"),
         ({"type": "categorical", "choices": []}, "non-empty list"),
         ({"type": "uniform", "low": 0, "high": 1, "step": 0.1}, "does not take step"),
+        ({"type": "uniform", "low": 0, "high": float("inf")}, "as finite numbers"),
+        ({"type": "log_uniform", "low": float("nan"), "high": 1.0}, "as finite numbers"),
     ],
 )
 def test_bad_search_spaces_are_refused_in_one_line(spec: dict, message: str, tmp_path: Path) -> None:
@@ -112,3 +118,37 @@ def test_a_multi_process_base_config_is_refused_before_any_trial(
 
 def test_dotted_keys_become_a_nested_config() -> None:
     assert nested({"a.b.c": 1, "a.d": 2, "e": 3}) == {"a": {"b": {"c": 1}, "d": 2}, "e": 3}
+
+
+@pytest.mark.parametrize("storage", ["sqlite:////proc/no/such/folder.db", "foo://bar"])
+def test_a_storage_that_cannot_be_opened_is_one_line(
+    storage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    space = _space(tmp_path, {"model.drop_path_rate": {"type": "uniform", "low": 0.0, "high": 0.2}})
+    with pytest.raises(SystemExit) as stop:
+        run_cli("sweep", "--config", DIGITS_CONFIG, "--search", space, "--root", tmp_path / "sweeps",
+                "--storage", storage)  # fmt: skip
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"vitlit: error: --storage {storage} cannot be opened"), err
+    assert not (tmp_path / "sweeps").exists()
+
+
+@pytest.mark.slow  # about 40 s: a sweep killed in its first trial, then two short trials
+def test_a_trial_whose_sweep_was_killed_does_not_stay_running(digits_dir: Path, tmp_path: Path) -> None:
+    fixed = {"data.root": str(digits_dir), "trainer.max_epochs": 1, "trainer.limit_train_batches": 2,
+             "trainer.limit_val_batches": 1, "trainer.callbacks+": "helpers.kill.KillAtEpoch",
+             "trainer.callbacks.init_args.epoch": 0}  # fmt: skip
+    command = [sys.executable, "-m", "vitlit", "sweep", "--config", str(DIGITS_CONFIG), "--search",
+               str(_space(tmp_path, SPACE, **fixed)), "--n-trials", "2", "--root", str(tmp_path / "sweeps"),
+               "--heartbeat", "1"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    killed = subprocess.run(command, env={**env, "VITLIT_TEST_KILL": "1"}, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    storage = f"sqlite:///{tmp_path / 'sweeps' / 'vitlit.db'}"
+    assert [t.state.name for t in optuna.load_study(study_name="vitlit", storage=storage).trials] == ["RUNNING"]
+    time.sleep(2.5)  # past the grace period of two heartbeats
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    states = [t.state.name for t in optuna.load_study(study_name="vitlit", storage=storage).trials]
+    assert states[0] == "FAIL" and states.count("COMPLETE") == 2 and "RUNNING" not in states, states

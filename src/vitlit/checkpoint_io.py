@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import errno
-import os
 import pickle
 import shutil
-import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +14,7 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 
+from vitlit.atomic import replacing
 from vitlit.errors import ConfigError
 
 # What torch.load raises on a truncated, foreign or tampered-with file.
@@ -38,41 +37,29 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     that names it and the way out.
     """
 
-    def _save_atomically(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None) -> None:
         if storage_options is not None or not _is_local_file_protocol(path):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        # A leading dot keeps the partial file out of `*.ckpt` globs (and out of Lightning's own checkpoint search).
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         try:
-            with os.fdopen(fd, "wb") as f:
+            with replacing(target) as tmp, tmp.open("wb") as f:
+                # Through a Python file object, not the path: then an OSError of the write (a full disk) stays
+                # attached to the RuntimeError that torch's zip writer raises for it, and `disk_full` can tell.
                 torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600; checkpoints follow the umask like every other file
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        _fsync_dir(target.parent)
+        except (OSError, RuntimeError) as err:
+            full = disk_full(err)
+            if full is None:
+                raise
+            free = shutil.disk_usage(target.parent).free / 2**30
+            raise ConfigError(
+                f"saving {target} failed: {full} ({free:.2f} GiB free; the previous checkpoints are intact); free "
+                f"some space or set --trainer.default_root_dir to a larger disk, then resume."
+            ) from None
         # Partial files of earlier, killed writers of this same target (each target has one writer: rank 0).
         for stale in target.parent.glob(f".{target.name}.*.tmp"):
             stale.unlink(missing_ok=True)
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None) -> None:
-        try:
-            self._save_atomically(checkpoint, path, storage_options)
-        except OSError as err:
-            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            target = Path(path)
-            free = shutil.disk_usage(target.parent).free / 2**30
-            raise ConfigError(
-                f"the disk is full: saving {target} failed with {free:.2f} GiB free (the previous checkpoints are "
-                f"intact); free some space or set --trainer.default_root_dir to a larger disk, then resume."
-            ) from None
 
     def load_checkpoint(
         self,
@@ -98,15 +85,48 @@ def require_checkpoint_file(path: str | Path) -> Path:
         raise ConfigError(f"--ckpt_path {path} is a folder; give a .ckpt file in it{hint}.")
     if not file.is_file():
         raise ConfigError(f"checkpoint {path} does not exist; give the path of a .ckpt file of an earlier run.")
-    with file.open("rb") as f:
-        head = f.read(4)
+    try:
+        with file.open("rb") as f:
+            head = f.read(4)
+    except OSError as err:
+        raise ConfigError(f"checkpoint {path} cannot be opened ({err.strerror}); check its permissions.") from None
     # torch.save writes a zip archive (PK..); files of torch < 1.6 are a bare pickle (protocol 2+: 0x80).
-    if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):
+    if not (head.startswith(ZIP_HEAD) or is_legacy(head)):
         raise ConfigError(
             f"checkpoint {path} is not a PyTorch checkpoint (it is {'empty' if not head else 'another kind of file'}); "
             f"give a .ckpt file that vitlit or Lightning saved."
         )
     return file
+
+
+ZIP_HEAD = b"PK\x03\x04"
+
+
+def is_legacy(head: bytes) -> bool:
+    """Whether a file starting with ``head`` is in PyTorch's format from before 1.6 (a bare pickle, protocol 2+)."""
+    return head[:1] == b"\x80"
+
+
+def verify_checksums(path: Path) -> None:
+    """Refuse a checkpoint whose bytes changed after it was saved (a flipped bit on disk, a damaged copy).
+
+    ``torch.save`` writes a zip archive with a CRC-32 of every record, which ``torch.load`` does not check: a flipped
+    byte inside a tensor loads silently as a different weight. Reading the file once to check them costs about as
+    much as loading it.
+
+    Raises:
+        ConfigError: Naming the first damaged record, or a file cut short.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except (zipfile.BadZipFile, EOFError, OSError) as err:
+        raise unreadable_checkpoint(path, err) from None
+    if damaged is not None:
+        raise ConfigError(
+            f"checkpoint {path} is damaged: its record {damaged} does not match the checksum saved with it (a disk "
+            f"or copy error); use an earlier snapshot from the same checkpoints/ folder, or copy it again."
+        )
 
 
 def require_lightning_checkpoint(checkpoint: Any, path: str | Path) -> dict[str, Any]:
@@ -122,19 +142,25 @@ def require_lightning_checkpoint(checkpoint: Any, path: str | Path) -> dict[str,
 def read_checkpoint(path: str | Path, weights_only: bool | None = True) -> dict[str, Any]:
     """Read a checkpoint's counters and hyperparameters without reading its tensors (memory-mapped), or refuse it.
 
-    Used before a run starts, so that an unreadable or mismatched checkpoint stops it before anything is written.
+    Used before a run starts, so that an unreadable, damaged or mismatched checkpoint stops it before anything is
+    written. The file's checksums are checked first (`verify_checksums`). A file in PyTorch's format from before
+    1.6 cannot be memory-mapped, so it is read whole.
 
     Args:
         path: The checkpoint file.
         weights_only: ``torch.load``'s ``weights_only``; ``None`` means ``True`` (``--weights_only`` unset).
 
     Raises:
-        ConfigError: For a missing, foreign, truncated or non-Lightning file, naming it and the way out.
+        ConfigError: For a missing, foreign, truncated, damaged or non-Lightning file, naming it and the way out.
     """
     file = require_checkpoint_file(path)
+    with file.open("rb") as f:
+        legacy = is_legacy(f.read(1))
+    if not legacy:
+        verify_checksums(file)
     safe = weights_only is not False
     try:
-        checkpoint = torch.load(file, map_location="cpu", weights_only=safe, mmap=True)
+        checkpoint = torch.load(file, map_location="cpu", weights_only=safe, mmap=not legacy)
     except UNREADABLE as err:
         raise unreadable_checkpoint(path, err, safe) from None
     return require_lightning_checkpoint(checkpoint, path)
@@ -170,18 +196,18 @@ def _first_words(err: BaseException, limit: int = 100) -> str:
     return text
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
-    os.umask(mask)
-    return mask
+def disk_full(err: BaseException) -> str | None:
+    """What ran out, if ``err`` (or an error it was raised while handling) is a write refused for lack of space.
 
-
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename itself durable (POSIX); a power cut right after a save keeps the new file."""
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    torch's zip writer reports a failed write as ``RuntimeError: ... unexpected pos``; the OSError behind it is only
+    its ``__context__``.
+    """
+    reasons = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+               errno.EFBIG: "the file is larger than this process may write (ulimit -f)"}  # fmt: skip
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in reasons:
+            return reasons[err.errno]
+        err = err.__cause__ or err.__context__
+    return None

@@ -30,7 +30,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit import __version__
-from vitlit.checkpoint_io import AtomicCheckpointIO, read_checkpoint
+from vitlit.checkpoint_io import AtomicCheckpointIO, disk_full, read_checkpoint
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import CheckFailed, ConfigError, TrainingHalted
 from vitlit.finetune import FreezeSchedule
@@ -192,6 +192,8 @@ class VitLitCLI(LightningCLI):
             raise
         finally:
             self.interrupts.restore()
+            if self.placement is not None:
+                self.placement.release()
 
     # -- parser ----------------------------------------------------------------------------------------------------
 
@@ -228,6 +230,12 @@ class VitLitCLI(LightningCLI):
         # without a word (and it reads the whole file once more). vitlit runs with the config and flags as given
         # and checks the checkpoint against them before the run starts (before_<subcommand>).
         self._ckpt_path = config.get("ckpt_path")
+        if self._ckpt_path is None and self.config["subcommand"] != "fit":
+            subcommand = self.config["subcommand"]
+            raise ConfigError(
+                f"{subcommand} without --ckpt_path would evaluate untrained weights; give a checkpoint (a run's "
+                f"checkpoints/*.ckpt, or last), or --ckpt_path none to {subcommand} the model as it is built."
+            )
         if self._ckpt_path is not None:
             config["ckpt_path"] = None
 
@@ -287,7 +295,12 @@ class VitLitCLI(LightningCLI):
             # Under DDP only the main process chooses and creates the folder: Lightning sends its trainer.log_dir
             # and checkpoint folder to the others, and nothing else of theirs writes (their loggers are inert).
             return
-        self.placement = place_run(Path(trainer.logger.save_dir), trainer.logger.name, subcommand, ckpt)
+        # An evaluation of a run's checkpoint goes into that run's folder, unless --trainer.default_root_dir names
+        # another place than the run was trained with: then it goes there, like any run.
+        root = self.config[subcommand]["trainer"].get("default_root_dir")
+        beside_run = subcommand == "fit" or ckpt is None or not _another_root(root, ckpt)
+        save_dir, name = Path(trainer.logger.save_dir), trainer.logger.name
+        self.placement = place_run(save_dir, name, subcommand, ckpt if beside_run else None)
         if self.placement.note:
             print(f"{PROG}: {self.placement.note}", file=sys.stderr)
         if self.placement.config_name:
@@ -299,11 +312,14 @@ class VitLitCLI(LightningCLI):
     def _check_checkpoint(self, ckpt: Path) -> None:
         """Refuse a checkpoint that cannot be read or does not fit the configured model, in one line."""
         checkpoint = read_checkpoint(ckpt, self.config_init[self.subcommand].get("weights_only"))
+        run = run_of_checkpoint(ckpt)
+        options = f"--config {run / 'config.yaml'}" if run is not None and (run / "config.yaml").is_file() else None
         check = getattr(self.model, "check_checkpoint", None)
         if callable(check):
-            run = run_of_checkpoint(ckpt)
-            known = run is not None and (run / "config.yaml").is_file()
-            check(checkpoint.get("hyper_parameters", {}), f"--config {run / 'config.yaml'}" if known else None)
+            check(checkpoint.get("hyper_parameters", {}), options)
+        check_optimizer = getattr(self.model, "check_optimizer_state", None)
+        if self.subcommand == "fit" and callable(check_optimizer):  # evaluations do not restore the optimizer
+            check_optimizer(checkpoint.get("optimizer_states") or [], options)
 
     def _use_logger(self, save_dir: Path, name: str, version: int | str) -> None:
         """Give the Trainer a logger like the configured one that writes into ``save_dir/name/version``."""
@@ -316,10 +332,70 @@ class VitLitCLI(LightningCLI):
         return resume_hint(self.trainer, name or "config.yaml", PROG)
 
 
-def _check_config_files(argv: list[str]) -> None:
-    """Refuse a ``--config`` file that is empty, not YAML, or not a mapping of options.
+def _another_root(root: str | None, ckpt: Path) -> bool:
+    """Whether ``root`` (``--trainer.default_root_dir``) names another folder than the run of ``ckpt`` was trained in.
 
-    jsonargparse reports those only as ``Unexpected config:``; a missing file it names itself.
+    Set neither by a flag nor a config, or set to what the run's own config says (its ``config.yaml`` passed back,
+    wherever the run folder was moved since), it is the run's; otherwise it was asked for.
+    """
+    run = run_of_checkpoint(ckpt)
+    if root is None or run is None:
+        return False
+    if Path(root).expanduser().resolve() == run.parent.parent.resolve():
+        return False
+    try:
+        saved = (yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}).get("trainer") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        saved = {}
+    return str(root) != str(saved.get("default_root_dir"))
+
+
+#: Bounds on a YAML document vitlit reads: a recipe is a few KB and a few hundred values. Anchors and aliases let a
+#: few hundred bytes stand for billions of values (9 levels of 10 aliases), which the parser would expand for minutes.
+MAX_YAML_BYTES = 1_000_000
+MAX_YAML_VALUES = 100_000
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """Parse a YAML document after checking its size with every alias expanded; vitlit's one way to read YAML.
+
+    Raises:
+        ConfigError: For a document over `MAX_YAML_BYTES` or over `MAX_YAML_VALUES` values once expanded, or not
+            valid YAML.
+    """
+    if len(text) > MAX_YAML_BYTES:
+        raise ConfigError(f"{where} holds {len(text):,} characters, more than a config needs ({MAX_YAML_BYTES:,}).")
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)  # nodes only: an alias is the same node object again
+        if _expanded_size(root, {}) > MAX_YAML_VALUES:
+            raise ConfigError(
+                f"{where} expands to more than {MAX_YAML_VALUES:,} values through its anchors and aliases (&, *); "
+                f"write the values out, or use fewer aliases."
+            )
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{where} is not valid YAML{at}; fix it or start from configs/.") from None
+
+
+def _expanded_size(node: yaml.Node | None, sizes: dict[int, int]) -> int:
+    """Values in ``node`` with every alias expanded, counted once per distinct node (linear in the document)."""
+    if node is None:
+        return 0
+    if id(node) not in sizes:
+        sizes[id(node)] = 1  # a node that (through an alias) contains itself is refused by the parser later
+        children = node.value if isinstance(node.value, list) else []
+        flat = [n for child in children for n in (child if isinstance(child, tuple) else (child,))]
+        sizes[id(node)] = 1 + sum(_expanded_size(child, sizes) for child in flat)
+    return sizes[id(node)]
+
+
+def _check_config_files(argv: list[str]) -> None:
+    """Refuse a ``--config`` file (or YAML given inline) that is empty, oversized, not YAML, or not a mapping.
+
+    jsonargparse reports those only as ``Unexpected config:``, and would expand an alias bomb for minutes; a missing
+    file it names itself.
     """
     values = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config"]
     values += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
@@ -328,11 +404,10 @@ def _check_config_files(argv: list[str]) -> None:
         if not path.is_file():
             continue
         try:
-            content = yaml.safe_load(path.read_text())
-        except (yaml.YAMLError, UnicodeDecodeError) as err:
-            where = getattr(err, "problem_mark", None)
-            at = f" at line {where.line + 1}" if where is not None else ""
-            raise ConfigError(f"config file {value} is not valid YAML{at}; fix it or start from configs/.") from None
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"config file {value} cannot be read ({type(err).__name__}); give a YAML file.") from None
+        content = load_yaml(text, f"config file {value}")
         if content is None:
             raise ConfigError(f"config file {value} is empty; give a YAML file of options such as configs/*.yaml.")
         if not isinstance(content, dict):
@@ -340,6 +415,9 @@ def _check_config_files(argv: list[str]) -> None:
                 f"config file {value} holds a {type(content).__name__}, not options (key: value lines such as "
                 f"'trainer:'); start from a file in configs/."
             )
+    for arg in argv:  # YAML typed inline, as a flag's value or a whole --config
+        if "&" in arg and "*" in arg:
+            load_yaml(arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg, "a command-line value")
 
 
 def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) -> VitLitCLI:
@@ -375,9 +453,12 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         raise SystemExit(1) from None
     except Exception as err:
         cause = _user_error(err)
-        if cause is None:
+        if cause is not None:
+            _exit(_message(cause))
+        full = disk_full(err)
+        if full is None:
             raise
-        _exit(_message(cause))
+        _exit(f"{full}: {_message(err).splitlines()[0]}; free some space (or choose another folder) and run it again.")
 
 
 def _tool(name: str, argv: list[str]) -> Any:

@@ -14,6 +14,7 @@ Use it as ``--trainer.callbacks+=vitlit.finetune.FreezeSchedule`` or in YAML (``
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -177,6 +178,23 @@ class FreezeSchedule(BaseFinetuning):
                     param.requires_grad = True
         if self.stages_done:  # the scheduler's state, loaded next, has one entry per group
             self._scheduler(trainer).track_new_param_groups()
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Refuse an unfreeze epoch that a run bounded by ``max_steps`` never reaches (its epochs are known now)."""
+        steps_per_epoch = (
+            max(1, int(trainer.num_training_batches) // trainer.accumulate_grad_batches)
+            if not math.isinf(trainer.num_training_batches) else None
+        )  # fmt: skip
+        if trainer.max_steps in (None, -1) or steps_per_epoch is None:
+            return
+        last = math.ceil(trainer.max_steps / steps_per_epoch) - 1  # the epoch the run ends in
+        late = [e for e in self.unfreeze_at_epochs if e > last]
+        if late:
+            raise ConfigError(
+                f"FreezeSchedule unfreezes at epoch {late[0]}, but --trainer.max_steps={trainer.max_steps} ends the "
+                f"run in epoch {last} ({steps_per_epoch} steps per epoch, epochs count from 0); use an earlier epoch "
+                f"or more steps."
+            )
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "stages_done": self.stages_done}

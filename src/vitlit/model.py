@@ -197,6 +197,34 @@ class ViTClassifier(LightningModule):
         except Exception:
             return
 
+    def check_optimizer_state(self, states: list[dict[str, Any]], options: str | None = None) -> None:
+        """Refuse a checkpoint's optimizer state that the configured optimizer cannot continue from.
+
+        Lightning restores the saved state into whatever optimizer the config builds, and an optimizer of another
+        kind then fails at its first step (``KeyError: 'momentum'`` for SGD after AdamW), after the run has started.
+        The saved settings are loaded into a probe of the configured optimizer (which fills in settings newer
+        PyTorch versions added) and compared with the settings it needs.
+
+        Args:
+            states: The checkpoint's ``optimizer_states``.
+            options: Where the run's options are (``--config <run>/config.yaml``), for the message.
+        """
+        groups = (states[0].get("param_groups") if states and isinstance(states[0], dict) else None) or []
+        if not groups or not isinstance(groups[0], dict):
+            return
+        try:
+            optimizer = self.optimizer_factory([{"params": [nn.Parameter(torch.zeros(1))]}])
+            optimizer.load_state_dict({"state": {}, "param_groups": [{**groups[0], "params": [0]}]})
+        except Exception:  # an optimizer that cannot be probed on the CPU: Lightning's own restore decides
+            return
+        missing = sorted(set(optimizer.defaults) - set(optimizer.param_groups[0]))
+        if missing:
+            raise ConfigError(
+                f"the checkpoint's optimizer state has no {', '.join(missing)}, which {type(optimizer).__name__} "
+                f"needs: it was trained with another optimizer; resume with the one it was trained with "
+                f"({options or 'its run folder keeps it in config.yaml'})."
+            )
+
     def _create_net(self) -> nn.Module:
         """Check the architecture options, then build the timm model (loading pretrained weights if asked)."""
         hp = self.hparams

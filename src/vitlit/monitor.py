@@ -93,6 +93,7 @@ class SpeedMonitor(Callback):
         self._timed_seconds = 0.0
         self._t0: float | None = None
         self._logged_step = -1
+        self._world_size = 1
 
     @rank_zero_only
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -104,6 +105,10 @@ class SpeedMonitor(Callback):
         self._meter = ThroughputWindow(
             available_flops=self.available_flops, world_size=trainer.world_size, window_size=self.window + 1
         )
+        self._world_size = trainer.world_size
+        # The meter's first point: no time, no images. A run with only `window` logging steps (two epochs of a
+        # short data set, logged once per epoch) then has its full window and its rates.
+        self._meter.update(time=0.0, batches=0, samples=0, flops=0 if self.flops_per_image is not None else None)
         if trainer.strategy.root_device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(trainer.strategy.root_device)
 
@@ -157,6 +162,16 @@ class SpeedMonitor(Callback):
         self.last = {name: metrics[key] * scale for key, (name, scale) in names.items() if key in metrics}
         for name, value in self.last.items():
             pl_module.log(name, value, on_step=True, on_epoch=False)
+
+    @property
+    def average_images_per_sec(self) -> float | None:
+        """Training images per second over every timed interval of the run so far (all processes), or ``None``.
+
+        The run card's figure: the whole run's rate, not the last window's, and known from the first logging step.
+        """
+        if self._timed_seconds <= 0:
+            return None
+        return self._timed_images * self._world_size / self._timed_seconds
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         device = trainer.strategy.root_device

@@ -108,8 +108,16 @@ def check_writable_folder(folder: str | Path, flag: str = "--trainer.default_roo
         flag: The option that named it, for the message.
     """
     path = Path(folder).expanduser().absolute()
+    for part in path.parts:
+        if len(os.fsencode(part)) > 255:  # NAME_MAX of every common file system
+            raise ConfigError(f"{flag}={folder} has a name of {len(part)} characters, over the 255 a folder may have.")
     existing = path
     while not existing.exists():  # the nearest part of the path that exists must be a writable folder
+        if existing.is_symlink():
+            raise ConfigError(
+                f"{flag}={folder}: {existing} is a symbolic link to {os.readlink(existing)}, which does not exist; "
+                f"create its target or give another folder."
+            )
         existing = existing.parent
     if not existing.is_dir():
         raise ConfigError(f"{flag}={folder} lies inside {existing}, which is a file; give a folder.")

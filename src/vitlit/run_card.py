@@ -14,7 +14,6 @@ import json
 import os
 import platform
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 import vitlit
+from vitlit.atomic import write_atomically
 from vitlit.distributed import effective_batch
 from vitlit.env import versions
 from vitlit.errors import TrainingHalted
@@ -73,18 +73,6 @@ def peak_host_memory_gib() -> float | None:
         return None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**30 if platform.system() == "Darwin" else peak / 2**20  # bytes on macOS, KiB on Linux
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_card(run_dir: Path) -> dict[str, Any]:
@@ -284,8 +272,9 @@ class RunCard(Callback):
             return
         self.card["wall_seconds"] = round(self._wall_before + time.monotonic() - self._started, 1)
         speed = next((cb for cb in trainer.callbacks if isinstance(cb, SpeedMonitor)), None)
-        if speed is not None and "perf/images_per_sec" in speed.last:
-            self.card["images_per_sec"] = round(float(speed.last["perf/images_per_sec"]), 1)
+        rate = speed.average_images_per_sec if speed is not None else None
+        if rate is not None:
+            self.card["images_per_sec"] = round(rate, 1)
         device = trainer.strategy.root_device
         if device.type == "cuda":
             peak, kind = torch.cuda.max_memory_allocated(device) / 2**30, "CUDA allocated"

@@ -6,9 +6,12 @@ The CLI uses these functions (it only decides when); notebooks, benchmarks and t
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,86 @@ from vitlit.checkpoint_io import checkpoint_step
 from vitlit.errors import ConfigError
 
 _VERSION = re.compile(r"version_(\d+)")
+#: The lock file of a run folder that a ``fit`` is writing into (hidden: not a file of the run's).
+LOCK_FILE = ".vitlit.lock"
+
+
+class RunLock:
+    """An exclusive lock on a run folder while one ``fit`` writes into it, so that a second process refuses to.
+
+    The lock is the operating system's (``flock``; ``msvcrt.locking`` on Windows) on ``<run>/.vitlit.lock``, which
+    also holds the owner's PID, host and start time for the message. The kernel releases it when the process ends,
+    however it ends, so a lock is never stale: a killed run's folder can be resumed at once. A run that ends
+    normally removes the file; one that finds it left behind knows its owner was killed.
+    """
+
+    def __init__(self, run_dir: Path, fd: int) -> None:
+        # A plain file descriptor, not a file object: a run's objects are deep-copied (EMA) and pickled (spawn).
+        self.run_dir, self._fd = run_dir, fd
+
+    @classmethod
+    def acquire(cls, run_dir: Path) -> RunLock:
+        """Take the lock of ``run_dir`` or raise.
+
+        Raises:
+            ConfigError: If another process holds it, naming the process.
+        """
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+        if not _try_lock(fd):
+            owner = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise ConfigError(
+                f"{run_dir} is in use by a fit of {owner}; wait for it to end (or stop it), then run this again."
+            )
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+        return cls(run_dir, fd)
+
+    def release(self) -> None:
+        """Remove the lock file and let the lock go (the file first, so that no one takes a lock on a removed file)."""
+        if self._fd < 0:
+            return
+        (self.run_dir / LOCK_FILE).unlink(missing_ok=True)
+        os.close(self._fd)
+        self._fd = -1
+
+
+def _try_lock(fd: int) -> bool:
+    """Lock the file of ``fd`` exclusively without waiting; whether that worked."""
+    try:
+        if os.name == "nt":
+            import msvcrt
+
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        else:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+def left_by_a_killed_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` is what a run killed before its first checkpoint left: nothing to resume, no owner.
+
+    Such a run could not remove its folder (a SIGKILL, the OOM killer, a power cut); its lock file is still there but
+    nobody holds it, and it holds no checkpoint and no finished epoch.
+    """
+    lock = run_dir / LOCK_FILE
+    if not lock.is_file() or any(run_dir.rglob("*.ckpt")):
+        return False
+    try:
+        card = json.loads((run_dir / "run_card.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        card = {}
+    if isinstance(card, dict) and card.get("epochs_done"):
+        return False
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        return _try_lock(fd)  # and let it go at once
+    finally:
+        os.close(fd)
 
 
 def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
@@ -48,6 +131,16 @@ def run_of_checkpoint(ckpt_path: Path) -> Path | None:
     """The run folder a checkpoint belongs to (``<run>/checkpoints/<file>.ckpt``), or ``None`` for a loose file."""
     run_dir = ckpt_path.parent.parent
     return run_dir if ckpt_path.parent.name == "checkpoints" and is_run_dir(run_dir) else None
+
+
+def remove_killed_runs(root: Path) -> list[Path]:
+    """Remove the ``version_N`` folders under ``root`` that runs killed before their first checkpoint left behind."""
+    removed = []
+    for folder in sorted(root.glob("version_*")) if root.is_dir() else []:
+        if folder.is_dir() and not folder.is_symlink() and left_by_a_killed_run(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 def allocate_version(root: Path) -> int:
@@ -146,6 +239,12 @@ class Placement:
     before: set[Path] = field(default_factory=set)  # its top-level files before this run started
     config_name: str | None = None  # the name the run's config is saved under, when it is not config.yaml
     note: str | None = None  # a line for the user about where the run went
+    lock: RunLock | None = None  # held while a fit writes into the folder
+
+    def release(self) -> None:
+        """Let the folder go (the run ended, whichever way)."""
+        if self.lock is not None:
+            self.lock.release()
 
     def undo(self, started: float, epochs_done: int) -> None:
         """Remove what this process added, unless it trained something worth keeping.
@@ -155,6 +254,7 @@ class Placement:
         continued an older run and saved a checkpoint, is kept: it can be resumed once the problem is fixed.
         """
         if self.created and epochs_done == 0:
+            self.release()
             shutil.rmtree(self.run_dir, ignore_errors=True)
         elif not self.created and not [p for p in self.run_dir.rglob("*.ckpt") if p.stat().st_mtime >= started]:
             for path in own_files(self.run_dir, self.before, self.config_name):
@@ -183,8 +283,9 @@ def place_run(save_dir: Path, name: str, subcommand: str, ckpt: Path | None) -> 
     if run is not None and subcommand == "fit":
         newer = newer_checkpoint(ckpt, run)
         if newer is None:
+            lock = RunLock.acquire(run)  # before anything of the run is read or named: a second fit stops here
             return Placement(run, False, run.parent.parent, run.parent.name, run.name, before=set(run.iterdir()),
-                             config_name=resume_config_name(run))  # fmt: skip
+                             config_name=resume_config_name(run), lock=lock)  # fmt: skip
         save_dir, name = run.parent.parent, run.parent.name
         note = (
             f"{ckpt.name} is from step {checkpoint_step(ckpt)}, but {newer[0]} is from step {newer[1]}; continuing "
@@ -192,8 +293,16 @@ def place_run(save_dir: Path, name: str, subcommand: str, ckpt: Path | None) -> 
         )
     elif run is not None:
         save_dir, name = run, subcommand
+    if subcommand == "fit":
+        removed = remove_killed_runs(save_dir / name)
+        if removed:
+            folders = ", ".join(p.name for p in removed)
+            removal = f"removed {folders}, left by a run killed before its first checkpoint"
+            note = f"{note}; {removal}" if note else removal
     version = allocate_version(save_dir / name)
-    return Placement(save_dir / name / f"version_{version}", True, save_dir, name, version, note=note)
+    run_dir = save_dir / name / f"version_{version}"
+    lock = RunLock.acquire(run_dir) if subcommand == "fit" else None
+    return Placement(run_dir, True, save_dir, name, version, note=note, lock=lock)
 
 
 def resolve_checkpoint(ckpt_path: str | None, subcommand: str, root: Path, folders: list[Path]) -> Path | None:
@@ -201,7 +310,8 @@ def resolve_checkpoint(ckpt_path: str | None, subcommand: str, root: Path, folde
 
     Lightning's own ``last`` only looks in the new run's (empty) checkpoint folder. Here ``last`` means the newest
     ``last.ckpt`` of any earlier run under ``root`` (or in ``folders``) and fails if there is none; ``auto`` (fit
-    only) is the switch for job scripts restarted after preemption: resume if there is one, else start fresh.
+    only) is the switch for job scripts restarted after preemption: resume if there is one, else start fresh;
+    ``none`` is no checkpoint (the CLI asks evaluations for it explicitly: they would otherwise use untrained weights).
 
     Raises:
         ConfigError: For ``auto`` outside ``fit``, ``last`` with no ``last.ckpt`` to find, or an empty path (a script's
@@ -211,6 +321,8 @@ def resolve_checkpoint(ckpt_path: str | None, subcommand: str, root: Path, folde
         raise ConfigError(
             "--ckpt_path is empty; give a checkpoint file, last or auto, or leave the flag out to start from scratch."
         )
+    if str(ckpt_path).lower() == "none":  # the explicit way to evaluate a model as it is built
+        return None
     if ckpt_path in ("last", "auto"):
         if ckpt_path == "auto" and subcommand != "fit":
             raise ConfigError(f"--ckpt_path auto is for fit only; {subcommand} takes last or a checkpoint path.")

@@ -17,10 +17,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ctypes
 import io
 import json
 import os
 import signal
+import socket
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,19 +33,25 @@ import litserve as ls
 import torch
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
-from vitlit.data.device import PIL_MODES
+from vitlit.data.images import MAX_PIXELS, PIL_MODES, ImageTooLarge, open_image
 from vitlit.errors import ConfigError
 from vitlit.export import load_classifier
 from vitlit.types import PositiveFloat, PositiveInt
 
+#: Parts a multipart upload may have: the one ``image`` field, and a few a client library may add.
+MAX_FORM_PARTS = 8
 
-def decode_image(request: Any) -> Image.Image:
-    """The image of a request body: a multipart form's ``image`` file, or a JSON ``image`` field in base64.
+
+def decode_image(request: Any, mode: str, img_size: int, max_pixels: int = MAX_PIXELS) -> Image.Image:
+    """The image of a request body, decoded by vitlit's one decoder (`vitlit.data.images.open_image`).
+
+    The body is a multipart form's ``image`` file, or JSON with ``image`` in base64. The image's size is read from
+    its header and checked against ``max_pixels`` before it is decoded.
 
     Raises:
-        ValueError: With a sentence for the client when there is no image or it cannot be read.
+        ValueError: With a sentence for the client when there is no image, it cannot be read, or it is too large.
     """
     item = request.get("image") if hasattr(request, "get") else None
     if item is None:
@@ -55,10 +66,10 @@ def decode_image(request: Any) -> Image.Image:
     else:
         raise ValueError("the 'image' field must be a file upload or a base64 string")
     try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.load()
-            return image.copy()
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+        return open_image(io.BytesIO(data), mode, img_size, max_pixels)
+    except ImageTooLarge as err:
+        raise ValueError(f"the image is too large: {err}; downscale it before sending") from None
+    except (OSError, SyntaxError, ValueError) as err:
         raise ValueError(f"the upload is not an image PIL can read ({type(err).__name__})") from None
 
 
@@ -68,20 +79,29 @@ def top_classes(probabilities: torch.Tensor, class_names: list[str], k: int) -> 
     return [{"class": class_names[i], "probability": round(float(p), 6)} for p, i in zip(values, indices, strict=True)]
 
 
-class JSONBodyCheck:
-    """ASGI middleware: HTTP 400 for a JSON request whose body is not JSON (LitServe would answer 500).
+class RequestCheck:
+    """ASGI middleware in front of LitServe's ``/predict``: every body it could not take gets 400 or 413, not 500.
 
-    The body is read once (up to ``max_size`` bytes, beyond which the answer is 413) and handed on unchanged.
+    LitServe parses a multipart form or else JSON, and answers 500 to anything else: a raw image body, a multipart
+    form without its boundary, JSON nested too deep for Python's parser. This reads the body once (up to
+    ``max_size`` bytes, beyond which the answer is 413), answers 400 with the reason for what `decode_image` would
+    not get, and hands a good body on unchanged.
+
+    Args:
+        app: The ASGI app it wraps.
+        max_size: Largest body in bytes.
+        path: The endpoint it guards.
     """
 
-    def __init__(self, app: Any, max_size: int) -> None:
-        self.app, self.max_size = app, max_size
+    def __init__(self, app: Any, max_size: int, path: str = "/predict") -> None:
+        self.app, self.max_size, self.path = app, max_size, path
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        headers = dict(scope.get("headers") or [])
-        if scope["type"] != "http" or b"json" not in headers.get(b"content-type", b""):
+        if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") != self.path:
             await self.app(scope, receive, send)
             return
+        headers = dict(scope.get("headers") or [])
+        content_type = headers.get(b"content-type", b"").decode("latin-1").lower()
         body, more = b"", True
         while more:
             try:
@@ -89,16 +109,16 @@ class JSONBodyCheck:
             except HTTPException as err:  # LitServe's size limit, raised while the body arrives
                 await JSONResponse({"detail": err.detail}, status_code=err.status_code)(scope, receive, send)
                 return
+            if message["type"] == "http.disconnect":
+                return
             body += message.get("body", b"")
             more = message.get("more_body", False)
             if len(body) > self.max_size:
                 await JSONResponse({"detail": "Payload too large"}, status_code=413)(scope, receive, send)
                 return
-        try:
-            json.loads(body)
-        except ValueError:
-            detail = 'the body is not valid JSON; send {"image": "<base64 of the file>"}'
-            await JSONResponse({"detail": detail}, status_code=400)(scope, receive, send)
+        problem = body_problem(content_type, body)
+        if problem is not None:
+            await JSONResponse({"detail": problem}, status_code=400)(scope, receive, send)
             return
         replayed = False
 
@@ -112,6 +132,28 @@ class JSONBodyCheck:
         await self.app(scope, replay, send)
 
 
+def body_problem(content_type: str, body: bytes) -> str | None:
+    """Why a ``/predict`` body cannot hold an image vitlit reads, for the client; ``None`` if it may."""
+    how = 'send the image as a multipart file \'image\' (curl -F image=@file.png) or as JSON {"image": "<base64>"}'
+    if content_type.startswith("multipart/form-data"):
+        boundary = next((part.split("=", 1)[1].strip().strip('"') for part in content_type.split(";")[1:]
+                         if part.strip().startswith("boundary=")), "")  # fmt: skip
+        if not boundary:
+            return f"the multipart body has no boundary in its Content-Type; {how}"
+        if body.count(b"--" + boundary.encode("latin-1")) - 1 > MAX_FORM_PARTS:
+            return f"the form has more than {MAX_FORM_PARTS} parts; {how}"
+        return None
+    if "json" in content_type:
+        try:
+            payload = json.loads(body)
+        except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than Python's parser goes
+            return f"the body is not valid JSON (or is nested too deep); {how}"
+        if not isinstance(payload, dict):
+            return f"the JSON body is not an object; {how}"
+        return None
+    return f"a body of type {content_type or 'unknown (no Content-Type)'} is not taken; {how}"
+
+
 class ViTClassifierAPI(ls.LitAPI):
     """One image in, its top-k classes out; the images of a batch share one forward pass.
 
@@ -122,11 +164,13 @@ class ViTClassifierAPI(ls.LitAPI):
         **kwargs: LitAPI's (``max_batch_size``, ``batch_timeout``).
     """
 
-    def __init__(self, ckpt_path: str, weights_only: bool, top_k: int, **kwargs: Any) -> None:
+    def __init__(self, ckpt_path: str, weights_only: bool, top_k: int, max_pixels: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.ckpt_path, self.weights_only, self.top_k = ckpt_path, weights_only, top_k
+        self.ckpt_path, self.weights_only, self.top_k, self.max_pixels = ckpt_path, weights_only, top_k, max_pixels
+        self.owner = os.getpid()  # the `vitlit serve` process; this object is copied into the worker processes
 
     def setup(self, device: str) -> None:
+        die_with(self.owner)  # a worker process, started by the server: it must not outlive it
         net, card = load_classifier(self.ckpt_path, self.weights_only)
         self.net, self.card, self.device = net.to(device), card, device
         self.transform = card.preprocess()
@@ -136,10 +180,10 @@ class ViTClassifierAPI(ls.LitAPI):
     # starlette's Request object, which postponed annotations turn into a string) means "the form or the JSON".
     def decode_request(self, request) -> torch.Tensor:
         try:
-            image = decode_image(request)
+            image = decode_image(request, self.mode, self.card.img_size, self.max_pixels)
         except ValueError as err:
             raise HTTPException(status_code=400, detail=str(err)) from None
-        return self.transform(image.convert(self.mode))
+        return self.transform(image)
 
     def batch(self, inputs: list[torch.Tensor]) -> torch.Tensor:
         return torch.stack(inputs)
@@ -165,6 +209,7 @@ def serve(
     max_batch_size: PositiveInt = 16,
     batch_timeout: float = 0.005,
     max_upload_mb: PositiveFloat = 10.0,
+    max_pixels: PositiveInt = MAX_PIXELS,
     top_k: PositiveInt = 3,
     accelerator: Literal["auto", "cpu", "cuda"] = "auto",
     weights_only: bool = True,
@@ -174,34 +219,82 @@ def serve(
     Args:
         ckpt_path: A checkpoint written by ``vitlit fit``.
         host: Address to listen on; the default answers this machine only (``0.0.0.0`` for every interface).
-        port: TCP port.
+        port: TCP port (1-65535); it must be free.
         max_batch_size: Dynamic batching: at most this many concurrent requests share one forward pass (1: none).
         batch_timeout: Dynamic batching: seconds to wait for more requests before a batch goes.
         max_upload_mb: Largest request body in MiB; larger ones get HTTP 413.
+        max_pixels: Largest image in pixels, as stored and once its shorter side is resized to the model's size;
+            larger ones get HTTP 400 before they are decoded (a small file can hold a huge image).
         top_k: Classes in each answer, most probable first.
         accelerator: Device of the model: ``auto`` (a GPU when there is one), ``cpu`` or ``cuda``.
         weights_only: ``false`` reads checkpoints that hold Python objects; only for files you trust.
     """
-    _, card = load_classifier(ckpt_path, weights_only)  # a bad checkpoint stops here, in one line
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"port={port} is not a TCP port; give one from 1 to 65535, e.g. 8000.")
     if batch_timeout < 0:
         raise ConfigError(f"batch_timeout={batch_timeout} is negative; give seconds to wait, e.g. 0.005, or 0.")
+    if accelerator == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("accelerator=cuda, but this machine has no CUDA GPU that PyTorch can use; pass cpu or auto.")
+    _check_port_free(host, int(port))
+    _, card = load_classifier(ckpt_path, weights_only)  # a bad checkpoint stops here, in one line
     api = ViTClassifierAPI(
-        str(Path(ckpt_path).expanduser()), weights_only, int(top_k), max_batch_size=int(max_batch_size),
-        batch_timeout=float(batch_timeout),
+        str(Path(ckpt_path).expanduser()), weights_only, int(top_k), int(max_pixels),
+        max_batch_size=int(max_batch_size), batch_timeout=float(batch_timeout),
     )  # fmt: skip
     info = {"model_name": card.model_name, "classes": card.class_names, "img_size": card.img_size}
     limit = int(max_upload_mb * 2**20)
     server = ls.LitServer(
         api, accelerator=accelerator, max_payload_size=limit, model_metadata=info,
-        middlewares=[(JSONBodyCheck, {"max_size": limit})],
+        middlewares=[(RequestCheck, {"max_size": limit})],
     )  # fmt: skip
+    # Processes LitServe forks (its API servers, its manager) end with this one, even when it is killed outright
+    # (SIGKILL, the OOM killer), instead of holding the port; its spawned model workers do the same in `setup`.
+    owner = os.getpid()
+    os.register_at_fork(after_in_child=lambda: die_with(owner))
     # SIGTERM (systemd, docker stop, kill) shuts down like Ctrl-C: LitServe then stops its worker processes,
     # which a plain SIGTERM to this process would leave running.
-    previous = signal.signal(signal.SIGTERM, _interrupt_in(os.getpid()))
+    previous = signal.signal(signal.SIGTERM, _interrupt_in(owner))
     try:
         server.run(host=host, port=int(port), generate_client_file=False)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Refuse a port another program listens on (or an address this machine does not have), before the workers start."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no conflict
+            probe.bind((host, port))
+    except OSError as err:
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({err.strerror}); choose another --port or --host."
+        ) from None
+
+
+def die_with(parent: int) -> None:
+    """End this process as soon as process ``parent`` ends, however it ends (SIGKILL included).
+
+    Linux delivers a signal to a child when its parent dies (``PR_SET_PDEATHSIG``); elsewhere a daemon thread
+    watches for the parent to be gone (the process is then re-parented).
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+        else:
+            if os.getppid() != parent:  # the parent died before the request took effect
+                os._exit(1)
+            return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="vitlit-die-with-parent", daemon=True).start()
 
 
 def _interrupt_in(owner: int) -> Any:

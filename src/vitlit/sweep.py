@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from vitlit.errors import ConfigError
+from vitlit.preflight import check_writable_folder
 from vitlit.types import PositiveInt
 
 #: Distribution types of a search space and the keys each takes (besides ``type``).
@@ -52,12 +53,13 @@ def read_space(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
         ConfigError: An unreadable file, a distribution of unknown type or with missing/extra keys, an empty or
             reversed range, a non-positive bound of a log range, a number of the wrong type, no choices.
     """
+    from vitlit.cli import load_yaml
+
     try:
-        space = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(
-            f"--search {path} cannot be read as YAML ({type(err).__name__}); give a search-space file."
-        ) from None
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"--search {path} cannot be read ({type(err).__name__}); give a search-space file.") from None
+    space = load_yaml(text, f"--search {path}")
     if not isinstance(space, dict):
         raise ConfigError(f"--search {path} holds no keys; give `option.key: {{type: ..., ...}}` lines.")
     fixed = space.pop("fixed", None) or {}
@@ -79,8 +81,8 @@ def read_space(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
             continue
         low, high = spec.get("low"), spec.get("high")
         number = int if kind == "int" else (int, float)
-        if not all(isinstance(v, number) and not isinstance(v, bool) for v in (low, high)):
-            expected = "integers" if kind == "int" else "numbers"
+        if not all(isinstance(v, number) and not isinstance(v, bool) and math.isfinite(v) for v in (low, high)):
+            expected = "integers" if kind == "int" else "finite numbers"
             raise ConfigError(f"{where} needs low and high as {expected}, got low={low!r} high={high!r}.")
         if not low < high:
             raise ConfigError(f"{where} has an empty range, low={low} high={high}; low must be below high.")
@@ -173,6 +175,7 @@ def sweep(
     root: str = "sweeps",
     seed: int = 0,
     prune_after: PositiveInt = 2,
+    heartbeat: PositiveInt = 30,
 ) -> dict[str, Any]:
     """Tune a recipe with Optuna: trials are vitlit fits, ranked by their best ``val/acc``.
 
@@ -188,6 +191,8 @@ def sweep(
         root: Folder of the trials' run folders, the SQLite file and ``<study_name>.best.yaml``.
         seed: Seed of the TPE sampler (each machine of a shared study should use its own).
         prune_after: Epochs every trial trains before the median pruner may stop it.
+        heartbeat: Seconds between a running trial's signs of life in the storage. A trial silent for twice as long
+            (its process was killed) is marked failed by the next trial of any machine, so it never stays running.
 
     Returns:
         The best trial's number, ``val/acc`` and values.
@@ -204,16 +209,29 @@ def sweep(
         raise ConfigError(f"--config {config} does not exist; give the base recipe's config file.")
     _check_keys(config, space, fixed)
     folder = Path(root).expanduser() / study_name
-    folder.mkdir(parents=True, exist_ok=True)
+    if storage is None:
+        check_writable_folder(Path(root).expanduser(), "--root")
+        Path(root).expanduser().mkdir(parents=True, exist_ok=True)  # for the SQLite file
     url = storage or f"sqlite:///{(Path(root).expanduser() / f'{study_name}.db').resolve()}"
-    study = optuna.create_study(
-        study_name=study_name,
-        storage=url,
-        direction="maximize",
-        load_if_exists=True,
-        sampler=optuna.samplers.TPESampler(seed=seed),
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=prune_after),
-    )
+    try:
+        study = optuna.create_study(
+            study_name=study_name,
+            # Optuna's heartbeat: a trial whose process was killed (SIGKILL, a lost machine) stops beating and is
+            # marked failed by the next trial that starts (optuna.storages.fail_stale_trials).
+            storage=optuna.storages.RDBStorage(url, heartbeat_interval=int(heartbeat), grace_period=2 * int(heartbeat)),
+            direction="maximize",
+            load_if_exists=True,
+            sampler=optuna.samplers.TPESampler(seed=seed),
+            pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=prune_after),
+        )
+    except Exception as err:  # SQLAlchemy's errors for a URL it cannot open (unknown scheme, unwritable file, ...)
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        raise ConfigError(
+            f"--storage {url} cannot be opened ({reason}); give sqlite:///<file>.db in a folder you can write, or a "
+            f"database URL Optuna can reach."
+        ) from None
+    optuna.storages.fail_stale_trials(study)  # those of a sweep killed since, at once rather than at the next trial
+    folder.mkdir(parents=True, exist_ok=True)
     done_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
     def objective(trial: optuna.Trial) -> float:

@@ -62,3 +62,14 @@ def post_json(url: str, payload: Any) -> tuple[int, dict]:
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
     return _send(request)
+
+
+def post_raw(url: str, body: bytes, content_type: str | None) -> tuple[int, dict]:
+    """POST ``body`` as it is, with ``content_type`` (``None``: no Content-Type header at all)."""
+    request = urllib.request.Request(url, data=body, method="POST")
+    if content_type is not None:
+        request.add_header("Content-Type", content_type)
+    else:  # urllib adds application/x-www-form-urlencoded to a body without one
+        request.unredirected_hdrs.pop("Content-type", None)
+        request.add_unredirected_header("Content-Type", "")
+    return _send(request)

@@ -23,8 +23,8 @@ from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from vitlit.data.batch_augment import BatchAugment
-from vitlit.data.device import PIL_MODES, DeviceLoader, decode_uint8
-from vitlit.data.images import ImageFiles, check_images, image_files, without_bad
+from vitlit.data.device import DeviceLoader, decode_uint8
+from vitlit.data.images import PIL_MODES, ImageFiles, check_images, image_files, without_bad
 from vitlit.data.policies import BatchPolicy
 from vitlit.data.transforms import Magnitude, Policy, eval_transform, policy_transform, train_transform
 from vitlit.errors import ConfigError
@@ -272,14 +272,15 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """
         if self.predict_dir is None:
             return self.test_source()
-        bad = check_images(self._predict_images)
+        # Decoded in full: these files are read once, and damage inside a file must not stop the whole predict.
+        bad = check_images(self._predict_images, self.img_size, decode=True)
         if self.trainer is None or self.trainer.is_global_zero:
             for image in bad:  # one line each, as vitlit's other notes, not a Python warning with a traceback line
                 print(f"vitlit: skipping {image.path}: {image.problem}", file=sys.stderr)
         kept = without_bad([(path, -1) for path in self._predict_images], bad)
         if not kept:
             raise ConfigError(f"predict_dir={self.predict_dir} holds no readable image; all {len(bad)} were skipped.")
-        return ImageFiles(kept, self.class_names, PIL_MODES[self.in_chans])
+        return ImageFiles(kept, self.class_names, PIL_MODES[self.in_chans], self.img_size)
 
     def source_targets(self, source: Dataset) -> Sequence[int]:
         """The class index of every item of ``source``, ideally without decoding an image.

@@ -22,11 +22,9 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
+from vitlit.data.images import PIL_MODES
 from vitlit.data.policies import BatchPolicy
 from vitlit.data.transforms import ToNormalizedFloat, resize_steps
-
-#: PIL mode of each channel count that image files hold.
-PIL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 
 
 def decode_uint8(source: Dataset, img_size: int, in_chans: int, resize: bool) -> torch.Tensor:

@@ -12,8 +12,7 @@ from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from vitlit.data.base import ImageClassificationDataModule, validation_count
-from vitlit.data.device import PIL_MODES
-from vitlit.data.images import BadImage, ImageFiles, check_images, image_files, without_bad
+from vitlit.data.images import PIL_MODES, BadImage, ImageFiles, check_images, image_files, without_bad
 from vitlit.errors import ConfigError
 
 SPLITS = ("train", "val", "test")
@@ -113,7 +112,7 @@ class ImageFolderDataModule(ImageClassificationDataModule):
         if name not in self._files:
             return None
         files = self._files[name]
-        bad = check_images([path for path, _ in files])
+        bad = check_images([path for path, _ in files], self.img_size)
         if bad and self.bad_images == "error":
             more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
             raise ConfigError(
@@ -122,7 +121,7 @@ class ImageFolderDataModule(ImageClassificationDataModule):
             )
         if bad:
             self._report_skipped(name, bad)
-        return ImageFiles(without_bad(files, bad), self.class_names, PIL_MODES[self.in_chans])
+        return ImageFiles(without_bad(files, bad), self.class_names, PIL_MODES[self.in_chans], self.img_size)
 
     @rank_zero_only
     def _report_skipped(self, split: str, bad: list[BadImage]) -> None:

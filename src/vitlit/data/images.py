@@ -5,6 +5,11 @@ class's images), converts 16-bit images to RGB by clipping (most pixels of a 16-
 truncated or fake image only when a worker decodes it, mid-epoch. Here the files are found with loops and duplicate
 folders refused, each file's header and ending are checked before training starts (about as cheap as listing the
 folder; the figure is in the README), and 16-bit images are scaled to 8 bits.
+
+`open_image` is the one way vitlit decodes an image, for every entry point (fit, predict, export, serve): the same
+file gives the same pixels everywhere. It reads the size from the header and refuses an image that would take too
+much memory or time before decoding it (`MAX_PIXELS`): a 20 KB PNG can hold 13,000 x 13,000 pixels, and a 4 KB
+one 4,000,000 x 1, which the resize to the model's size would blow up to billions of pixels.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image
@@ -25,6 +31,69 @@ from vitlit.errors import ConfigError
 _PNG_END = b"IEND\xaeB`\x82"  # the last chunk of every complete PNG file
 _JPEG_END = b"\xff\xd9"  # the end-of-image marker; some writers add padding after it
 _SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+#: PIL's mode for images of each channel count vitlit reads from files: grey, RGB, RGBA.
+PIL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+#: The most pixels an image may have, as stored and after its shorter side is resized to the model's size: a
+#: 7,000 x 5,700 photo, under half of PIL's own decompression-bomb limit. Larger images cost seconds and gigabytes
+#: each; downscale them once instead. ``vitlit serve --max_pixels`` sets its own bound.
+MAX_PIXELS = 40_000_000
+
+
+class ImageTooLarge(ValueError):
+    """An image whose size (read from its header) exceeds the bound; it is refused before it is decoded."""
+
+
+def size_problem(width: int, height: int, img_size: int | None = None, max_pixels: int = MAX_PIXELS) -> str | None:
+    """Why an image of ``width`` x ``height`` is too large to decode and resize, or ``None``.
+
+    Args:
+        width: Width read from the file's header.
+        height: Height read from the file's header.
+        img_size: The side its shorter side is resized to (the model's input); ``None`` checks the stored size only.
+        max_pixels: The bound, for the stored image and for the resized one.
+    """
+    if width * height > max_pixels:
+        return f"{width} x {height} pixels, over the {max_pixels:,} vitlit decodes"
+    if img_size is not None and min(width, height) > 0:
+        resized = img_size * round(img_size * max(width, height) / min(width, height))
+        if resized > max_pixels:
+            return (
+                f"{width} x {height} pixels, so elongated that resizing its shorter side to {img_size} gives "
+                f"{resized:,} pixels, over the {max_pixels:,} vitlit allows"
+            )
+    return None
+
+
+def open_image(
+    source: str | Path | BinaryIO, mode: str = "RGB", img_size: int | None = None, max_pixels: int = MAX_PIXELS
+) -> Image.Image:
+    """Decode an image as 8 bits per channel in PIL ``mode`` (``L``, ``RGB`` or ``RGBA``): vitlit's one decoder.
+
+    16-bit (and 32-bit integer) grey images are scaled to 8 bits, not clipped as PIL's conversion would; palette,
+    CMYK, grey-with-alpha and other modes go through PIL's conversion.
+
+    Args:
+        source: A file path, or a binary file object (an upload).
+        mode: The PIL mode of the result.
+        img_size: The side the image will be resized to, for `size_problem`'s bound on the resized image.
+        max_pixels: `size_problem`'s bound.
+
+    Raises:
+        ImageTooLarge: Before decoding, for an image over the bound.
+        OSError, SyntaxError, ValueError: For data PIL cannot decode (PIL's own errors).
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the bound below is stricter
+        with Image.open(source) as image:
+            problem = size_problem(*image.size, img_size, max_pixels)
+            if problem is not None:
+                raise ImageTooLarge(problem)
+            image.load()
+            if image.mode in _SIXTEEN_BIT:
+                pixels = np.asarray(image, dtype=np.float64).clip(0, 65535) * (255 / 65535)
+                return Image.fromarray(pixels.round().astype(np.uint8)).convert(mode)
+            # Already in the mode (the common case): the decoded image as it is, not a converted copy.
+            return image if image.mode == mode else image.convert(mode)
 
 
 def image_files(top: Path) -> Iterator[Path]:
@@ -55,31 +124,39 @@ def image_files(top: Path) -> Iterator[Path]:
                 yield Path(dirpath) / name
 
 
-def image_problem(path: Path) -> str | None:
-    """Why ``path`` cannot be trained on, in a few words, or ``None`` if it looks like a complete image.
+def image_problem(path: Path, img_size: int | None = None, decode: bool = False) -> str | None:
+    """Why ``path`` cannot be trained on or classified, in a few words, or ``None`` if it looks like a complete image.
 
-    Reads the header and the last 64 bytes only: missing or empty files, dangling links, files that are no image,
-    images over PIL's decompression-bomb limit, float images, and PNG/JPEG files cut short are found here.
+    By default reads the header and the last 64 bytes only: missing, empty or unreadable files, dangling links, files
+    that are no image, images over `MAX_PIXELS` (also once resized to ``img_size``), float images, and PNG/JPEG files
+    cut short are found here. ``decode`` also decodes the image, which finds damage inside the compressed pixels; it
+    costs a full read, so it is for files read once (``predict_dir``, ``export --images``), not for training sets.
     """
     try:
         size = os.stat(path).st_size  # follows links
     except FileNotFoundError:
         return "a dangling symbolic link" if path.is_symlink() else "missing"
+    except OSError as err:
+        return f"not readable ({err.strerror or type(err).__name__})"
     if size == 0:
         return "empty (0 bytes)"
-    limit = f"over PIL's decompression-bomb limit of {Image.MAX_IMAGE_PIXELS:,} pixels"
-    with path.open("rb") as f:
+    try:
+        f = path.open("rb")
+    except OSError as err:  # permission denied, a folder named like an image, ...
+        return f"not readable ({err.strerror or type(err).__name__})"
+    with f:
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # reported below, as a problem
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the bound below is stricter
                 image = Image.open(f)
                 mode, image_format, (width, height) = image.mode, image.format, image.size
         except Image.DecompressionBombError:
-            return limit
+            return f"over PIL's decompression-bomb limit of {Image.MAX_IMAGE_PIXELS:,} pixels"
         except (OSError, SyntaxError, ValueError):
             return "not an image PIL can read"
-        if Image.MAX_IMAGE_PIXELS and width * height > Image.MAX_IMAGE_PIXELS:
-            return limit
+        too_large = size_problem(width, height, img_size)
+        if too_large is not None:
+            return f"too large to decode safely ({too_large}); downscale it"
         if mode == "F":
             return "32-bit float pixels of unknown range; save it as an 8- or 16-bit image"
         if image_format in ("PNG", "JPEG"):  # other formats end without a marker to look for
@@ -87,21 +164,21 @@ def image_problem(path: Path) -> str | None:
             tail = f.read()
             if not (tail.endswith(_PNG_END) if image_format == "PNG" else _JPEG_END in tail):
                 return f"a truncated {image_format} file"
+    if decode:
+        try:
+            open_image(path, "RGB", img_size)
+        except (OSError, SyntaxError, ValueError) as err:
+            return f"damaged: PIL cannot decode it ({_first_line(err)})"
     return None
 
 
-def load_image(path: str | Path, mode: str = "RGB") -> Image.Image:
-    """Decode an image file as 8 bits per channel in PIL ``mode`` (``L``, ``RGB`` or ``RGBA``).
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:120]
 
-    16-bit (and 32-bit integer) grey images are scaled to 8 bits, not clipped as PIL's conversion would.
-    """
-    with Image.open(path) as image:
-        image.load()
-        if image.mode in _SIXTEEN_BIT:
-            pixels = np.asarray(image, dtype=np.float64).clip(0, 65535) * (255 / 65535)
-            return Image.fromarray(pixels.round().astype(np.uint8)).convert(mode)
-        # Already in the mode (the common case): the decoded image as it is, not a converted copy.
-        return image if image.mode == mode else image.convert(mode)
+
+def load_image(path: str | Path, mode: str = "RGB", img_size: int | None = None) -> Image.Image:
+    """`open_image` of a file: what every data set of image files decodes with."""
+    return open_image(path, mode, img_size)
 
 
 @dataclass
@@ -112,9 +189,9 @@ class BadImage:
     problem: str
 
 
-def check_images(paths: Sequence[Path]) -> list[BadImage]:
-    """The files of ``paths`` that cannot be trained on (see `image_problem`)."""
-    return [BadImage(p, problem) for p in paths if (problem := image_problem(p)) is not None]
+def check_images(paths: Sequence[Path], img_size: int | None = None, decode: bool = False) -> list[BadImage]:
+    """The files of ``paths`` that cannot be read (see `image_problem`, which takes ``img_size`` and ``decode``)."""
+    return [BadImage(p, problem) for p in paths if (problem := image_problem(p, img_size, decode)) is not None]
 
 
 def without_bad(samples: Sequence[tuple[Path, int]], bad: Sequence[BadImage]) -> list[tuple[str, int]]:
@@ -133,13 +210,17 @@ class ImageFiles(Dataset):
         samples: ``(path, class index)`` per image.
         classes: Class names in index order.
         mode: PIL mode every image is converted to (``L``, ``RGB`` or ``RGBA``).
+        img_size: The side images are resized to afterwards, for `MAX_PIXELS`'s bound on the resized image.
     """
 
-    def __init__(self, samples: list[tuple[str, int]], classes: list[str], mode: str = "RGB") -> None:
+    def __init__(
+        self, samples: list[tuple[str, int]], classes: list[str], mode: str = "RGB", img_size: int | None = None
+    ) -> None:
         self.samples = samples
         self.targets = [target for _, target in samples]
         self.classes = classes
         self.mode = mode
+        self.img_size = img_size
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -147,6 +228,6 @@ class ImageFiles(Dataset):
     def __getitem__(self, i: int) -> tuple[Image.Image, int]:
         path, target = self.samples[i]
         try:
-            return load_image(path, self.mode), target
+            return load_image(path, self.mode, self.img_size), target
         except (OSError, SyntaxError, ValueError) as err:  # what the start-up check cannot see without decoding
             raise ConfigError(f"image {path} cannot be decoded ({err}); remove or replace the file.") from None

@@ -1,0 +1,62 @@
+"""The runs behind the suite's learning assertions, in one place: the tests assert on them, a benchmark measures them.
+
+A learning threshold must hold on any machine, not only on the one it was written on: a different CPU, BLAS or
+thread count adds floating-point sums in another order, and a short run can then take another path. So every
+threshold here was set from ``python benchmarks/learning_margins.py <case>`` (each case over several seeds, one and
+two threads, and torch's generic and AVX2 kernels), well below the lowest value measured; the measured spread is
+written beside each case and in benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from helpers.cli import DIGITS_CONFIG
+
+
+@dataclass(frozen=True)
+class LearningCase:
+    """A digits run and the figure a test asserts on it.
+
+    Attributes:
+        flags: Flags after ``fit --config configs/digits.yaml`` (the data root and run folder are added).
+        metric: ``best_val_acc`` (the best epoch's val/acc), ``test_acc`` (the best checkpoint on the test split) or
+            ``last_test_acc`` (the last checkpoint on the test split).
+        threshold: What the test asserts the metric exceeds.
+    """
+
+    flags: tuple[str, ...]
+    metric: str
+    threshold: float
+
+
+#: Patch 16 (4 tokens): the fastest learner on these upsampled 8x8 digits.
+_FAST = ("--model.patch_size", "16", "--model.optimizer.init_args.lr", "2e-3",
+         "--model.scheduler.init_args.warmup_steps", "20")  # fmt: skip
+
+
+def _policy(name: str) -> LearningCase:
+    # The batched policy on the device path, 12 epochs; the best epoch, not the last: a strong policy makes the last
+    # epochs of a short run noisy, and the test asks whether it learns, not how well it ends.
+    flags = ("--data.on_device", "true", "--data.augment", name, "--data.randaugment_magnitude", "5",
+             "--trainer.max_epochs", "12", *_FAST)  # fmt: skip
+    return LearningCase(flags, "best_val_acc", 0.4)
+
+
+#: The model the deploy tests export and serve (tests/test_deploy.py).
+DEPLOY = ("--trainer.max_epochs", "30", "--data.batch_size", "128", "--data.on_device", "true",
+          "--model.patch_size", "16", "--model.optimizer.init_args.lr", "4e-3",
+          "--model.scheduler.init_args.warmup_steps", "20")  # fmt: skip
+#: notebooks/quickstart.ipynb's run (tests/test_notebooks.py).
+QUICKSTART = ("--trainer.max_epochs", "50", "--trainer.log_every_n_steps", "10", "--data.batch_size", "128",
+              "--data.on_device", "true", "--model.optimizer.init_args.lr", "4e-3",
+              "--model.scheduler.init_args.warmup_steps", "40")  # fmt: skip
+
+CASES: dict[str, LearningCase] = {
+    "policy-autoaugment": _policy("autoaugment"),
+    "policy-randaugment": _policy("randaugment"),
+    "policy-trivialaugment": _policy("trivialaugment"),
+    "deploy": LearningCase(DEPLOY, "last_test_acc", 0.8),  # its last checkpoint on the test split
+    "quickstart": LearningCase(QUICKSTART, "test_acc", 0.9),  # its best checkpoint on the test split
+}
+DIGITS = DIGITS_CONFIG
