@@ -89,6 +89,12 @@ def _dangling(tmp: Path) -> Path:
 
 # (id, arguments after `fit --config <tiny> <cpu> <tiny model> <cifar>`, words the one-line message must contain)
 CASES = [
+    (
+        "config file missing",
+        lambda tmp, run: ["--config", tmp / "nope.yaml"],
+        ["config file", "nope.yaml does not exist"],
+    ),
+    ("config file is a folder", lambda tmp, run: ["--config", tmp], ["is not a regular file"]),
     ("config alias bomb", lambda tmp, run: ["--config", _alias_bomb(tmp)], ["bomb.yaml expands to more than 100,000"]),
     (
         "checkpoint with a flipped bit",

@@ -73,6 +73,7 @@ BAD_FILES = {
     # A few KB holding one row of 4 million pixels: small to decode, but the resize of its shorter side to the
     # model's size would make 128 million.
     "streak.png": ("so elongated that resizing", lambda p, good: Image.new("L", (4_000_000, 1)).save(p)),
+    "pipe.png": ("not a regular file", lambda p, good: os.mkfifo(p)),  # opening it would wait forever
 }
 
 

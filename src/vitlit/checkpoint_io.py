@@ -83,6 +83,8 @@ def require_checkpoint_file(path: str | Path) -> Path:
         found = sorted(file.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
         hint = f", e.g. {found[-1]}" if found else ""
         raise ConfigError(f"--ckpt_path {path} is a folder; give a .ckpt file in it{hint}.")
+    if file.exists() and not file.is_file():
+        raise ConfigError(f"checkpoint {path} is not a regular file (a device, a pipe); give a .ckpt file.")
     if not file.is_file():
         raise ConfigError(f"checkpoint {path} does not exist; give the path of a .ckpt file of an earlier run.")
     try:

@@ -401,8 +401,14 @@ def _check_config_files(argv: list[str]) -> None:
     values += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
     for value in values:
         path = Path(value).expanduser()
-        if not path.is_file():
+        if "\n" in value or value.lstrip().startswith("{"):  # YAML given inline, checked below
             continue
+        if not path.exists():
+            raise ConfigError(f"config file {value} does not exist; give a YAML file such as configs/digits.yaml.")
+        if not path.is_file():  # a folder, or a pipe that would wait for a writer forever
+            raise ConfigError(
+                f"config file {value} is not a regular file; give a YAML file such as configs/digits.yaml."
+            )
         try:
             text = path.read_text()
         except (OSError, UnicodeDecodeError) as err:

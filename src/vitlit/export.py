@@ -164,7 +164,9 @@ def sample_batch(card: ModelCard, images: Path | None, n: int = 8) -> torch.Tens
     readable = (p for p in image_files(Path(images)) if image_problem(p, card.img_size, decode=True) is None)
     files = list(itertools.islice(readable, n))
     if not files:
-        raise ConfigError(f"images={images} holds no readable image.")
+        first = next(iter(image_files(Path(images))), None)
+        why = f" ({first}: {image_problem(first, card.img_size, decode=True)})" if first is not None else ""
+        raise ConfigError(f"images={images} holds no readable image{why}.")
     return card.batch(files)
 
 
@@ -225,15 +227,28 @@ def check_output(output: Path, ckpt_path: Path, overwrite: bool) -> None:
             raise ConfigError(f"output={path} is the checkpoint being exported; give another file name, e.g. vit.onnx.")
         if path.is_dir():
             raise ConfigError(f"output={path} is a folder; give a file name inside it, e.g. {path / 'vit.onnx'}.")
+        if path.exists() and not path.is_file():
+            raise ConfigError(f"output={path} exists and is not a regular file (a device, a pipe); choose a file name.")
     folder = output.parent
     if not folder.is_dir():
         raise ConfigError(f"output={output}: the folder {folder} does not exist; create it or choose another.")
-    if not os.access(folder, os.W_OK | os.X_OK):
+    if not os.access(folder, os.W_OK | os.X_OK) or not _can_create_in(folder):
         raise ConfigError(f"output={output}: the folder {folder} is not writable; choose a folder you can write to.")
     existing = [str(p) for p in (output, sidecar) if p.exists() or p.is_symlink()]
     if existing and not overwrite:
         raise ConfigError(f"{' and '.join(existing)} already exist(s); pass --overwrite true to replace, or choose "
                           f"another --output.")  # fmt: skip
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Whether a file can be created in ``folder`` (the mount may be read-only, or a kernel's, whatever its mode)."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".vitlit-probe.", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(name)
+    return True
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -55,6 +55,8 @@ def read_space(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """
     from vitlit.cli import load_yaml
 
+    if path.exists() and not path.is_file():  # a folder, or a pipe that would wait for a writer forever
+        raise ConfigError(f"--search {path} is not a regular file; give a search-space file.")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:

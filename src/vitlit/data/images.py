@@ -15,6 +15,7 @@ one 4,000,000 x 1, which the resize to the model's size would blow up to billion
 from __future__ import annotations
 
 import os
+import stat
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -133,11 +134,14 @@ def image_problem(path: Path, img_size: int | None = None, decode: bool = False)
     costs a full read, so it is for files read once (``predict_dir``, ``export --images``), not for training sets.
     """
     try:
-        size = os.stat(path).st_size  # follows links
+        status = os.stat(path)  # follows links
     except FileNotFoundError:
         return "a dangling symbolic link" if path.is_symlink() else "missing"
     except OSError as err:
         return f"not readable ({err.strerror or type(err).__name__})"
+    if not stat.S_ISREG(status.st_mode):  # a pipe or a device would block or never end
+        return "not a regular file (a pipe or a device)"
+    size = status.st_size
     if size == 0:
         return "empty (0 bytes)"
     try:
