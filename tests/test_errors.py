@@ -95,6 +95,11 @@ CASES = [
         ["config file", "nope.yaml does not exist"],
     ),
     ("config file is a folder", lambda tmp, run: ["--config", tmp], ["is not a regular file"]),
+    (
+        "config nested too deep",
+        lambda tmp, run: ["--config", _text(tmp, "deep.yaml", "a: " + "[" * 50_000 + "]" * 50_000)],
+        ["deep.yaml is nested deeper than"],
+    ),
     ("config alias bomb", lambda tmp, run: ["--config", _alias_bomb(tmp)], ["bomb.yaml expands to more than 100,000"]),
     (
         "checkpoint with a flipped bit",

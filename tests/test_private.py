@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from vitlit.private import set_checkpoint_interval, unscales_internally
+from vitlit.private import (
+    clear_skip_flags,
+    follow_new_param_groups,
+    is_local_path,
+    kill_started_processes,
+    record_last_lrs,
+    set_checkpoint_interval,
+    skip_next_step_if,
+    state_key,
+    unscales_internally,
+)
 
 
 def test_checkpoint_interval_can_be_changed_after_construction() -> None:
@@ -19,3 +31,69 @@ def test_fused_optimizers_are_recognised_as_unscaling_inside_their_step() -> Non
     params = [torch.nn.Parameter(torch.zeros(2))]
     assert unscales_internally(torch.optim.AdamW(params, fused=True)), "torch renamed _step_supports_amp_scaling"
     assert not unscales_internally(torch.optim.AdamW(params, foreach=True))
+
+
+def test_a_callbacks_state_key_is_built_from_its_settings() -> None:
+    a, b = ModelCheckpoint(monitor="val/acc"), ModelCheckpoint(monitor="val/loss")
+    assert hasattr(a, "_generate_state_key"), "Lightning renamed Callback._generate_state_key"
+    assert state_key(a, x=1).startswith("ModelCheckpoint") and state_key(a, x=1) != state_key(b, x=2)
+
+
+def test_a_fused_optimizer_skips_a_flagged_step_on_the_device() -> None:
+    param = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.AdamW([param], lr=0.1, fused=True)
+    for skip, expect_change in ((True, False), (False, True)):
+        before = param.detach().clone()
+        param.grad = torch.ones(3)
+        skip_next_step_if(optimizer, torch.tensor(skip))
+        optimizer.step()
+        clear_skip_flags(optimizer)
+        assert "found_inf" not in vars(optimizer) and "grad_scale" not in vars(optimizer)
+        assert (not torch.equal(param, before)) == expect_change, "torch's fused step ignored found_inf"
+
+
+def test_a_lambda_schedule_takes_on_a_new_group() -> None:
+    first, second = torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([first], lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5)
+    assert hasattr(scheduler, "_last_lr"), "torch renamed LRScheduler._last_lr"
+    optimizer.add_param_group({"params": [second], "lr": 2.0})
+    follow_new_param_groups(scheduler, lambda step: 0.5)
+    assert scheduler.base_lrs == [1.0, 2.0] and len(scheduler.lr_lambdas) == 2
+    assert scheduler.get_last_lr() == [0.5, 1.0]
+    optimizer.param_groups[0]["lr"] = 0.25
+    record_last_lrs(scheduler)
+    assert scheduler.get_last_lr() == [0.25, 1.0]
+
+
+def test_local_paths_are_told_from_remote_ones() -> None:
+    assert is_local_path("/tmp/x.ckpt") and is_local_path("runs/last.ckpt") and not is_local_path("s3://bucket/x")
+
+
+def test_lightnings_launchers_can_pass_a_signal_on() -> None:
+    from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher, _SubprocessScriptLauncher
+
+    for launcher in (_MultiProcessingLauncher, _SubprocessScriptLauncher):
+        assert callable(getattr(launcher, "kill", None)), f"Lightning removed {launcher.__name__}.kill"
+    kill_started_processes(SimpleNamespace(strategy=SimpleNamespace(launcher=None)), 15)  # none started: no-op
+
+
+def test_no_other_module_touches_a_private_name_of_a_library() -> None:
+    # `x._name` on anything but the module's own objects, or `import _name`: such uses belong in vitlit.private.
+    import re
+    from pathlib import Path
+
+    import vitlit
+
+    own = re.compile(r"\b(self|cls|os)\._")  # os._exit: documented, the way a forked child must end
+    private = re.compile(r"\b[A-Za-z]\w*\._[A-Za-z]\w*|\bimport _[A-Za-z]\w*|import \(?[^)\n]*\b_[a-z]\w*")
+    found = []
+    for path in Path(vitlit.__file__).parent.rglob("*.py"):
+        if path.name == "private.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            for match in private.finditer(code):
+                if not own.match(match.group(0)) and not code.strip().startswith(('"', "'")):
+                    found.append(f"{path.name}:{number}: {match.group(0)}")
+    assert not found, found

@@ -16,7 +16,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from vitlit.data import ImageClassificationDataModule
 from vitlit.distributed import all_gather_objects, interleave
 from vitlit.errors import ConfigError
-from vitlit.private import set_checkpoint_interval
+from vitlit.private import set_checkpoint_interval, state_key
 from vitlit.schedule import total_steps
 from vitlit.types import Fraction, PositiveInt
 
@@ -125,7 +125,7 @@ class Snapshots(ModelCheckpoint):
     @property
     def state_key(self) -> str:
         # Distinct from the ModelCheckpoints next to it, whose state (best paths) is stored under their own settings.
-        return self._generate_state_key(snapshots=self.filename, every_fraction=self.every_fraction)
+        return state_key(self, snapshots=self.filename, every_fraction=self.every_fraction)
 
 
 class PredictionWriter(BasePredictionWriter):

@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 
 from vitlit.atomic import replacing
 from vitlit.errors import ConfigError
+from vitlit.private import is_local_path
 
 # What torch.load raises on a truncated, foreign or tampered-with file.
 UNREADABLE = (RuntimeError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile)
@@ -38,7 +38,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None) -> None:
-        if storage_options is not None or not _is_local_file_protocol(path):
+        if storage_options is not None or not is_local_path(path):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         target = Path(path)
@@ -67,7 +67,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         map_location: Callable | None = lambda storage, loc: storage,
         weights_only: bool | None = None,
     ) -> dict[str, Any]:
-        if _is_local_file_protocol(path):
+        if is_local_path(path):
             require_checkpoint_file(path)
         try:
             checkpoint = super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)

@@ -373,6 +373,8 @@ def load_yaml(text: str, where: str) -> Any:
                 f"write the values out, or use fewer aliases."
             )
         return yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(f"{where} is nested deeper than Python's parser goes; a config needs a few levels.") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
@@ -394,8 +396,8 @@ def _expanded_size(node: yaml.Node | None, sizes: dict[int, int]) -> int:
 def _check_config_files(argv: list[str]) -> None:
     """Refuse a ``--config`` file (or YAML given inline) that is empty, oversized, not YAML, or not a mapping.
 
-    jsonargparse reports those only as ``Unexpected config:``, and would expand an alias bomb for minutes; a missing
-    file it names itself.
+    jsonargparse reports those only as ``Unexpected config:`` or ``Parser key "config"``, would wait for a pipe's
+    writer forever, and would expand an alias bomb for minutes.
     """
     values = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config"]
     values += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]

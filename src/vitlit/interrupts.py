@@ -21,6 +21,8 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from vitlit.private import kill_started_processes
+
 
 class FirstInterruptAsSigterm:
     """While installed, the first SIGINT becomes a SIGTERM to this process; `signal_name` says which one stopped it."""
@@ -90,11 +92,10 @@ class StopTogetherOnSigterm(Callback):
             return
         if threading.current_thread() is not threading.main_thread():
             return
-        launcher = trainer.strategy.launcher
 
         def note(signum: int, frame: FrameType | None) -> None:
-            if not self.signalled and launcher is not None:
-                launcher.kill(signum)  # the processes this one started (none under torchrun or SLURM)
+            if not self.signalled:
+                kill_started_processes(trainer, signum)  # as Lightning's own handler does
             self.signalled = True
 
         signal.signal(signal.SIGTERM, note)

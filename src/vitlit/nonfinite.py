@@ -20,7 +20,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch.optim import Optimizer
 
 from vitlit.errors import TrainingHalted
-from vitlit.private import unscales_internally
+from vitlit.private import clear_skip_flags, skip_next_step_if, unscales_internally
 from vitlit.types import PositiveInt
 
 
@@ -82,17 +82,13 @@ class NonFiniteGuard(Callback):
         if scaled:
             return  # the GradScaler skips a step whose gradients are not finite, as a NaN loss makes them
         if _is_fused(optimizer):
-            # Read by fused Adam/AdamW/SGD in their step (the GradScaler's mechanism); removed after the step.
-            optimizer.found_inf = bad.float()
-            optimizer.grad_scale = None
+            skip_next_step_if(optimizer, bad)  # the GradScaler's mechanism; cleared after the step
         elif bool(bad):  # the one host sync, for optimizers that cannot skip on the device
             optimizer.zero_grad(set_to_none=True)  # torch's optimizers leave parameters without a gradient alone
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
         for optimizer in trainer.optimizers:
-            for name in ("found_inf", "grad_scale"):
-                if name in optimizer.__dict__:
-                    delattr(optimizer, name)
+            clear_skip_flags(optimizer)
         if self._counts is None:
             return
         # A device tensor: Lightning reads it only when it writes the logs.

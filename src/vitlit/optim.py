@@ -15,6 +15,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from vitlit.errors import ConfigError
+from vitlit.private import follow_new_param_groups, record_last_lrs
 from vitlit.types import NonNegativeInt, PositiveInt, Probability
 
 # Marks timm's decayed groups so that the optimizer's configured weight decay applies to them (see param_groups).
@@ -127,7 +128,7 @@ class WarmupCosineLR(LambdaLR):
         # The constructor already set the learning rate of step 0 for the longer warmup.
         for group, base_lr in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
             group["lr"] = base_lr * self.lr_factor(self.last_epoch)
-        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+        record_last_lrs(self)
         return (
             f"warmup_steps={asked} is more than {self.MAX_WARMUP_FRACTION:.0%} of this run's {total_steps} optimizer "
             f"steps; warming up for {limit} steps instead"
@@ -140,12 +141,7 @@ class WarmupCosineLR(LambdaLR):
         it at its first learning rate for the rest of the run. Each new group's learning rate is its peak, and it
         follows the same warmup and cosine as the others: added mid-run, it starts at the curve's current point.
         """
-        for group in self.optimizer.param_groups[len(self.base_lrs) :]:
-            group.setdefault("initial_lr", group["lr"])
-            self.base_lrs.append(group["initial_lr"])
-            self.lr_lambdas.append(self.lr_factor)
-            group["lr"] = group["initial_lr"] * self.lr_factor(max(self.last_epoch, 0))
-        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+        follow_new_param_groups(self, self.lr_factor)
 
     def lr_factor(self, step: int) -> float:
         """Return the multiplier of the peak learning rate at optimizer step ``step`` (0-based)."""
