@@ -61,10 +61,10 @@ class FirstInterruptAsSigterm:
 class StopTogetherOnSigterm(Callback):
     """Under DDP, stop every process at the same step after a SIGTERM (or first Ctrl-C) reaches any of them.
 
-    Lightning 2.6's SIGTERM handler broadcasts from inside the signal handler. Python runs a handler between two
+    Lightning's SIGTERM handler broadcasts from inside the signal handler. Python runs a handler between two
     bytecodes of whatever the process is doing, so that broadcast pairs up with whichever collective the other
     processes are in (the per-step broadcast of the flag, or DDP's gradient all-reduce), and the processes wait for
-    each other for ever: measured here, a SIGTERM to a 2-process run hung until killed. This handler only notes the
+    each other for ever (a SIGTERM to a 2-process run hung until killed). This handler only notes the
     signal and passes it on to the processes this one started (Lightning's launcher, as Lightning's handler does);
     after every training batch all processes agree whether any of them was signalled (one all-reduce of a flag,
     where Lightning's loop already reads one flag per step under DDP), and if so all raise Lightning's

@@ -305,7 +305,7 @@ class ViTClassifier(LightningModule):
         images, targets = batch
         logits = self(images)
         # torchmetrics objects: under DDP they combine every process's shard when computed, at the epoch end. The
-        # loss goes in per image, not as the batch mean with a weight: torchmetrics 1.9 drops the weight when
+        # loss goes in per image, not as the batch mean with a weight: torchmetrics' MeanMetric drops the weight when
         # nan_strategy="disable" (every batch would count the same, its last small one too).
         per_image = F.cross_entropy(logits, targets, label_smoothing=self.criterion.label_smoothing, reduction="none")
         loss.update(per_image)

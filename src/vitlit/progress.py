@@ -1,8 +1,8 @@
 """The progress bar: Lightning's RichProgressBar, showing the training loss without a GPU sync on every step.
 
 Lightning converts every metric logged with ``prog_bar=True`` into a Python number after every training batch, bar
-refresh rate or not, and on a GPU each conversion waits for all queued work: the step cannot be queued ahead, which
-cost vitlit a quarter of its throughput on an H200 (`benchmarks/RESULTS.md`). So the model logs ``train/loss`` for
+refresh rate or not, and on a GPU each conversion waits for all queued work: the step cannot be queued ahead (the
+cost is in `benchmarks/RESULTS.md`). So the model logs ``train/loss`` for
 TensorBoard only, and this bar reads it from ``trainer.callback_metrics`` at the logging steps
 (``--trainer.log_every_n_steps``), where the logger synchronises anyway. The CLI puts it in place of Lightning's
 default bar; a bar named in a config's callbacks is kept as it is.

@@ -297,7 +297,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """All images of ``source`` as one (N, in_chans, H, W) uint8 tensor, for ``on_device``; ``None`` decodes them.
 
         Override it where the data already sits in one array (CIFAR, SVHN): taking it costs nothing, while decoding
-        runs every image through PIL once (about 20 s for 50,000 PNG files). Images of another size than
+        runs every image through PIL once (seconds to minutes for a large folder). Images of another size than
         ``img_size`` are resized on the device, batch by batch.
         """
         return None

@@ -29,8 +29,8 @@ def random_erasing(images: torch.Tensor, probability: float) -> torch.Tensor:
     Per image, as ``timm.data.RandomErasing(probability, mode="pixel")``: up to 10 attempts draw an area fraction
     uniform in [0.02, 1/3] and a log-uniform aspect ratio in [0.3, 3.33] until the rectangle fits; its position is
     uniform; an image where no attempt fits stays as it is. No host synchronisation. The noise is drawn for the
-    whole batch, which a GPU does in microseconds; on a CPU timm's loop is cheaper (about 6 against 12 ms for 512
-    images at 32 px), but there the model's step dominates anyway.
+    whole batch, which suits a GPU; on a CPU timm's per-image loop is cheaper, but there the model's step dominates
+    anyway.
 
     Args:
         images: Normalised images, shape (B, C, H, W).

@@ -50,10 +50,11 @@ def resize_steps(img_size: int) -> list[v2.Transform]:
 
 
 class ToUint8Image:
-    """A PIL image (or a uint8 tensor, passed as it is) as a (C, H, W) uint8 tensor: `v2.ToImage`, at half its cost.
+    """A PIL image (or a uint8 tensor, passed as it is) as a (C, H, W) uint8 tensor: `v2.ToImage` without its wrapper.
 
-    torchvision's transform class wraps its kernel in the pytree machinery of transforms v2, about 30 us per call,
-    as much as the conversion itself; the kernel alone is what the per-image pipeline needs.
+    torchvision's transform class wraps its kernel in the pytree machinery of transforms v2, which costs as much as
+    the conversion itself on a small image; the kernel alone is what the per-image pipeline needs
+    (``benchmarks/data_pipeline.py --against-timm`` measures the pipeline).
     """
 
     def __call__(self, image: Image.Image | torch.Tensor) -> torch.Tensor:
@@ -69,8 +70,8 @@ class ResizeIfNeeded:
     """`resize_steps`, for the images that are not ``img_size`` x ``img_size`` already; the others pass untouched.
 
     An image folder may hold images of the model's size, or not, or both: the data module cannot know without
-    opening every file, and torchvision's Resize and CenterCrop cost about 50 us per 32 px image even when they
-    change nothing (the per-image pipeline's budget is a few hundred).
+    opening every file, and torchvision's Resize and CenterCrop cost a visible share of the per-image pipeline even
+    when they change nothing.
     """
 
     def __init__(self, img_size: int) -> None:
@@ -87,10 +88,10 @@ class ResizeIfNeeded:
 
 
 class PaddedRandomCrop:
-    """torchvision's ``RandomCrop(size, padding)`` with zero fill, drawing the same numbers, 5-10x faster per image.
+    """torchvision's ``RandomCrop(size, padding)`` with zero fill, drawing the same numbers, without padding the image.
 
-    torchvision pads the whole image and then crops it, through its transform dispatch (about 100 us per 32 px
-    image); this copies the part of the image that the crop window covers into a zero image. The offsets are drawn
+    torchvision pads the whole image and then crops it, through its transform dispatch; this copies the part of the
+    image that the crop window covers into a zero image. The offsets are drawn
     exactly as torchvision draws them (top, then left, uniform over the padded image), so with the same seed the
     output is torchvision's, pixel for pixel (tested).
 
@@ -140,8 +141,8 @@ class ToNormalizedFloat:
         self._shift = -torch.tensor(self.mean, dtype=torch.float32, device=device).view(-1, 1, 1) / std_
 
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
-        # A new float tensor (also for float input, which stays untouched), then in place: faster than addcmul's
-        # broadcast on a CPU batch (0.6 vs 1.1-4.8 ms for 512 CIFAR images).
+        # A new float tensor (also for float input, which stays untouched), then in place: on a CPU batch this was
+        # faster than addcmul's broadcast.
         return image.as_subclass(torch.Tensor).to(torch.float32, copy=True).mul_(self._scale).add_(self._shift)
 
     def __repr__(self) -> str:
