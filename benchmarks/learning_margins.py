@@ -9,7 +9,8 @@ run and the spread.
     python benchmarks/learning_margins.py policy-trivialaugment               # 5 seeds x 1-2 threads x 2 kernels
     python benchmarks/learning_margins.py --flags "--data.augment trivialaugment --trainer.max_epochs 8" \
         --metric best_val_acc --seeds 0 1 2
-    # last line: <case> metric=<name> min=<x> mean=<y> max=<z> runs=<n> threshold=<t>
+    # last line: <case> metric=<name> min=<x> mean=<y> max=<z> runs=<n> threshold=<t>; each run's line has its
+    # seconds (the whole process: start-up, fit, and the test where the metric needs one)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,12 +58,14 @@ def run_once(flags: list[str], metric: str, seed: int, threads: int, kernel: str
     root = work / f"s{seed}-t{threads}-{kernel}"
     args = ["--config", str(DIGITS), "--data.root", str(data), "--trainer.default_root_dir", str(root),
             "--seed_everything", str(seed), *flags]  # fmt: skip
+    started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", _RUN, str(threads), metric, *args], env=env, capture_output=True,
                           text=True)  # fmt: skip
+    seconds = time.perf_counter() - started
     line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
         raise SystemExit(f"the run failed:\n{done.stderr[-3000:]}")
-    return json.loads(line.removeprefix("RESULT "))
+    return {**json.loads(line.removeprefix("RESULT ")), "seconds": seconds}
 
 
 def main() -> None:
@@ -90,7 +94,7 @@ def main() -> None:
             result = run_once(flags, metric, seed, threads, kernel, work, data)
             values.append(result[metric])
             print(f"seed={seed} threads={threads} kernel={kernel} {metric}={result[metric]:.4f} "
-                  f"val/acc per epoch={result['curve']}", flush=True)  # fmt: skip
+                  f"seconds={result['seconds']:.0f} val/acc per epoch={result['curve']}", flush=True)  # fmt: skip
     threshold = f" threshold={case.threshold}" if case is not None and not args.flags else ""
     print(f"{args.case or 'flags'} metric={metric} min={min(values):.4f} mean={statistics.mean(values):.4f} "
           f"max={max(values):.4f} runs={len(values)}{threshold}")  # fmt: skip

@@ -351,8 +351,11 @@ def test_every_entry_point_sees_the_same_pixels(mode: str, trained, tmp_path: Pa
     _image_in_mode(mode).save(path)
     _, card = load_classifier(trained[0])
     exported = card.batch([path])[0]  # export --images and the ONNX check
+    for name in ("a", "b"):  # the smallest class folders a data module takes
+        (tmp_path / "data" / "train" / name).mkdir(parents=True)
+        _image_in_mode("RGB").save(tmp_path / "data" / "train" / name / "0.png")
     data = ImageFolderDataModule(  # fit and predict: the data module's files and eval transform
-        write_digits_folder(tmp_path / "digits"), img_size=card.img_size, mean=card.mean, std=card.std, num_workers=0
+        tmp_path / "data", img_size=card.img_size, mean=card.mean, std=card.std, num_workers=0, val_size=1
     )
     files = ImageFiles([(str(path), 0)], ["x"], PIL_MODES[card.in_chans], card.img_size)
     predicted = data.eval_transform(resize=True)(files[0][0])

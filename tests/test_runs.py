@@ -222,14 +222,17 @@ def test_disk_full_is_read_from_the_error_torch_raises() -> None:
 def test_a_second_fit_of_a_run_in_use_is_refused(tmp_path: Path, digits_dir: Path) -> None:
     common = ["--data.root", digits_dir, "--trainer.default_root_dir", tmp_path]
     assert subprocess.run(_digits_fit(*common, "--trainer.max_epochs", "1"), capture_output=True).returncode == 0
-    run = tmp_path / "lightning_logs" / "version_0"
-    again = _digits_fit(*common, "--trainer.max_epochs", "40", "--ckpt_path", "auto")
-    with subprocess.Popen(again, stderr=subprocess.PIPE, text=True) as first:
+    run, go_on = tmp_path / "lightning_logs" / "version_0", tmp_path / "go-on"
+    again = _digits_fit(*common, "--trainer.max_epochs", "2", "--ckpt_path", "auto")
+    held = [*again, "--trainer.callbacks+=helpers.probes.WaitForFile", "--trainer.callbacks.path", go_on]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    with subprocess.Popen(held, stderr=subprocess.PIPE, text=True, env=env) as first:
         deadline = time.monotonic() + 120
         while not (run / LOCK_FILE).exists() and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
-        with subprocess.Popen(again, stderr=subprocess.PIPE, text=True) as second:
+        with subprocess.Popen(again, stderr=subprocess.PIPE, text=True) as second:  # while the first trains
             second_err = second.communicate(timeout=300)[1]
+        go_on.touch()
         first.communicate(timeout=600)
     assert second.returncode == 2, second_err[-3000:]
     line = second_err.strip().splitlines()[-1]

@@ -64,7 +64,13 @@ class RunLock:
         """Remove the lock file and let the lock go (the file first, so that no one takes a lock on a removed file)."""
         if self._fd < 0:
             return
-        (self.run_dir / LOCK_FILE).unlink(missing_ok=True)
+        try:
+            (self.run_dir / LOCK_FILE).unlink(missing_ok=True)
+        except OSError:  # Windows removes no open file: let go first, then remove it
+            os.close(self._fd)
+            self._fd = -1
+            (self.run_dir / LOCK_FILE).unlink(missing_ok=True)
+            return
         os.close(self._fd)
         self._fd = -1
 

@@ -40,7 +40,7 @@ def _policy(name: str) -> LearningCase:
     # epochs of a short run noisy, and the test asks whether it learns, not how well it ends.
     flags = ("--data.on_device", "true", "--data.augment", name, "--data.randaugment_magnitude", "5",
              "--trainer.max_epochs", "12", *_FAST)  # fmt: skip
-    return LearningCase(flags, "best_val_acc", 0.4)
+    return LearningCase(flags, "best_val_acc", 0.4)  # measured: 0.61-0.76 (each policy's spread: RESULTS.md)
 
 
 #: The model the deploy tests export and serve (tests/test_deploy.py).
@@ -56,7 +56,10 @@ CASES: dict[str, LearningCase] = {
     "policy-autoaugment": _policy("autoaugment"),
     "policy-randaugment": _policy("randaugment"),
     "policy-trivialaugment": _policy("trivialaugment"),
-    "deploy": LearningCase(DEPLOY, "last_test_acc", 0.8),  # its last checkpoint on the test split
-    "quickstart": LearningCase(QUICKSTART, "test_acc", 0.9),  # its best checkpoint on the test split
+    # Measured (benchmarks/RESULTS.md, 2026-12-01): the last checkpoint's test accuracy 0.86-0.94 (mean 0.91).
+    "deploy": LearningCase(DEPLOY, "last_test_acc", 0.8),
+    # Measured: the best checkpoint's test accuracy 0.90-0.97 (mean 0.94); 0.90 was the threshold before, and one
+    # of the 20 runs missed it.
+    "quickstart": LearningCase(QUICKSTART, "test_acc", 0.85),
 }
 DIGITS = DIGITS_CONFIG

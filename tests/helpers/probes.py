@@ -93,3 +93,26 @@ class StopAfterEpoch(Callback):
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.current_epoch == self.epoch:
             trainer.should_stop = True
+
+
+class WaitForFile(Callback):
+    """Hold the run at the start of training until the file ``path`` exists (or ``timeout`` seconds passed).
+
+    Lets a test act while a run in another process is certainly in progress, instead of racing its length.
+
+    Args:
+        path: The file the test creates when the run may go on.
+        timeout: Seconds to wait at most.
+    """
+
+    def __init__(self, path: str, timeout: float = 120.0) -> None:
+        self.path = path
+        self.timeout = timeout
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        import os
+        import time
+
+        deadline = time.monotonic() + self.timeout
+        while not os.path.exists(self.path) and time.monotonic() < deadline:
+            time.sleep(0.1)
