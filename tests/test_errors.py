@@ -129,6 +129,16 @@ CASES = [
         ["has a name of 300 characters"],
     ),
     (
+        "root path too long",
+        lambda tmp, run: ["--trainer.default_root_dir", tmp.joinpath(*["r" * 200] * 25)],
+        ["characters long", "give a shorter folder"],
+    ),
+    (
+        "data path too long for the file system",
+        lambda tmp, run: ["--data", "ImageFolderDataModule", "--data.root", tmp.joinpath(*["d" * 250] * 20)],
+        ["a path is longer than the file system allows"],
+    ),
+    (
         "root is a dangling link",
         lambda tmp, run: ["--trainer.default_root_dir", _dangling(tmp)],
         ["is a symbolic link to", "which does not exist"],

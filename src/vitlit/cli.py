@@ -9,6 +9,7 @@ the Trainer with its callbacks comes from the YAML. Example::
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 import re
@@ -464,9 +465,23 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         if cause is not None:
             _exit(_message(cause))
         full = disk_full(err)
-        if full is None:
-            raise
-        _exit(f"{full}: {_message(err).splitlines()[0]}; free some space (or choose another folder) and run it again.")
+        if full is not None:
+            _exit(f"{full}: {_message(err).splitlines()[0]}; free some space (or another folder) and run it again.")
+        too_long = _path_too_long(err)
+        if too_long is not None:  # from any path a flag names, wherever it is first used
+            _exit(f"a path is longer than the file system allows ({too_long[:60]}...); give shorter paths.")
+        raise
+
+
+def _path_too_long(err: BaseException | None) -> str | None:
+    """The path of an ENAMETOOLONG error that is ``err`` or that ``err`` was raised from or while handling."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno == errno.ENAMETOOLONG:
+            return str(err.filename or "")
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def _tool(name: str, argv: list[str]) -> Any:

@@ -17,6 +17,7 @@ import torch
 
 from vitlit.errors import ConfigError
 
+_PATH_MAX = 4096  # Linux's; macOS allows 1024, Windows (long paths on) more: the common bound
 _SEED_RANGE = (0, 2**32 - 1)  # what NumPy's seeding, and so Lightning's seed_everything, accepts
 
 
@@ -111,6 +112,12 @@ def check_writable_folder(folder: str | Path, flag: str = "--trainer.default_roo
     for part in path.parts:
         if len(os.fsencode(part)) > 255:  # NAME_MAX of every common file system
             raise ConfigError(f"{flag}={folder} has a name of {len(part)} characters, over the 255 a folder may have.")
+    # PATH_MAX (4096 on Linux), less what a run adds below it (lightning_logs/version_N/checkpoints/<file>.ckpt).
+    if len(os.fsencode(str(path))) > _PATH_MAX - 200:
+        raise ConfigError(
+            f"{flag} is {len(str(path))} characters long; with the run's own folders and files below it that is over "
+            f"the {_PATH_MAX} a path may have; give a shorter folder."
+        )
     existing = path
     while not existing.exists():  # the nearest part of the path that exists must be a writable folder
         if existing.is_symlink():
