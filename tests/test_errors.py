@@ -136,7 +136,7 @@ CASES = [
     (
         "data path too long for the file system",
         lambda tmp, run: ["--data", "ImageFolderDataModule", "--data.root", tmp.joinpath(*["d" * 250] * 20)],
-        ["a path is longer than the file system allows"],
+        ["is longer than the file system allows; give shorter paths."],
     ),
     (
         "root is a dangling link",
@@ -401,3 +401,27 @@ def test_a_root_that_cannot_be_written_is_refused(
     assert exit_info.value.code == 2
     assert f"--trainer.default_root_dir={tmp_path / 'runs'}: {tmp_path} is not writable" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_folder_this_user_may_not_read_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _empty_class_folder(tmp_path)
+    listing = Path.iterdir
+
+    def refuse(self: Path):  # what another user's folder gives (root reads every folder, so it is simulated)
+        if self == root / "train":
+            raise PermissionError(13, "Permission denied", str(self))
+        return listing(self)
+
+    monkeypatch.setattr(Path, "iterdir", refuse)
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, "--data", "ImageFolderDataModule",
+                "--data.root", root, "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"vitlit: error: {root / 'train'} cannot be read or written by this user (permission denied); check its "
+        f"permissions."
+    )

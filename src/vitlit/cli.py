@@ -467,19 +467,30 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         full = disk_full(err)
         if full is not None:
             _exit(f"{full}: {_message(err).splitlines()[0]}; free some space (or another folder) and run it again.")
-        too_long = _path_too_long(err)
-        if too_long is not None:  # from any path a flag names, wherever it is first used
-            _exit(f"a path is longer than the file system allows ({too_long[:60]}...); give shorter paths.")
+        refused = _path_refused(err)
+        if refused is not None:  # from any path a flag names, wherever it is first used
+            _exit(refused)
         raise
 
 
-def _path_too_long(err: BaseException | None) -> str | None:
-    """The path of an ENAMETOOLONG error that is ``err`` or that ``err`` was raised from or while handling."""
+#: What the operating system refuses about a path, and what to do: a one-line error wherever the path is first used.
+_PATH_ERRORS = {
+    errno.ENAMETOOLONG: ("is longer than the file system allows", "give shorter paths"),
+    errno.EACCES: ("cannot be read or written by this user (permission denied)", "check its permissions"),
+    errno.EPERM: ("cannot be read or written by this user (operation not permitted)", "check its permissions"),
+    errno.EROFS: ("is on a read-only file system", "choose a folder on a writable disk"),
+}
+
+
+def _path_refused(err: BaseException | None) -> str | None:
+    """A line for an OSError about a path that is ``err`` or that ``err`` was raised from or while handling."""
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
-        if isinstance(err, OSError) and err.errno == errno.ENAMETOOLONG:
-            return str(err.filename or "")
+        if isinstance(err, OSError) and err.errno in _PATH_ERRORS:
+            what, fix = _PATH_ERRORS[err.errno]
+            path = str(err.filename or "a path")
+            return f"{path if len(path) <= 80 else path[:77] + '...'} {what}; {fix}."
         err = err.__cause__ or err.__context__
     return None
 
