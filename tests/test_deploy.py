@@ -188,8 +188,10 @@ def test_the_servers_processes_end_with_it_even_when_it_is_killed(trained, tmp_p
         finally:
             alive = _alive(server.pid)
     assert not alive, f"processes outlived the killed server: {_descendants(server.pid)}"
-    with socket.socket() as again:  # a new server can take the port
+    with socket.socket() as again:  # a new server can take the port (bound as servers bind: TIME_WAIT is no conflict)
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         again.bind(("127.0.0.1", port))
+        again.listen()
 
 
 def _descendants(pid: int) -> list[int]:

@@ -25,6 +25,7 @@ import io
 import math
 import shlex
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -215,6 +216,9 @@ def sweep(
         check_writable_folder(Path(root).expanduser(), "--root")
         Path(root).expanduser().mkdir(parents=True, exist_ok=True)  # for the SQLite file
     url = storage or f"sqlite:///{(Path(root).expanduser() / f'{study_name}.db').resolve()}"
+    # Optuna marks its heartbeat "experimental" with a warning at every use; it is the documented way to fail the
+    # trials of a killed process, and the warning is not the user's to act on.
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     try:
         study = optuna.create_study(
             study_name=study_name,
