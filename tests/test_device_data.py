@@ -13,6 +13,7 @@ from torchvision.transforms import v2
 
 from vitlit.data import CIFARDataModule, base
 from vitlit.data.device import DeviceLoader, random_crop, random_flip
+from vitlit.data.policies import BatchPolicy
 
 N = 4000  # draws per pipeline: a frequency's standard error is below 0.008
 
@@ -59,6 +60,21 @@ def test_eval_batches_equal_the_per_image_pipeline(img_size: int, cifar_dir: Pat
     # Same pixels; the resized ones may differ by one uint8 level where the two resize kernels round differently.
     atol = 1e-5 if img_size == 32 else 1.01 / 255 / min(dm.std)
     torch.testing.assert_close(images, expected, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("policy", ["autoaugment", "randaugment", "trivialaugment"])
+def test_a_policy_works_on_images_resized_on_the_device(policy: str) -> None:
+    # CIFAR's 32 px at a 224 px recipe: the device path resizes batch by batch, and the policies' bit operations
+    # (posterize, solarize) need the uint8 images the per-image path gives them.
+    images = torch.randint(0, 256, (32, 3, 16, 16), dtype=torch.uint8)
+    targets, grey = torch.zeros(32, dtype=torch.long), {"mean": [0.5] * 3, "std": [0.5] * 3}
+    loader = DeviceLoader(images, targets, 16, img_size=24, **grey, shuffle=True, drop_last=True, crop_padding=3,
+                          hflip=True, policy=BatchPolicy(policy))  # fmt: skip
+    batches = [batch for batch, _ in loader]
+    assert len(batches) == 2 and all(b.shape == (16, 3, 24, 24) and b.dtype == torch.float32 for b in batches)
+    plain = DeviceLoader(images, torch.zeros(32, dtype=torch.long), 32, img_size=24, mean=[0.0] * 3, std=[1.0] * 3)
+    pixels = next(iter(plain))[0] * 255  # the resized images themselves: whole uint8 levels
+    torch.testing.assert_close(pixels, pixels.round(), rtol=0, atol=1e-4)
 
 
 def test_train_batches_shuffle_crop_and_keep_every_image_once(cifar_dir: Path) -> None:

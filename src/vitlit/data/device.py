@@ -240,7 +240,8 @@ class DeviceLoader:
             if self._resize:
                 size = (self.img_size, self.img_size)
                 images = F.interpolate(images.float(), size=size, mode="bilinear", antialias=True, align_corners=False)
-                images = images.round_().clamp_(0, 255)  # as torchvision's uint8 resize
+                # Back to uint8, as torchvision's uint8 resize: the policies work on uint8 (bit operations).
+                images = images.round_().clamp_(0, 255).to(torch.uint8)
             if self.crop_padding > 0:
                 images = random_crop(images, self.crop_padding, among, at)
         if self.hflip:
