@@ -3,12 +3,12 @@
 The per-image path is what ``--data.on_device false`` runs: torchvision's CIFAR item (a PIL image), then
 RandomCrop(32, padding 4) + flip + ToDtype + Normalize per image, collated by a DataLoader with worker processes.
 The batched path is ``--data.on_device true``: all images as one uint8 tensor, cropped, flipped and normalised a
-batch at a time (`vitlit.data.device`); here it runs on the CPU too, so the figure is the pipeline's own speed-up,
+batch at a time (`vitlit.fast.device`); here it runs on the CPU too, so the figure is the pipeline's own speed-up,
 before a GPU multiplies it. Random CIFAR-shaped images stand in for the real files (the work does not depend on
 the pixel values).
 
 The policy case repeats both with AutoAugment (the CIFAR-10 policy) on top: torchvision's per image in the
-DataLoader's workers, `vitlit.data.policies.BatchPolicy` on whole batches (each image its own draw).
+DataLoader's workers, `vitlit.fast.policies.BatchPolicy` on whole batches (each image its own draw).
 
     python benchmarks/data_pipeline.py    # last lines: data speedup=<batched/per-image>, policy speedup=<same, AA>
 
@@ -35,9 +35,9 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from vitlit.data.base import TransformedSubset
-from vitlit.data.device import DeviceLoader
-from vitlit.data.policies import BatchPolicy
 from vitlit.data.transforms import policy_transform, train_transform
+from vitlit.fast.device import DeviceLoader
+from vitlit.fast.policies import BatchPolicy
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 

@@ -1,7 +1,8 @@
 """fp32 against int8 ONNX on the CPU: latency per image, file size, and agreement and accuracy on real images.
 
 Two parts. Speed and size: a ViT-S/16 at 224 px (``--model``; random weights, which do not change the arithmetic)
-exported with `vitlit.export.export_onnx` and quantized with `vitlit.export.quantize_int8`, timed in ONNX Runtime
+exported with `vitlit.tools.export.export_onnx` and quantized with `vitlit.tools.export.quantize_int8`, timed in
+ONNX Runtime
 at batch 1 and 32. Accuracy: the digits recipe (``configs/digits.yaml``) trained for ``--epochs`` epochs, exported
 with ``vitlit export`` as onnx and int8, both run on the 449 held-out test images.
 
@@ -25,7 +26,7 @@ import torch
 from vitlit.cli import main
 from vitlit.data.digits import write_digits_folder
 from vitlit.data.images import image_files
-from vitlit.export import export, export_onnx, load_classifier, quantize_int8
+from vitlit.tools.export import export, export_onnx, load_classifier, quantize_int8
 
 CONFIG = Path(__file__).parents[1] / "configs" / "digits.yaml"
 

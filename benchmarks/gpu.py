@@ -1,12 +1,13 @@
 """Training throughput and MFU on one GPU: ViT-Ti/4 and ViT-S/4 at 32 px, ViT-B/16 at 224 px, eager and compiled.
 
 Each case is a real ``Trainer.fit`` of ViTClassifier in bf16-mixed with fused AdamW, fed by the on-device data path
-(`vitlit.data.device.DeviceLoader`: uint8 images on the GPU, random crop + flip + normalise per batch; the 224 px
+(`vitlit.fast.device.DeviceLoader`: uint8 images on the GPU, random crop + flip + normalise per batch; the 224 px
 case stores 32 px images and resizes each batch, as CIFAR at 224 does). The images are random (no data set can be
 downloaded on a benchmark machine); the work per step does not depend on the pixels. After ``--warmup`` steps
 (compilation, allocator, cuDNN autotuning) the clock runs for ``--steps`` steps between two synchronisations.
 MFU is model FLOPs (forward + backward, `ViTClassifier.flops_per_image`) per second over the GPU's dense bf16 peak
-(`vitlit.monitor.available_flops`: Lightning's table plus the H200); ``syncs_per_step`` counts host synchronisations
+(`vitlit.runs.monitor.available_flops`: Lightning's table plus the H200); ``syncs_per_step`` counts host
+synchronisations
 just before the clock starts (PyTorch's sync debug mode). Cases stop being started once ``--budget`` seconds have
 passed, so the whole script fits a time slot; results so far are written after every case.
 
@@ -28,10 +29,10 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from vitlit.data.device import DeviceLoader
+from vitlit.fast.device import DeviceLoader
 from vitlit.model import ViTClassifier
-from vitlit.monitor import COMPUTE_DTYPE, available_flops
 from vitlit.optim import WarmupCosineLR
+from vitlit.runs.monitor import COMPUTE_DTYPE, available_flops
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 

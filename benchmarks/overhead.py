@@ -30,9 +30,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from vitlit.model import ViTClassifier
-from vitlit.monitor import COMPUTE_DTYPE, SpeedMonitor
-from vitlit.nonfinite import NonFiniteGuard
 from vitlit.optim import WarmupCosineLR, param_groups
+from vitlit.runs.monitor import COMPUTE_DTYPE, SpeedMonitor
+from vitlit.runs.nonfinite import NonFiniteGuard
 
 
 def make_model(args: argparse.Namespace) -> ViTClassifier:

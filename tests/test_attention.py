@@ -1,11 +1,11 @@
-"""Attention rollout (vitlit.attention) against a hand computation from each block's own q and k."""
+"""Attention rollout (vitlit.tools.attention) against a hand computation from each block's own q and k."""
 
 from __future__ import annotations
 
 import timm
 import torch
 
-from vitlit.attention import attention_rollout
+from vitlit.tools.attention import attention_rollout
 
 
 def _by_hand(net: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from helpers.cli import ALL_CONFIGS, CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli
 
-from vitlit.runs import read_scalars
+from vitlit.runs.folders import read_scalars
 
 
 def _metrics(cli, *names: str) -> dict[str, float]:
@@ -121,8 +121,8 @@ def test_print_config_is_complete_and_reparses_to_the_same_config(
     assert exit_info.value.code in (0, None)
     printed = capsys.readouterr().out
     assert "max_epochs: 5" in printed and "batch_size: 256" in printed
-    # The shared settings (src/vitlit/defaults.yaml) are part of it, with the recipe's own callbacks after them.
-    assert "filename: last" in printed and "vitlit.monitor.SpeedMonitor" in printed and "nonfinite: stop" in printed
+    # The shared settings (src/vitlit/defaults.yaml, then the parts') are part of it, the recipe's callbacks after them.
+    assert "filename: last" in printed and "vitlit.runs.monitor.SpeedMonitor" in printed and "action: stop" in printed
     saved = tmp_path / "my.yaml"
     saved.write_text(printed)
     with pytest.raises(SystemExit):

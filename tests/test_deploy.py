@@ -26,7 +26,7 @@ from PIL import Image
 from vitlit import ImageFolderDataModule
 from vitlit.data.digits import write_digits_folder
 from vitlit.data.images import image_files
-from vitlit.export import export, load_classifier
+from vitlit.tools.export import export, load_classifier
 
 # The digits recipe, long enough to be confident: int8 agreement means little on a model whose logits are all
 # alike. Patch 16 (4 tokens + the class token): half the time of the recipe's patch 8, and on these upsampled 8x8
@@ -347,7 +347,7 @@ def _image_in_mode(mode: str) -> Image.Image:
 @pytest.mark.parametrize("mode", ["RGB", "L", "I;16", "P", "CMYK", "LA"])
 def test_every_entry_point_sees_the_same_pixels(mode: str, trained, tmp_path: Path) -> None:
     from vitlit.data.images import PIL_MODES, ImageFiles
-    from vitlit.serve import decode_image
+    from vitlit.tools.serve import decode_image
 
     path = tmp_path / ("image.jpg" if mode == "CMYK" else "image.png")
     _image_in_mode(mode).save(path)
@@ -382,7 +382,7 @@ def test_every_entry_point_sees_the_same_pixels(mode: str, trained, tmp_path: Pa
     ids=["raw-image", "raw-no-type", "no-boundary", "deep-json", "json-list", "many-fields"],
 )
 def test_request_bodies_the_server_cannot_take_are_named(content_type: str, body: bytes, said: str) -> None:
-    from vitlit.serve import body_problem
+    from vitlit.tools.serve import body_problem
 
     assert said in body_problem(content_type, body)
     assert body_problem("application/json", b'{"image": "abc"}') is None

@@ -11,11 +11,19 @@ from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
 from torch.utils.data import DataLoader
 from torchvision.transforms import v2
 
-from vitlit.data import CIFARDataModule, base
-from vitlit.data.device import DeviceLoader, random_crop, random_flip
-from vitlit.data.policies import BatchPolicy
+from vitlit.data import CIFARDataModule, ImageClassificationDataModule
+from vitlit.fast import loader as loader_module
+from vitlit.fast.device import DeviceLoader, random_crop, random_flip
+from vitlit.fast.loader import OnDevice
+from vitlit.fast.policies import BatchPolicy
 
 N = 4000  # draws per pipeline: a frequency's standard error is below 0.008
+
+
+def with_device_path(data: ImageClassificationDataModule) -> ImageClassificationDataModule:
+    """What the fast part's DeviceData callback does in a run: an OnDevice loader for ``data.on_device``."""
+    data.loader = OnDevice(data.on_device)
+    return data
 
 
 def _marker_positions(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,8 +55,8 @@ def test_batched_crop_and_flip_match_the_per_image_pipeline() -> None:
 
 @pytest.mark.parametrize("img_size", [32, 64], ids=["native", "resized"])
 def test_eval_batches_equal_the_per_image_pipeline(img_size: int, cifar_dir: Path) -> None:
-    dm = CIFARDataModule(
-        data_dir=str(cifar_dir), download=False, val_size=16, img_size=img_size, batch_size=8, on_device=True
+    dm = with_device_path(
+        CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, img_size=img_size, batch_size=8)
     )
     dm.setup("fit")
     expected = torch.stack([dm.val_set[i][0] for i in range(16)])  # the per-image pipeline, item by item
@@ -78,7 +86,7 @@ def test_a_policy_works_on_images_resized_on_the_device(policy: str) -> None:
 
 
 def test_train_batches_shuffle_crop_and_keep_every_image_once(cifar_dir: Path) -> None:
-    dm = CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, batch_size=8, on_device=True)
+    dm = with_device_path(CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, batch_size=8))
     dm.setup("fit")
     loader = dm.train_dataloader()
     first = torch.cat([t for _, t in loader])
@@ -123,7 +131,7 @@ def test_image_folder_on_device_decodes_once_and_trains(tmp_path: Path, digits_d
     # The folder's train/ images, decoded once into one uint8 tensor that train and validation index into.
     assert loader.targets.numel() == len(cli.datamodule.train_set) > 1000 and loader.images.dtype == torch.uint8
     assert torch.equal(loader.targets.cpu(), torch.tensor(cli.datamodule.targets(cli.datamodule.train_set)))
-    assert len(cli.datamodule._uint8) == 1
+    assert len(cli.datamodule.loader._uint8) == 1
     assert cli.trainer.global_step == 3
 
 
@@ -131,13 +139,15 @@ def test_auto_takes_the_device_path_only_when_the_images_fit(
     cifar_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     def module() -> CIFARDataModule:
-        dm = CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, batch_size=8)  # on_device: auto
-        dm.setup("fit")
+        dm = with_device_path(CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, batch_size=8))
+        dm.setup("fit")  # on_device: auto
         return dm
 
     with caplog.at_level(logging.INFO):
         assert isinstance(module().train_dataloader(), DeviceLoader)  # 80 images of 3 KB, gigabytes free
-        monkeypatch.setattr(base, "free_memory", lambda device: 3 * 80 * 3072)  # a quarter of it would not hold them
+        monkeypatch.setattr(
+            loader_module, "free_memory", lambda device: 3 * 80 * 3072
+        )  # a quarter of it would not hold them
         tight = module()
         assert isinstance(tight.train_dataloader(), DataLoader) and isinstance(tight.val_dataloader(), DataLoader)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("vitlit: data path")]

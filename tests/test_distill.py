@@ -11,8 +11,7 @@ import torch.nn.functional as F
 from helpers.cli import DIGITS_CONFIG, ROOT, run_cli
 
 from vitlit.data.digits import write_digits_folder
-from vitlit.distill import Distillation, soft_distillation_loss
-from vitlit.model import ViTClassifier
+from vitlit.transfer.distill import Distillation, DistilledViTClassifier, soft_distillation_loss
 
 QUICK = ["--trainer.max_steps", "3", "--trainer.limit_val_batches", "1", "--data.val_size", "16"]
 
@@ -88,9 +87,9 @@ def test_distillation_trains_the_student_only_and_never_saves_the_teacher(
 
 def test_a_distilled_deit_student_trains_its_distillation_head(teacher_ckpt: Path) -> None:
     distillation = Distillation(str(teacher_ckpt), kind="hard", alpha=0.5)
-    model = ViTClassifier(
-        "deit_tiny_distilled_patch16_224", num_classes=10, img_size=32, patch_size=4, class_names=list("0123456789"),
-        input_mean=[0.5] * 3, input_std=[0.5] * 3, distillation=distillation,
+    model = DistilledViTClassifier(
+        distillation, model_name="deit_tiny_distilled_patch16_224", num_classes=10, img_size=32, patch_size=4,
+        class_names=list("0123456789"), input_mean=[0.5] * 3, input_std=[0.5] * 3,
     )  # fmt: skip
     model.train()
     batch = (torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 3]))
@@ -122,8 +121,8 @@ def test_bad_teachers_are_one_line(
     files = {"FIVE": str(five), "TEXT": str(tmp_path / "notes.pth"), "NONE": str(tmp_path / "none.pth")}
     flags = [files.get(flag, flag) for flag in flags]
     with pytest.raises(SystemExit) as exit_info:
-        run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits, "--trainer.default_root_dir",
-                tmp_path / "runs", *QUICK, *flags)  # fmt: skip
+        run_cli("fit", "--config", DIGITS_CONFIG, "--config", ROOT / "configs" / "addons" / "distill.yaml",
+                "--data.root", digits, "--trainer.default_root_dir", tmp_path / "runs", *QUICK, *flags)  # fmt: skip
     assert exit_info.value.code == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("vitlit: error:") and message in line, line

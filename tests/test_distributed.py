@@ -21,14 +21,14 @@ from helpers.cli import DIGITS_CONFIG, ROOT, TINY_CONFIG, TINY_MODEL, run_cli
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 
 from vitlit.data import ImageFolderDataModule
-from vitlit.data.device import DeviceLoader
-from vitlit.data.policies import BatchPolicy
-from vitlit.distributed import effective_batch, interleave
 from vitlit.errors import ConfigError
-from vitlit.finetune import FreezeSchedule
+from vitlit.fast.device import DeviceLoader
+from vitlit.fast.policies import BatchPolicy
 from vitlit.model import ViTClassifier
 from vitlit.preflight import check_seed_shared
-from vitlit.runs import read_scalars
+from vitlit.runs.distributed import effective_batch, interleave
+from vitlit.runs.folders import read_scalars
+from vitlit.transfer.finetune import FreezeSchedule
 
 DDP_CONFIG = ROOT / "configs" / "scale" / "ddp.yaml"
 #: The digits recipe in 2 CPU processes; patch 16 (4 tokens) keeps each run to seconds.

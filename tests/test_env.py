@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers.cli import run_cli
 
-from vitlit import env
+from vitlit.tools import env
 
 
 def test_env_prints_versions_cores_and_a_verdict(capsys: pytest.CaptureFixture[str]) -> None:

@@ -194,7 +194,11 @@ CASES = [
         lambda tmp, run: ["--model.scheduler.init_args.min_lr_ratio", "2.0"],
         ["min_lr_ratio=2.0", "v<=1"],
     ),
-    ("unknown non-finite action", lambda tmp, run: ["--trainer.nonfinite", "ignore"], ["nonfinite", "ignore"]),
+    (
+        "unknown non-finite action",
+        lambda tmp, run: ["--trainer.callbacks+=vitlit.runs.NonFiniteGuard", "--trainer.callbacks.action", "ignore"],
+        ["action", "ignore"],
+    ),
     ("layer decay above one", lambda tmp, run: ["--model.layer_decay", "1.2"], ["layer_decay=1.2"]),
     ("checkpoint missing", lambda tmp, run: ["--ckpt_path", tmp / "none.ckpt"], ["none.ckpt does not exist"]),
     (

@@ -1,4 +1,4 @@
-"""Freezing and progressive unfreezing (vitlit.finetune.FreezeSchedule) on the fine-tuning recipe as shipped.
+"""Freezing and progressive unfreezing (vitlit.transfer.finetune.FreezeSchedule) on the fine-tuning recipe as shipped.
 
 The runs use configs/cifar10_vit_small_finetune.yaml with its optimizer (fused AdamW), layer decay, clipping and
 callbacks, in bf16-mixed (the CPU's stand-in for its 16-mixed), with only the data (the digits folder) and the model
@@ -17,16 +17,16 @@ from helpers.cli import ROOT, run_cli
 from helpers.probes import TrainableProbe, WeightProbe
 
 from vitlit.errors import ConfigError
-from vitlit.finetune import FreezeSchedule, backbone_layers, head_parameter_names
 from vitlit.model import ViTClassifier
 from vitlit.optim import WarmupCosineLR, param_groups
+from vitlit.transfer.finetune import FreezeSchedule, backbone_layers, head_parameter_names
 
 FINETUNE = ROOT / "configs" / "cifar10_vit_small_finetune.yaml"
 ADDONS = ROOT / "configs" / "addons"
 SCHEDULE = """
 trainer:
   callbacks+:
-    - class_path: vitlit.finetune.FreezeSchedule
+    - class_path: vitlit.transfer.finetune.FreezeSchedule
       init_args: {unfreeze_at_epochs: [1, 2], blocks_per_stage: 3, lr_factor: 0.5}
     - helpers.probes.TrainableProbe
 """

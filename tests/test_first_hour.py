@@ -14,7 +14,7 @@ from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
 
 from vitlit import ImageFolderDataModule
 from vitlit.optim import WarmupCosineLR
-from vitlit.runs import read_scalars
+from vitlit.runs.folders import read_scalars
 
 
 def _digits_fit(digits: Path, root: Path) -> list[str]:

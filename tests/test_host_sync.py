@@ -8,7 +8,7 @@ from helpers.cli import TINY_MODEL, tiny_cifar_fit
 from helpers.probes import HostReads
 from lightning.pytorch.callbacks import RichProgressBar
 
-from vitlit.progress import ProgressBar
+from vitlit.runs.progress import ProgressBar
 
 
 def test_training_steps_read_nothing_back_between_logging_steps(tmp_path: Path, cifar_dir: Path) -> None:

@@ -13,7 +13,7 @@ from PIL import Image
 
 from vitlit import ImageFolderDataModule
 from vitlit.data.images import image_problem, load_image
-from vitlit.runs import read_scalars
+from vitlit.runs.folders import read_scalars
 
 
 def _folder(root: Path, per_class: int = 12, classes: tuple[str, ...] = ("a", "b"), splits=("train",)) -> Path:

@@ -12,8 +12,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from vitlit.clipping import clip_true_gradients
 from vitlit.model import ViTClassifier
-from vitlit.monitor import SpeedMonitor, available_flops
-from vitlit.runs import read_scalars
+from vitlit.runs.folders import read_scalars
+from vitlit.runs.monitor import SpeedMonitor, available_flops
 
 
 def test_flops_per_image_is_three_forward_passes_of_the_published_count() -> None:
@@ -60,7 +60,7 @@ def test_the_logged_gradient_norm_is_the_one_before_clipping(clip: float | None,
 def test_gradient_norm_curve_and_weight_histograms_reach_tensorboard(tmp_path: Path, cifar_dir: Path) -> None:
     cli = tiny_cifar_fit(
         cifar_dir, tmp_path, "--trainer.max_steps", "6", "--trainer.log_every_n_steps", "1",
-        "--trainer.precision", "bf16-mixed", "--trainer.callbacks+=vitlit.monitor.WeightHistograms",
+        "--trainer.precision", "bf16-mixed", "--trainer.callbacks+=vitlit.runs.monitor.WeightHistograms",
     )  # fmt: skip
     norms = read_scalars(cli.trainer.log_dir)["train/grad_norm"]
     assert [step for step, _ in norms] == list(range(6)) and all(0 < v < 1e4 for _, v in norms)

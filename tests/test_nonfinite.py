@@ -9,11 +9,11 @@ import torch
 from helpers.cli import tiny_cifar_fit
 from helpers.faults import PoisonBatch
 
-from vitlit.nonfinite import NonFiniteGuard
+from vitlit.runs.nonfinite import NonFiniteGuard
 
 
 def _fit(cifar_dir: Path, root: Path, *extra: object):
-    # vitlit's Trainer adds NonFiniteGuard(action=--trainer.nonfinite); the poisoned batch is appended to the callbacks.
+    # The shared defaults (runs/defaults.yaml) list a NonFiniteGuard; the poisoned batch is appended to the callbacks.
     poison = ["--trainer.callbacks+=helpers.faults.PoisonBatch", "--trainer.callbacks.init_args.step", "3"]
     return tiny_cifar_fit(cifar_dir, root, "--trainer.max_epochs", "1", *extra, *poison)
 
@@ -23,8 +23,9 @@ def test_stop_skips_the_update_and_halts_with_a_resumable_checkpoint(
     check_every: str, stopped_at: int, tmp_path: Path, cifar_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        guard = ["--trainer.callbacks+=vitlit.nonfinite.NonFiniteGuard", "--trainer.callbacks.check_every_n_steps"]
-        _fit(cifar_dir, tmp_path, *guard, check_every)  # a guard of one's own replaces the Trainer's
+        # The shared guard checks every 50 steps; one appended with other settings takes its place.
+        guard = ["--trainer.callbacks+=vitlit.runs.nonfinite.NonFiniteGuard", "--trainer.callbacks.check_every_n_steps"]
+        _fit(cifar_dir, tmp_path, *([*guard, check_every] if check_every != "50" else []))
     assert exit_info.value.code == 1
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("vitlit: error:")]
@@ -49,7 +50,8 @@ def test_skip_drops_the_step_counts_it_and_trains_on(
     cli = _fit(
         cifar_dir,
         tmp_path,
-        "--trainer.nonfinite",
+        "--trainer.callbacks+=vitlit.runs.NonFiniteGuard",
+        "--trainer.callbacks.action",
         "skip",
         "--model.optimizer.init_args.fused",
         fused,
@@ -57,7 +59,7 @@ def test_skip_drops_the_step_counts_it_and_trains_on(
         precision,
     )
     assert cli.trainer.precision == precision and cli.trainer.gradient_clip_val == 1.0
-    [guard] = [cb for cb in cli.trainer.callbacks if isinstance(cb, NonFiniteGuard)]  # exactly one
+    [guard] = [cb for cb in cli.trainer.callbacks if isinstance(cb, NonFiniteGuard) and cb.active]  # one acts
     assert guard.action == "skip"
     poison = next(cb for cb in cli.trainer.callbacks if isinstance(cb, PoisonBatch))
     assert guard.action == "skip" and guard.skipped == 1

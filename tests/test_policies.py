@@ -1,4 +1,4 @@
-"""Batched AutoAugment, RandAugment, TrivialAugmentWide (vitlit.data.policies) against torchvision: ops and draws."""
+"""Batched AutoAugment, RandAugment, TrivialAugmentWide (vitlit.fast.policies) against torchvision: ops and draws."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from helpers.learning import CASES as LEARNING
 from scipy.stats import binomtest, chisquare
 from torchvision.transforms import v2
 
-from vitlit.data.device import DeviceLoader
-from vitlit.data.policies import (
+from vitlit.fast.device import DeviceLoader
+from vitlit.fast.policies import (
     _AUTOAUGMENT_SPACE,
     _RANDAUGMENT_SPACE,
     _TRIVIAL_SPACE,

@@ -12,8 +12,8 @@ from PIL import Image
 from timm.data.random_erasing import RandomErasing
 
 from vitlit import ImageFolderDataModule, ViTClassifier
-from vitlit.data.batch_augment import BatchAugment, random_erasing
 from vitlit.data.transforms import POLICIES, policy_transform
+from vitlit.fast.batch_augment import BatchAugment, random_erasing
 
 
 @pytest.mark.parametrize("policy", [p for p in POLICIES if p != "none"])

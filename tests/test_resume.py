@@ -207,7 +207,7 @@ def test_kill_while_saving_keeps_last_ckpt_and_auto_resume_continues_the_run(
 
 @pytest.mark.parametrize("every", [["every_fraction", "0.25"], ["every_n_steps", "2"]], ids=["fraction", "steps"])
 def test_snapshots_are_periodic_and_keep_the_newest(every: list[str], tmp_path: Path, digits_dir: Path) -> None:
-    snapshots = ["--trainer.callbacks+=vitlit.callbacks.Snapshots", "--trainer.callbacks.init_args.keep", "2"]
+    snapshots = ["--trainer.callbacks+=vitlit.runs.callbacks.Snapshots", "--trainer.callbacks.init_args.keep", "2"]
     snapshots += [f"--trainer.callbacks.init_args.{every[0]}", every[1]]
     cli = run_cli("fit", *_digits_run(digits_dir, 2, 4, 1), *snapshots, "--trainer.default_root_dir", tmp_path)
     folder = Path(cli.trainer.log_dir) / "checkpoints"

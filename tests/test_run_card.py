@@ -1,4 +1,4 @@
-"""The run card (vitlit.run_card.RunCard): written by every fit, carried through a resume, completed by test."""
+"""The run card (vitlit.runs.run_card.RunCard): written by every fit, carried through a resume, completed by test."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 import yaml
 from helpers.cli import DIGITS_CONFIG, ROOT, run_cli
 
-from vitlit.run_card import render_markdown
+from vitlit.runs.run_card import render_markdown
 
 SHORT = [
     "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "2", "--data.batch_size", "32",

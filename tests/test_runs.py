@@ -18,7 +18,7 @@ import torch
 from helpers.cli import CPU, DIGITS_CONFIG, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit, tree_digest
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
-from vitlit.runs import LOCK_FILE, allocate_version, relocated_logger
+from vitlit.runs.folders import LOCK_FILE, allocate_version, relocated_logger
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +206,7 @@ def test_a_full_disk_stops_with_one_line_and_keeps_the_checkpoints(tmp_path: Pat
 
 
 def test_disk_full_is_read_from_the_error_torch_raises() -> None:
-    from vitlit.checkpoint_io import disk_full
+    from vitlit.checkpoints import disk_full
 
     try:  # what torch's zip writer raises while handling the OSError of a full disk
         try:

@@ -14,7 +14,7 @@ import yaml
 from helpers.cli import DIGITS_CONFIG, run_cli
 
 from vitlit.errors import ConfigError
-from vitlit.sweep import nested, read_space
+from vitlit.tools.sweep import nested, read_space
 
 SPACE = {
     "model.optimizer.init_args.lr": {"type": "log_uniform", "low": 1.0e-3, "high": 1.0e-2},

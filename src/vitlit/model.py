@@ -14,13 +14,11 @@ from lightning.fabric.utilities.throughput import measure_flops
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
-from torch.nn import functional as F
-from torchmetrics import MeanMetric, MetricCollection
+from torchmetrics import MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from vitlit.checkpoint_io import UNREADABLE
+from vitlit.checkpoints import UNREADABLE
 from vitlit.clipping import clip_true_gradients
-from vitlit.distill import Distillation
 from vitlit.errors import ConfigError
 from vitlit.optim import WarmupCosineLR, apply_lr_scale, param_groups
 from vitlit.schedule import total_steps
@@ -64,8 +62,12 @@ class ViTClassifier(LightningModule):
         compile: Compile the network with ``torch.compile`` (in place, so checkpoints keep their parameter names):
             slower start (tens of seconds), faster steps on a GPU. Training batches keep one size (``drop_last``), so
             training compiles once; evaluation compiles once more for its last, partial batch.
-        label_smoothing: Label smoothing of the cross-entropy loss (0.1 in the reference ViT recipes). It is applied
-            here only, once, also to the soft targets of Mixup/CutMix (PyTorch's cross-entropy accepts both).
+        label_smoothing: Label smoothing of the default loss, cross-entropy; ``None`` means 0.1 (the reference ViT
+            recipes). Applied here only, once, also to the soft targets of Mixup/CutMix. Not with ``loss``.
+        loss: The loss, a ``torch.nn.Module`` (``--model.loss <class path>``, e.g. a focal loss of your own) called
+            as ``loss(logits, targets)``; the same for training, validation and test. In training, targets are
+            class indices or, with Mixup/CutMix, class probabilities: a loss for those must accept both.
+            ``None``: cross-entropy with ``label_smoothing``.
         layer_decay: Layer-wise learning-rate decay for fine-tuning (e.g. 0.75): block ``i`` of ``n`` learns at
             ``lr * layer_decay ** (n + 1 - i)``, the head at ``lr``. ``None`` trains all layers at one rate.
         class_names: Name of each class in index order (linked from ``data.class_names``). Stored in checkpoints, so
@@ -75,9 +77,6 @@ class ViTClassifier(LightningModule):
             ``forward`` (the data module normalises); kept in checkpoints so that an exported or served model
             prepares new images exactly as in training.
         input_std: Per-channel standard deviation, as ``input_mean`` (linked from ``data.std``).
-        distillation: Learn from a frozen teacher as well as from the labels (`vitlit.distill.Distillation`:
-            ``--model.distillation.teacher <timm name or vitlit .ckpt>``, ``kind`` soft or hard, ``alpha``,
-            ``temperature``). The teacher is never saved with the student.
         optimizer: Optimizer factory, called with the parameter groups (no weight decay on biases, norms,
             position embedding and class token). Default AdamW(lr=5e-4, weight_decay=0.05). Any optimizer class
             works, e.g. ``torch.optim.SGD`` or ``timm.optim.Lamb``. Rule of thumb for the learning rate: scale it
@@ -100,12 +99,12 @@ class ViTClassifier(LightningModule):
         pretrained_file: str | None = None,
         grad_checkpointing: bool = False,
         compile: bool = False,
-        label_smoothing: Rate = 0.1,
+        label_smoothing: Rate | None = None,
+        loss: nn.Module | None = None,
         layer_decay: Fraction | None = None,
         class_names: list[str] | None = None,
         input_mean: list[float] | None = None,
         input_std: list[float] | None = None,
-        distillation: Distillation | None = None,
         optimizer: OptimizerCallable = lambda params: torch.optim.AdamW(params, lr=5e-4, weight_decay=0.05),
         scheduler: LRSchedulerCallable = lambda optimizer: WarmupCosineLR(optimizer, warmup_steps=500),
     ) -> None:
@@ -113,36 +112,32 @@ class ViTClassifier(LightningModule):
         # Plain lists and numbers in the hyperparameters: hparams.yaml stays plain YAML, checkpoints weights_only.
         input_mean = None if input_mean is None else [float(v) for v in input_mean]
         input_std = None if input_std is None else [float(v) for v in input_std]
-        self.save_hyperparameters(ignore=["distillation"])
+        if loss is not None and label_smoothing is not None:
+            raise ConfigError(
+                f"label_smoothing={label_smoothing} is for the default cross-entropy, but loss is "
+                f"{type(loss).__name__}; give the smoothing to that loss, or drop --model.label_smoothing."
+            )
+        # The loss object stays out of the hyperparameters (checkpoints hold plain values only); its class is named.
+        self.save_hyperparameters(ignore=["loss"])
         for key, value in self.hparams.items():
             self.hparams[key] = plain(value)
-        self.hparams["distillation"] = None if distillation is None else distillation.hparams()
+        self.hparams["loss"] = None if loss is None else f"{type(loss).__module__}.{type(loss).__qualname__}"
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self._check_optimization()
         self.net = self._create_net()
-        self.distillation = distillation
-        if distillation is not None:
-            if input_mean is None or input_std is None:
-                raise ConfigError(
-                    "distillation needs the input normalisation (input_mean, input_std) to feed the teacher; the CLI "
-                    "links it from the data module."
-                )
-            distillation.build(num_classes, class_names, input_mean, input_std)
-            if hasattr(self.net, "set_distilled_training"):  # DeiT's distillation token learns from the teacher
-                self.net.set_distilled_training(True)
         if grad_checkpointing:
             self.net.set_grad_checkpointing(True)
         if compile:
             self.net.compile()
-        self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        smoothing = 0.1 if label_smoothing is None else label_smoothing
+        self.criterion = loss if loss is not None else nn.CrossEntropyLoss(label_smoothing=smoothing)
         # average="micro" is plain accuracy; torchmetrics' default ("macro") would average per-class recalls.
         # validate_args=False: the check counts unique target values on the host, a GPU sync on every step; the
         # inputs here are the model's own logits and class indices.
         top1 = MulticlassAccuracy(num_classes, top_k=1, average="micro", validate_args=False)
-        top5 = MulticlassAccuracy(num_classes, top_k=min(5, num_classes), average="micro", validate_args=False)
-        self.train_metrics = MetricCollection({"acc": top1.clone()}, prefix="train/")
-        self.val_metrics = MetricCollection({"acc": top1.clone(), "acc_top5": top5.clone()}, prefix="val/")
+        self.train_metrics = MetricCollection({"acc": top1}, prefix="train/")
+        self.val_metrics = MetricCollection(self.evaluation_metrics(num_classes), prefix="val/")
         self.test_metrics = self.val_metrics.clone(prefix="test/")
         # The evaluation loss as a torchmetrics mean too: under DDP it sums losses and image counts over all
         # processes at the epoch end (Lightning's sync_dist averages the counts as integers, which rounds them).
@@ -151,6 +146,16 @@ class ViTClassifier(LightningModule):
         self.test_loss = MeanMetric(nan_strategy="disable")
         if not compile:  # lets Lightning's model summary show FLOPs and shapes (a compiled model would recompile)
             self.example_input_array = torch.zeros(1, in_chans, img_size, img_size)
+
+    def evaluation_metrics(self, num_classes: int) -> dict[str, Metric]:
+        """The metrics of validation and test, by name (logged as ``val/<name>`` and ``test/<name>``).
+
+        The hook for metrics of your own: override it in a subclass and add to ``super().evaluation_metrics(...)``.
+        A metric that returns one value per class (``MulticlassF1Score(num_classes, average=None)``) is logged per
+        class as ``val/<name>/<class name>``. ``val/acc`` must stay: checkpoints and early stopping follow it.
+        """
+        top5 = MulticlassAccuracy(num_classes, top_k=min(5, num_classes), average="micro", validate_args=False)
+        return {"acc": MulticlassAccuracy(num_classes, top_k=1, average="micro", validate_args=False), "acc_top5": top5}
 
     def _net_kwargs(self) -> dict[str, Any]:
         hp = self.hparams
@@ -168,7 +173,8 @@ class ViTClassifier(LightningModule):
     def flops_per_image(self) -> int:
         """Model FLOPs of one training image, forward and backward, counted once on the meta device (no memory).
 
-        `vitlit.monitor.SpeedMonitor` turns this into TFLOP/s and MFU. Attention is counted as PyTorch's FLOP counter
+        `vitlit.runs.monitor.SpeedMonitor` turns this into TFLOP/s and MFU. Attention is counted as PyTorch's FLOP
+        counter
         counts ``scaled_dot_product_attention``; augmentation and the optimizer are not model FLOPs.
         """
         return _flops_per_image(self.hparams.model_name, tuple(sorted(self._net_kwargs().items())))
@@ -277,24 +283,24 @@ class ViTClassifier(LightningModule):
         """Return class logits (batch, num_classes) for images of shape (batch, in_chans, img_size, img_size)."""
         return self.net(images)
 
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        """Cross-entropy on class indices, or on class probabilities when the data mixes images (Mixup/CutMix).
+    def training_loss(self, output: Any, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The loss of one training batch: `criterion` on class indices, or on class probabilities (Mixup/CutMix).
 
-        With ``distillation``, the teacher's term is added (`vitlit.distill.Distillation.loss`).
+        The hook for a training objective with more terms (`vitlit.transfer.distill.DistilledViTClassifier`).
         """
+        return self.criterion(output, targets)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        """One optimizer step's loss (`training_loss`), logged as ``train/loss``; accuracy as ``train/acc``."""
         images, targets = batch
         output = self(images)
-        if self.distillation is not None:
-            teacher = self.distillation.teacher_logits(images)
-            loss = self.distillation.loss(output, teacher, targets, self.criterion)
-        else:
-            loss = self.criterion(output, targets)
+        loss = self.training_loss(output, images, targets)
         logits = (output[0] + output[1]) / 2 if isinstance(output, tuple) else output  # DeiT: both heads, as in eval
         # With soft targets, accuracy counts the dominant class of each mixed image.
         hard = targets.argmax(dim=-1) if targets.is_floating_point() else targets
         self.train_metrics.update(logits.detach(), hard)
         # Not prog_bar=True: Lightning would turn it into a number after every batch, a GPU sync per step;
-        # vitlit.progress.ProgressBar shows it at the logging steps instead.
+        # vitlit.runs.progress.ProgressBar shows it at the logging steps instead.
         self.log("train/loss", loss, batch_size=len(images))
         self.log_dict(self.train_metrics, on_step=False, on_epoch=True, batch_size=len(images))
         return loss
@@ -305,13 +311,27 @@ class ViTClassifier(LightningModule):
         images, targets = batch
         logits = self(images)
         # torchmetrics objects: under DDP they combine every process's shard when computed, at the epoch end. The
-        # loss goes in per image, not as the batch mean with a weight: torchmetrics' MeanMetric drops the weight when
+        # batch's loss goes in once per image, not with a weight: torchmetrics' MeanMetric drops the weight when
         # nan_strategy="disable" (every batch would count the same, its last small one too).
-        per_image = F.cross_entropy(logits, targets, label_smoothing=self.criterion.label_smoothing, reduction="none")
-        loss.update(per_image)
+        loss.update(self.criterion(logits, targets).expand(len(images)))
         self.log(f"{stage}/loss", loss, prog_bar=stage == "val", batch_size=len(images))
         metrics.update(logits, targets)
-        self.log_dict(metrics, prog_bar=stage == "val", batch_size=len(images))
+
+    def _log_metrics(self, metrics: MetricCollection) -> None:
+        """Log the epoch's evaluation metrics; one value per class becomes ``<stage>/<name>/<class name>``."""
+        names = self.hparams.class_names or [str(i) for i in range(self.hparams.num_classes)]
+        for name, value in metrics.compute().items():
+            if value.numel() == 1:
+                self.log(name, value.squeeze(), prog_bar=name.startswith("val/"))
+            else:
+                self.log_dict({f"{name}/{names[i]}": v for i, v in enumerate(value.flatten())})
+        metrics.reset()
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_metrics(self.val_metrics)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_metrics(self.test_metrics)
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "val", self.val_metrics, self.val_loss)
@@ -327,7 +347,8 @@ class ViTClassifier(LightningModule):
     def param_groups(self, names: set[str] | None = None) -> list[dict[str, Any]]:
         """The network's trainable parameters (or only ``names``) in optimizer groups: weight decay and layer decay.
 
-        `vitlit.finetune.FreezeSchedule` groups the stages it unfreezes with this, so they are split like the rest.
+        `vitlit.transfer.finetune.FreezeSchedule` groups the stages it unfreezes with this, so they are split like the
+        rest.
         """
         no_decay = getattr(self.net, "no_weight_decay", set)()  # timm: pos_embed, cls_token, ...
         return param_groups(self.net, skip=no_decay, layer_decay=self.hparams.layer_decay, names=names)
@@ -368,10 +389,6 @@ class ViTClassifier(LightningModule):
         norm = clip_true_gradients(optimizer, self.trainer.precision_plugin, gradient_clip_val, gradient_clip_algorithm)
         if norm is not None:
             self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
-
-    def on_fit_start(self) -> None:
-        if self.distillation is not None:
-            self.distillation.to(self.device)
 
     def on_train_start(self) -> None:
         # Lightning logs every log_every_n_steps optimizer steps (50); a run whose epochs are shorter would show its

@@ -41,7 +41,8 @@ def param_groups(
         model: The network whose trainable parameters are grouped.
         skip: Parameter names (as in ``named_parameters``) that must not be decayed.
         layer_decay: Per-block learning-rate decay factor in (0, 1]; ``None`` disables layer-wise decay.
-        names: Group only these parameters (a stage that `vitlit.finetune.FreezeSchedule` unfreezes); ``None``: all
+        names: Group only these parameters (a stage that `vitlit.transfer.finetune.FreezeSchedule` unfreezes);
+            ``None``: all
             trainable ones.
 
     Returns:
@@ -137,7 +138,8 @@ class WarmupCosineLR(LambdaLR):
     def track_new_param_groups(self) -> None:
         """Take on the optimizer's groups added since this schedule was built, from the current step on.
 
-        `vitlit.finetune.FreezeSchedule` adds a group for each stage it unfreezes; a plain ``LambdaLR`` would leave
+        `vitlit.transfer.finetune.FreezeSchedule` adds a group for each stage it unfreezes; a plain ``LambdaLR`` would
+        leave
         it at its first learning rate for the rest of the run. Each new group's learning rate is its peak, and it
         follows the same warmup and cosine as the others: added mid-run, it starts at the curve's current point.
         """

@@ -9,12 +9,9 @@ keeps Lightning's signatures, so the subcommands take exactly Lightning's argume
 from __future__ import annotations
 
 import functools
-from typing import Any, Literal
+from typing import Any
 
 import lightning as L
-
-from vitlit.interrupts import StopTogetherOnSigterm
-from vitlit.nonfinite import NonFiniteGuard
 
 _CKPT_PATH = """ckpt_path: Checkpoint to start from: a ``.ckpt`` file, ``last`` (the newest ``last.ckpt`` of any run
                 under ``--trainer.default_root_dir``){auto}. It is read with ``weights_only`` safety and must fit
@@ -42,28 +39,11 @@ def _documented(method: Any, doc: str) -> Any:
 
 
 class Trainer(L.Trainer):
-    """Lightning's Trainer, with a guard against non-finite steps and a SIGTERM that stops all DDP processes together.
-
-    The subcommands' help texts are vitlit's.
+    """Lightning's Trainer, with help texts for the subcommands that describe what vitlit's CLI does.
 
     Args:
-        nonfinite: What a NaN/inf loss or gradient does (`vitlit.nonfinite.NonFiniteGuard`, which skips the update on
-            the device): ``stop`` the run, saving a checkpoint to resume from; ``skip`` the step, count it in
-            ``train/nonfinite_steps`` and train on; ``off`` for no guard. A NonFiniteGuard given in ``callbacks``
-            (for its other settings) is used instead.
         **kwargs: Lightning's Trainer arguments (``--trainer.help`` lists them).
     """
-
-    def __init__(self, *, nonfinite: Literal["stop", "skip", "off"] = "stop", **kwargs: Any) -> None:
-        callbacks = kwargs.get("callbacks")
-        callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, list) else [callbacks]
-        if nonfinite != "off" and not any(isinstance(cb, NonFiniteGuard) for cb in callbacks):
-            callbacks.append(NonFiniteGuard(action=nonfinite))
-        if not any(isinstance(cb, StopTogetherOnSigterm) for cb in callbacks):
-            callbacks.append(StopTogetherOnSigterm())  # does nothing in a single process
-        self.nonfinite = nonfinite
-        kwargs["callbacks"] = callbacks
-        super().__init__(**kwargs)  # this form lets jsonargparse find Lightning's arguments behind **kwargs
 
     fit = _documented(
         L.Trainer.fit,

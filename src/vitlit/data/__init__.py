@@ -1,8 +1,7 @@
-"""Data modules: CIFAR-10/100, SVHN and any class-folder image data set, and the batch augmentations they share."""
+"""Data modules: the data contract (`ImageClassificationDataModule`), CIFAR-10/100, SVHN and class-folder images."""
 
 from vitlit.data.base import ImageClassificationDataModule
-from vitlit.data.batch_augment import BatchAugment
 from vitlit.data.cifar import CIFARDataModule
 from vitlit.data.folder import ImageFolderDataModule
 
-__all__ = ["BatchAugment", "CIFARDataModule", "ImageClassificationDataModule", "ImageFolderDataModule"]
+__all__ = ["CIFARDataModule", "ImageClassificationDataModule", "ImageFolderDataModule"]

@@ -13,33 +13,50 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
-from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
-from vitlit.data.batch_augment import BatchAugment
-from vitlit.data.device import DeviceLoader, decode_uint8
 from vitlit.data.images import PIL_MODES, ImageFiles, check_images, image_files, without_bad
-from vitlit.data.policies import BatchPolicy
 from vitlit.data.transforms import Magnitude, Policy, eval_transform, policy_transform, train_transform
 from vitlit.errors import ConfigError
 from vitlit.schedule import training_progress
 from vitlit.types import PositiveFloat, PositiveInt, plain
-
-#: ``on_device: auto`` keeps the images on the training device when they take at most this share of its free memory:
-#: the rest is for the model, its activations and the optimizer (CIFAR's 150 MB is under 1% of a 24 GB GPU).
-AUTO_DEVICE_FRACTION = 0.25
 
 #: Normalisation statistics of ImageNet, the default of data modules that name none of their own.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 #: Channel counts the per-image augmentation policies (torchvision's colour operations) accept.
 POLICY_CHANNELS = (1, 3)
+
+
+@runtime_checkable
+class BatchTransform(Protocol):
+    """What ``--data.batch_augment`` takes: a transform of whole training batches on the training device.
+
+    `vitlit.fast.BatchAugment` (random erasing, Mixup/CutMix) is one. A transform that mixes images in pairs has a
+    true ``mixes`` attribute, and the batch size must then be even.
+    """
+
+    def __call__(
+        self, images: torch.Tensor, targets: torch.Tensor, progress: float, num_classes: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return the augmented batch; ``progress`` is the fraction of the run done, targets may become soft."""
+
+
+class SplitLoader(Protocol):
+    """Another way to batch a split than the per-image DataLoader, set as a data module's ``loader`` attribute.
+
+    `vitlit.fast.OnDevice` (the splits as uint8 tensors on the training device) is one; the fast part's
+    `vitlit.fast.DeviceData` callback sets it for ``on_device``. A fork may set its own in ``__init__``.
+    """
+
+    def make(self, data: ImageClassificationDataModule, split: TransformedSubset, train: bool) -> Any:
+        """An iterable of ``(images, targets)`` batches for ``split``, or ``None`` to use the DataLoader."""
 
 
 class TransformedSubset(Dataset):
@@ -125,7 +142,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     the data has its own validation split): datasets of ``(image, class index)`` without transforms, the image a
     PIL image or a ``(C, H, W)`` uint8 tensor with ``in_chans`` channels. Three optional hooks make it faster:
     `source_targets` (class indices without decoding, for ``class_balanced``), `source_uint8` (all images as one
-    uint8 tensor, for ``on_device``) and `source_files` (file names, for ``predictions.csv``); ``native_size``
+    uint8 tensor, for the device path) and `source_files` (file names, for ``predictions.csv``); ``native_size``
     avoids a resize, ``default_mean``/``default_std`` give the data's statistics. Nothing else of a dataset is read.
 
     Args:
@@ -150,16 +167,15 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             (TrivialAugmentWide), ``randaugment`` or ``autoaugment`` (the CIFAR-10 policy). 1 or 3 channels.
         randaugment_num_ops: RandAugment: operations per image.
         randaugment_magnitude: RandAugment: magnitude of each operation, 0 to 30 (9 in DeiT's recipe).
-        batch_augment: Random erasing and Mixup/CutMix on whole training batches, on the training device
-            (`vitlit.data.BatchAugment`, given like the model's optimizer: ``class_path`` and ``init_args``);
-            ``None`` for none.
+        batch_augment: A transform of whole training batches on the training device (`BatchTransform`, given like
+            the model's optimizer: ``class_path`` and ``init_args``), e.g. `vitlit.fast.BatchAugment` for random
+            erasing and Mixup/CutMix; ``None`` for none.
         class_balanced: Draw training images with probability inversely proportional to their class's frequency
             (with replacement, one epoch = as many draws as images), for class-imbalanced data.
         on_device: Keep every split as one uint8 tensor on the training device and crop, flip, augment and
-            normalise whole batches there (`vitlit.data.device`, `vitlit.data.policies`): no worker processes, no
-            CPU bottleneck (CIFAR: 150 MB). ``auto`` (the default) does so when the decoded images take at most a
-            quarter of the device's free memory (`AUTO_DEVICE_FRACTION`), else uses the per-image DataLoader, and
-            says which in one line; ``true``/``false`` force one path.
+            normalise whole batches there (the fast part, `vitlit.fast.OnDevice`): no worker processes, no CPU
+            bottleneck. ``auto`` does so where the images fit in a quarter of the device's free memory and the fast
+            part is installed, and says which path it took; ``true``/``false`` force one path.
         predict_dir: A folder of images for ``predict`` to classify instead of the test split: any layout, nested
             folders included, no class folders needed; files that cannot be read are named and left out.
     """
@@ -188,7 +204,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         augment: Policy = "none",
         randaugment_num_ops: PositiveInt = 2,
         randaugment_magnitude: Magnitude = 9,
-        batch_augment: BatchAugment | None = None,
+        batch_augment: BatchTransform | None = None,
         class_balanced: bool = False,
         on_device: bool | Literal["auto"] = "auto",
         predict_dir: str | Path | None = None,
@@ -211,7 +227,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
                 f"augment={augment!r} needs 1 or 3 channels (torchvision's colour operations), but "
                 f"in_chans={in_chans}; pass --data.augment none."
             )
-        if batch_augment is not None and batch_augment.mixes and batch_size % 2:
+        if getattr(batch_augment, "mixes", False) and batch_size % 2:
             raise ConfigError(
                 f"batch_size={batch_size} is odd, but Mixup/CutMix mix images in pairs; use an even size."
             )
@@ -230,13 +246,12 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self.augment = augment
         self.randaugment_num_ops = plain(randaugment_num_ops)
         self.randaugment_magnitude = plain(randaugment_magnitude)
-        self.batch_augment = batch_augment if batch_augment is not None and batch_augment.active else None
+        self.batch_augment = batch_augment
         self.class_balanced = class_balanced
         self.on_device = on_device
-        self._device_path: bool | None = None if on_device == "auto" else bool(on_device)  # auto: decided once
+        self.loader: SplitLoader | None = None  # set by the fast part (or a fork); None: the DataLoader
         self.predict_dir = None if predict_dir is None else Path(predict_dir).expanduser()
         self._predict_images = [] if self.predict_dir is None else self._scan_predict_dir(self.predict_dir)
-        self._uint8: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # per source: device path's decoded copy
         self.train_set: TransformedSubset | None = None
         self.val_set: TransformedSubset | None = None
         self.test_set: TransformedSubset | None = None
@@ -294,7 +309,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         return [int(source[i][1]) for i in range(len(source))]
 
     def source_uint8(self, source: Dataset) -> torch.Tensor | None:
-        """All images of ``source`` as one (N, in_chans, H, W) uint8 tensor, for ``on_device``; ``None`` decodes them.
+        """All images of ``source`` as one (N, in_chans, H, W) uint8 tensor, for the device path; ``None`` decodes.
 
         Override it where the data already sits in one array (CIFAR, SVHN): taking it costs nothing, while decoding
         runs every image through PIL once (seconds to minutes for a large folder). Images of another size than
@@ -344,13 +359,13 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """Whether this is a ``predict`` of ``predict_dir``: then no data set needs to be downloaded."""
         return self.predict_dir is not None and self.trainer is not None and self.trainer.predicting
 
-    def _is_predict_folder(self, source: Dataset | None) -> bool:
+    def is_predict_folder(self, source: Dataset | None) -> bool:
         """Whether ``source`` is ``predict_dir``'s images (vitlit's own, not one of the subclass's sources)."""
         return self.predict_dir is not None and self.predict_set is not None and source is self.predict_set.source
 
-    def _resize(self, source: Dataset | None = None) -> bool:
+    def needs_resize(self, source: Dataset | None = None) -> bool:
         """Whether images must be resized to ``img_size``: always for ``predict_dir``'s files, of any size."""
-        return self._is_predict_folder(source) or self.native_size != self.img_size
+        return self.is_predict_folder(source) or self.native_size != self.img_size
 
     def _scan_predict_dir(self, folder: Path) -> list[Path]:
         """The image files below ``folder``, found before any work starts (the folder must hold at least one)."""
@@ -375,7 +390,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             self.img_size,
             self.mean,
             self.std,
-            resize=self._resize(),
+            resize=self.needs_resize(),
             crop_padding=self.crop_padding,
             hflip=self.hflip,
             policy=policy_transform(self.augment, self.randaugment_num_ops, self.randaugment_magnitude),
@@ -383,7 +398,9 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
 
     def eval_transform(self, resize: bool | None = None) -> Any:
         """The deterministic pipeline for validation, test and predict (``resize`` overrides the data's own need)."""
-        return eval_transform(self.img_size, self.mean, self.std, resize=self._resize() if resize is None else resize)
+        return eval_transform(
+            self.img_size, self.mean, self.std, resize=self.needs_resize() if resize is None else resize
+        )
 
     def setup(self, stage: str) -> None:
         """Build the datasets that ``stage`` needs; idempotent, so a fit followed by a test reuses the split."""
@@ -425,15 +442,19 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         images, targets = batch
         return self.batch_augment(images, targets, training_progress(self.trainer), self.num_classes)
 
-    def _loader(self, dataset: TransformedSubset | None, train: bool) -> DataLoader | DeviceLoader:
+    def _loader(self, dataset: TransformedSubset | None, train: bool) -> Any:
         if dataset is None:
             raise RuntimeError("setup() must run before the loaders are requested; the Trainer does this for you.")
-        if self.uses_device_path():
-            return self._device_loader(dataset, train)
-        rank, world_size = self._rank_and_world_size()
+        if self.loader is None and self.on_device is True:
+            raise ConfigError("on_device=true needs the fast data path (src/vitlit/fast/, which attaches through its "
+                              "defaults.yaml); put it back, or pass --data.on_device false.")  # fmt: skip
+        made = self.loader.make(self, dataset, train) if self.loader is not None else None
+        if made is not None:
+            return made
+        rank, world_size = self.rank_and_world_size()
         if train:
             # In DDP Lightning shards these itself (DistributedSampler, or DistributedSamplerWrapper around this one).
-            sampler = _class_balanced_sampler(self.targets(dataset)) if self.class_balanced else None
+            sampler = class_balanced_sampler(self.targets(dataset)) if self.class_balanced else None
         elif world_size > 1:
             # Lightning's own shards for evaluation repeat images to even out the processes, so an accuracy would
             # count some twice; this shard of every world_size-th image counts each exactly once (vitlit logs the
@@ -454,52 +475,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             persistent_workers=self.persistent_workers and self.workers > 0,
         )
 
-    def _rank_and_world_size(self) -> tuple[int, int]:
+    def rank_and_world_size(self) -> tuple[int, int]:
         """This process's global rank and the number of data-parallel processes (``(0, 1)`` outside a Trainer)."""
         if self.trainer is None:
             return 0, 1
         return self.trainer.global_rank, self.trainer.world_size
-
-    def uses_device_path(self) -> bool:
-        """Whether the loaders keep the images on the training device (``on_device``; ``auto`` decides on first use)."""
-        if self._device_path is None:
-            fits = self._device_path_fits()
-            if self.trainer is not None and self.trainer.world_size > 1:
-                # Every DDP process must take the same path (the two give different batch counts): the device path
-                # only where it fits on every device. All processes ask at once, for their first loader.
-                everywhere = self.trainer.strategy.reduce_boolean_decision(fits, all=True)
-                if fits and not everywhere:
-                    rank_zero_info("vitlit: data path: DataLoader after all: another process's device has too little "
-                                   "free memory")  # fmt: skip
-                fits = everywhere
-            self._device_path = fits
-        return self._device_path
-
-    def _device_path_fits(self) -> bool:
-        """``on_device: auto``: the device path if the decoded images fit in `AUTO_DEVICE_FRACTION` of free memory."""
-        device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
-        splits = (self.train_set, self.val_set, self.test_set, self.predict_set)
-        sources = {id(split.source): split.source for split in splits if split is not None}
-        images = sum(len(source) for source in sources.values())
-        side = self.native_size or self.img_size  # stored size (resized per batch), else decoded at img_size
-        need = images * self.in_chans * side * side
-        if device.type == "cpu" and self.trainer is not None:
-            need *= self.trainer.num_devices  # each process of this machine keeps its own copy in the same memory
-        free = free_memory(device)
-        size = f"{images:,} images of {self.in_chans}x{side}x{side} take {need / 2**20:,.1f} MB"
-        if free is None:
-            rank_zero_info(f"vitlit: data path: DataLoader ({device.type} does not report its free memory; {size}); "
-                           f"--data.on_device true puts them on the device")  # fmt: skip
-            return False
-        fits = need <= AUTO_DEVICE_FRACTION * free
-        share = f"{need / free:.1%} of the {free / 2**30:,.1f} GB free on {device}"
-        if fits:
-            rank_zero_info(f"vitlit: data path: on the device ({size}, {share}); --data.on_device false for the "
-                           f"per-image DataLoader")  # fmt: skip
-        else:
-            rank_zero_info(f"vitlit: data path: DataLoader ({size}, {share}, more than the {AUTO_DEVICE_FRACTION:.0%} "
-                           f"--data.on_device auto allows); --data.on_device true forces the device path")  # fmt: skip
-        return fits
 
     @property
     def workers(self) -> int:
@@ -507,93 +487,29 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         return min(self.num_workers, cores)
 
-    def _source_as_uint8(self, source: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
-        """``source`` as (N, C, H, W) uint8 images and (N,) class indices, once per source (train and val share)."""
-        key = id(source)
-        if key not in self._uint8:
-            # The hook knows the subclass's own sources only; predict_dir's files are decoded here.
-            images = None if self._is_predict_folder(source) else self.source_uint8(source)
-            if images is None:
-                rank_zero_info(f"vitlit: decoding {len(source)} images once for --data.on_device")
-                images = decode_uint8(source, self.img_size, self.in_chans, self._resize(source))
-            elif images.dtype != torch.uint8 or images.ndim != 4 or images.shape[:2] != (len(source), self.in_chans):
-                raise ValueError(
-                    f"{type(self).__name__}.source_uint8 returned {images.dtype} images of shape "
-                    f"{tuple(images.shape)}; it must return uint8 of shape ({len(source)}, {self.in_chans}, H, W)."
-                )
-            targets = torch.as_tensor(self.source_targets(source), dtype=torch.long)
-            self._uint8[key] = (images, targets)
-        return self._uint8[key]
-
-    def _device_loader(self, dataset: TransformedSubset, train: bool) -> DeviceLoader:
-        """The split as a DeviceLoader on the training device."""
-        device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
-        all_images, all_targets = self._source_as_uint8(dataset.source)
-        index = torch.as_tensor(dataset.indices, dtype=torch.long)
-        images, targets = all_images[index].to(device), all_targets[index].to(device)
-        weights = _class_balance_weights(targets.tolist()) if train and self.class_balanced else None
-        rank, world_size = self._rank_and_world_size()
-        return DeviceLoader(
-            images,
-            targets,
-            self.batch_size,
-            img_size=self.img_size,
-            mean=self.mean,
-            std=self.std,
-            shuffle=train,
-            drop_last=train,
-            crop_padding=self.crop_padding if train else 0,
-            hflip=self.hflip and train,
-            policy=self._batch_policy() if train else None,
-            sample_weights=weights,
-            rank=rank,
-            world_size=world_size,
-            share_order=self.trainer.strategy.broadcast if world_size > 1 else None,
-        )
-
-    def _batch_policy(self) -> BatchPolicy | None:
-        """``augment`` for whole batches on the device (`vitlit.data.policies`), or ``None``."""
-        if self.augment == "none":
-            return None
-        return BatchPolicy(self.augment, self.randaugment_num_ops, self.randaugment_magnitude)
-
-    def train_dataloader(self) -> DataLoader | DeviceLoader:
+    def train_dataloader(self) -> Any:
         """Shuffled training batches."""
         return self._loader(self.train_set, train=True)
 
-    def val_dataloader(self) -> DataLoader | DeviceLoader:
+    def val_dataloader(self) -> Any:
         """Validation batches in a fixed order."""
         return self._loader(self.val_set, train=False)
 
-    def test_dataloader(self) -> DataLoader | DeviceLoader:
+    def test_dataloader(self) -> Any:
         """Test batches in a fixed order."""
         return self._loader(self.test_set, train=False)
 
-    def predict_dataloader(self) -> DataLoader | DeviceLoader:
+    def predict_dataloader(self) -> Any:
         """``predict_dir``'s images, or the test split, in order."""
         return self._loader(self.predict_set, train=False)
 
 
-def free_memory(device: torch.device) -> int | None:
-    """Bytes free on ``device``: CUDA's own count, or the host's available memory (Linux); ``None`` where unknown."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    if device.type != "cpu":
-        return None
-    try:
-        with open("/proc/meminfo") as f:
-            fields = dict(line.split(":", 1) for line in f)
-        return int(fields["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return None
-
-
-def _class_balance_weights(targets: Sequence[int]) -> torch.Tensor:
+def class_balance_weights(targets: Sequence[int]) -> torch.Tensor:
     """Weight 1 / (its class's count) per image, so every class is drawn equally often on average."""
     counts = Counter(targets)
     return torch.tensor([1.0 / counts[t] for t in targets], dtype=torch.double)
 
 
-def _class_balanced_sampler(targets: Sequence[int]) -> WeightedRandomSampler:
-    """Draw as many images as the split holds, with replacement, by `_class_balance_weights`."""
-    return WeightedRandomSampler(_class_balance_weights(targets), num_samples=len(targets), replacement=True)
+def class_balanced_sampler(targets: Sequence[int]) -> WeightedRandomSampler:
+    """Draw as many images as the split holds, with replacement, by `class_balance_weights`."""
+    return WeightedRandomSampler(class_balance_weights(targets), num_samples=len(targets), replacement=True)

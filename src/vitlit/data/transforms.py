@@ -126,7 +126,7 @@ class PaddedRandomCrop:
 class ToNormalizedFloat:
     """uint8 to normalised float32 in one multiply and one add: ``ToDtype(float32, scale=True)`` and ``Normalize``.
 
-    Works on one (C, H, W) image or a (B, C, H, W) batch; the device data path (`vitlit.data.device`) uses it too.
+    Works on one (C, H, W) image or a (B, C, H, W) batch; the device data path (`vitlit.fast.device`) uses it too.
 
     Args:
         mean: Per-channel mean (of the 0..1 values).

@@ -1,79 +1,25 @@
-"""Checkpoint files that survive a kill during the save, and load errors that say what is wrong with the file."""
+"""Reading checkpoints before a run starts: ``--ckpt_path last|auto|none`` resolved, the file checked, one-line errors.
+
+Only headers and counters are read here (memory-mapped); Lightning restores the weights itself once the run starts.
+"""
 
 from __future__ import annotations
 
 import errno
 import pickle
-import shutil
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 
-from vitlit.atomic import replacing
 from vitlit.errors import ConfigError
-from vitlit.private import is_local_path
 
 # What torch.load raises on a truncated, foreign or tampered-with file.
 UNREADABLE = (RuntimeError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile)
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's TorchCheckpointIO, with saves that are atomic on the checkpoint's own file system.
-
-    Lightning (2.6) serialises the checkpoint into memory, writes it to a temporary file in the system's temp
-    directory and moves it into place. Where that directory lies on another file system (a tmpfs ``/tmp``, a scratch
-    disk), the move is a copy, and a kill during the copy leaves a truncated ``last.ckpt``: the one file a resume
-    needs. Here the temporary file sits next to its target, is flushed to disk, and ``os.replace`` swaps it in, so a
-    reader sees the old file or the new one, never a part. The checkpoint is streamed to disk rather than held twice
-    in memory. Remote paths (``s3://``, ...) keep Lightning's own handling. The vitlit CLI installs this plugin
-    unless the Trainer's ``plugins`` name another CheckpointIO.
-
-    Loading is Lightning's, with ``weights_only`` as the caller asks (Lightning resumes with ``weights_only=True``:
-    tensors and plain values only, so a checkpoint cannot run code); an unreadable file raises one ``ConfigError``
-    that names it and the way out.
-    """
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None) -> None:
-        if storage_options is not None or not is_local_path(path):
-            super().save_checkpoint(checkpoint, path, storage_options)
-            return
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with replacing(target) as tmp, tmp.open("wb") as f:
-                # Through a Python file object, not the path: then an OSError of the write (a full disk) stays
-                # attached to the RuntimeError that torch's zip writer raises for it, and `disk_full` can tell.
-                torch.save(checkpoint, f)
-        except (OSError, RuntimeError) as err:
-            full = disk_full(err)
-            if full is None:
-                raise
-            free = shutil.disk_usage(target.parent).free / 2**30
-            raise ConfigError(
-                f"saving {target} failed: {full} ({free:.2f} GiB free; the previous checkpoints are intact); free "
-                f"some space or set --trainer.default_root_dir to a larger disk, then resume."
-            ) from None
-        # Partial files of earlier, killed writers of this same target (each target has one writer: rank 0).
-        for stale in target.parent.glob(f".{target.name}.*.tmp"):
-            stale.unlink(missing_ok=True)
-
-    def load_checkpoint(
-        self,
-        path: str | Path,
-        map_location: Callable | None = lambda storage, loc: storage,
-        weights_only: bool | None = None,
-    ) -> dict[str, Any]:
-        if is_local_path(path):
-            require_checkpoint_file(path)
-        try:
-            checkpoint = super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
-        except UNREADABLE as err:
-            raise unreadable_checkpoint(path, err, weights_only) from None
-        return require_lightning_checkpoint(checkpoint, path)
 
 
 def require_checkpoint_file(path: str | Path) -> Path:
@@ -213,3 +159,65 @@ def disk_full(err: BaseException) -> str | None:
             return reasons[err.errno]
         err = err.__cause__ or err.__context__
     return None
+
+
+def is_run_dir(folder: Path) -> bool:
+    """Whether ``folder`` is a run's folder (a logger wrote its config or hyperparameters there)."""
+    return (folder / "config.yaml").is_file() or (folder / "hparams.yaml").is_file()
+
+
+def run_of_checkpoint(ckpt_path: Path) -> Path | None:
+    """The run folder a checkpoint belongs to (``<run>/checkpoints/<file>.ckpt``), or ``None`` for a loose file."""
+    run_dir = ckpt_path.parent.parent
+    return run_dir if ckpt_path.parent.name == "checkpoints" and is_run_dir(run_dir) else None
+
+
+def logger_root(logger: Logger | None) -> Path | None:
+    """The folder whose ``version_*`` subfolders a TensorBoardLogger/CSVLogger writes (``save_dir/name``)."""
+    if isinstance(logger, (TensorBoardLogger, CSVLogger)):
+        return Path(logger.root_dir).expanduser().resolve()
+    return None
+
+
+def newest_last_checkpoint(roots: list[Path], folders: list[Path]) -> Path | None:
+    """The most recently written ``last.ckpt`` of the runs under ``roots`` or in the checkpoint ``folders``."""
+    candidates = [p for root in roots for p in root.glob("*/checkpoints/last.ckpt")]
+    candidates += [folder / "last.ckpt" for folder in folders]
+    existing = [p for p in candidates if p.is_file()]
+    return max(existing, key=lambda p: p.stat().st_mtime) if existing else None
+
+
+def resolve_checkpoint(ckpt_path: str | None, subcommand: str, root: Path, folders: list[Path]) -> Path | None:
+    """The checkpoint a run starts from: ``--ckpt_path`` as a file, with ``last`` and ``auto`` resolved.
+
+    Lightning's own ``last`` only looks in the new run's (empty) checkpoint folder. Here ``last`` means the newest
+    ``last.ckpt`` of any earlier run under ``root`` (or in ``folders``) and fails if there is none; ``auto`` (fit
+    only) is the switch for job scripts restarted after preemption: resume if there is one, else start fresh;
+    ``none`` is no checkpoint (the CLI asks evaluations for it explicitly: they would otherwise use untrained weights).
+
+    Raises:
+        ConfigError: For ``auto`` outside ``fit``, ``last`` with no ``last.ckpt`` to find, or an empty path (a script's
+            unset variable), which would otherwise train from scratch or evaluate an untrained model without a word.
+    """
+    if ckpt_path is not None and not str(ckpt_path).strip():
+        raise ConfigError(
+            "--ckpt_path is empty; give a checkpoint file, last or auto, or leave the flag out to start from scratch."
+        )
+    if str(ckpt_path).lower() == "none":  # the explicit way to evaluate a model as it is built
+        return None
+    if ckpt_path in ("last", "auto"):
+        if ckpt_path == "auto" and subcommand != "fit":
+            raise ConfigError(f"--ckpt_path auto is for fit only; {subcommand} takes last or a checkpoint path.")
+        found = newest_last_checkpoint([root], folders)
+        if found is None and ckpt_path == "last":
+            raise ConfigError(
+                f"--ckpt_path last found no last.ckpt under {root}; give a checkpoint path, or check "
+                f"--trainer.default_root_dir."
+            )
+        return found
+    return Path(ckpt_path).expanduser().resolve() if ckpt_path else None
+
+
+def checkpoint_folders(trainer: Trainer) -> set[Path]:
+    """The folders the Trainer's ModelCheckpoints write to: set in the config, or resolved once fit started."""
+    return {Path(cb.dirpath) for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath}

@@ -27,12 +27,12 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 import vitlit
-from vitlit.atomic import write_atomically
-from vitlit.distributed import effective_batch
-from vitlit.env import versions
+from vitlit.checkpoints import run_of_checkpoint
 from vitlit.errors import TrainingHalted
-from vitlit.monitor import SpeedMonitor
-from vitlit.runs import run_of_checkpoint
+from vitlit.runs.atomic import write_atomically
+from vitlit.runs.distributed import effective_batch
+from vitlit.runs.monitor import SpeedMonitor
+from vitlit.tools.env import versions
 
 CARD = "run_card.json"
 CARD_MD = "run_card.md"
@@ -230,7 +230,7 @@ class RunCard(Callback):
             reason = "non-finite"
         elif isinstance(exception, KeyboardInterrupt):
             reason = "interrupted"
-        elif type(exception).__name__ == "TrialPruned":  # Optuna stopped a sweep's trial (vitlit.sweep)
+        elif type(exception).__name__ == "TrialPruned":  # Optuna stopped a sweep's trial (vitlit.tools.sweep)
             reason = "pruned"
         else:
             reason = f"error: {type(exception).__name__}"

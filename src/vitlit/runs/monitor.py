@@ -187,7 +187,7 @@ class WeightHistograms(Callback):
 
     The ViT-B/16 write-up watches them to see blocks that stop learning (a frozen distribution) or blow up. Off by
     default (a histogram per tensor per epoch grows the event file):
-    ``--trainer.callbacks+=vitlit.monitor.WeightHistograms``.
+    ``--trainer.callbacks+=vitlit.runs.monitor.WeightHistograms``.
     Needs the TensorBoard logger (the default); with another logger it does nothing, and says so once.
 
     Args:

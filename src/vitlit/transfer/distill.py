@@ -26,8 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitlit.checkpoint_io import UNREADABLE
+from vitlit.checkpoints import UNREADABLE
 from vitlit.errors import ConfigError
+from vitlit.model import ViTClassifier
 from vitlit.types import PositiveFloat, PositiveInt, Probability
 
 
@@ -107,7 +108,7 @@ class Distillation:
             ConfigError: For an unknown model name, unreadable weights, or a teacher of other classes.
         """
         if self.teacher_name.endswith(".ckpt") or Path(self.teacher_name).expanduser().is_file():
-            from vitlit.export import load_classifier  # the same reading as export and serve
+            from vitlit.tools.export import load_classifier  # the same reading as export and serve
 
             net, card = load_classifier(self.teacher_name)
             if class_names and card.class_names != list(class_names):
@@ -200,3 +201,37 @@ class Distillation:
         else:
             teacher_term = F.cross_entropy(dist, teacher.argmax(dim=-1))
         return self.alpha * criterion(cls, targets) + (1 - self.alpha) * teacher_term
+
+
+class DistilledViTClassifier(ViTClassifier):
+    """`vitlit.ViTClassifier` that learns from a frozen teacher as well as from the labels.
+
+    Chosen in YAML as the model's class (``configs/addons/distill.yaml``); every option of ViTClassifier applies.
+
+    Args:
+        distillation: The teacher and the loss (`Distillation`: ``--model.distillation.teacher <timm name or vitlit
+            .ckpt>``, ``kind`` soft or hard, ``alpha``, ``temperature``). The teacher is never saved with the student.
+        **kwargs: ViTClassifier's arguments.
+    """
+
+    def __init__(self, distillation: Distillation, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.hparams["distillation"] = distillation.hparams()
+        if self.hparams.input_mean is None or self.hparams.input_std is None:
+            raise ConfigError(
+                "distillation needs the input normalisation (input_mean, input_std) to feed the teacher; the CLI "
+                "links it from the data module."
+            )
+        hp = self.hparams
+        distillation.build(hp.num_classes, hp.class_names, hp.input_mean, hp.input_std)
+        self.distillation = distillation
+        if hasattr(self.net, "set_distilled_training"):  # DeiT's distillation token learns from the teacher
+            self.net.set_distilled_training(True)
+
+    def training_loss(self, output: Any, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The labels' loss and the teacher's term (`Distillation.loss`)."""
+        teacher = self.distillation.teacher_logits(images)
+        return self.distillation.loss(output, teacher, targets, self.criterion)
+
+    def on_fit_start(self) -> None:
+        self.distillation.to(self.device)

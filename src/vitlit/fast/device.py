@@ -3,12 +3,12 @@
 A CPU DataLoader with per-image PIL/tensor transforms delivers a few thousand CIFAR images per second per core; a
 small ViT on one GPU consumes tens of thousands. Keeping the 50,000 training images on the GPU (150 MB as uint8) and
 cropping, flipping and normalising whole batches there removes the worker processes and the bottleneck. Random
-erasing and Mixup/CutMix already run on the device (`vitlit.data.batch_augment`), after this.
+erasing and Mixup/CutMix already run on the device (`vitlit.fast.batch_augment`), after this.
 
 Semantics match the per-image pipeline of `vitlit.data.transforms` (tested statistically): [resize] -> random crop
 of ``img_size`` from the image zero-padded by ``crop_padding`` on each side (offsets uniform in 0..2*padding) ->
 horizontal flip with probability 0.5 -> scale to [0, 1] -> normalise. Random numbers come from torch's default
-generator of the device, whose state `vitlit.callbacks.RNGStateCheckpoint` saves, so resume stays exact.
+generator of the device, whose state `vitlit.runs.callbacks.RNGStateCheckpoint` saves, so resume stays exact.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 from vitlit.data.images import PIL_MODES
-from vitlit.data.policies import BatchPolicy
 from vitlit.data.transforms import ToNormalizedFloat, resize_steps
+from vitlit.fast.policies import BatchPolicy
 
 
 def decode_uint8(source: Dataset, img_size: int, in_chans: int, resize: bool) -> torch.Tensor:
@@ -123,7 +123,7 @@ class DeviceLoader:
         crop_padding: Random-crop padding in pixels; 0 disables the crop.
         hflip: Random horizontal flips.
         sample_weights: Draw ``N`` images with replacement with these weights each epoch instead (class balancing).
-        policy: An augmentation policy applied to each uint8 batch after crop and flip (`vitlit.data.policies`), as
+        policy: An augmentation policy applied to each uint8 batch after crop and flip (`vitlit.fast.policies`), as
             the per-image pipeline applies torchvision's after its crop and flip.
         rank: This process's index among ``world_size`` data-parallel processes (DDP's global rank).
         world_size: Number of processes sharing each epoch. In training, every process draws the same epoch order

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning.pytorch import LightningModule, Trainer
-from lightning.pytorch.callbacks import RichProgressBar
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 
 
 class ProgressBar(RichProgressBar):
@@ -41,3 +41,16 @@ class ProgressBar(RichProgressBar):
         if self._loss is not None:
             items["train/loss"] = self._loss
         return items
+
+
+class DefaultBar(Callback):
+    """Put `ProgressBar` in place of the bar Lightning adds by default; a bar a config names is kept as it is.
+
+    Why a swap and not a bar in the shared callbacks: Lightning refuses ``--trainer.enable_progress_bar false``
+    while its callbacks hold a bar, and that flag must keep working for batch jobs. With it, there is no bar to swap.
+    """
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        bar = trainer.progress_bar_callback
+        if type(bar) in (TQDMProgressBar, RichProgressBar):  # Lightning's default (also a config naming one of them)
+            trainer.callbacks[trainer.callbacks.index(bar)] = ProgressBar()

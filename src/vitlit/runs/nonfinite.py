@@ -20,7 +20,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch.optim import Optimizer
 
 from vitlit.errors import TrainingHalted
-from vitlit.private import clear_skip_flags, skip_next_step_if, unscales_internally
+from vitlit.private import clear_skip_flags, skip_next_step_if, state_key, unscales_internally
 from vitlit.types import PositiveInt
 
 
@@ -38,18 +38,21 @@ class NonFiniteGuard(Callback):
     true``, as in the configs) cannot skip on the device; for them a bad step is found with one host sync per step.
 
     Args:
-        action: ``stop`` or ``skip``.
+        action: ``stop``, ``skip`` or ``off``. The shared defaults (``runs/defaults.yaml``) list a guard that stops;
+            one appended with other settings (``--trainer.callbacks+=vitlit.runs.NonFiniteGuard
+            --trainer.callbacks.action skip``) takes its place: only the last guard in the callbacks acts.
         max_consecutive_skips: In ``skip`` mode, stop after this many non-finite optimizer steps in a row.
         check_every_n_steps: Read the device-side flags every this many optimizer steps (and at every epoch end).
     """
 
     def __init__(
         self,
-        action: Literal["stop", "skip"] = "stop",
+        action: Literal["stop", "skip", "off"] = "stop",
         max_consecutive_skips: PositiveInt = 20,
         check_every_n_steps: PositiveInt = 50,
     ) -> None:
         self.action = action
+        self.active = action != "off"
         self.max_consecutive_skips = int(max_consecutive_skips)
         self.check_every_n_steps = int(check_every_n_steps)
         self.skipped = 0  # skipped steps over the whole run (restored on resume), as of the last check
@@ -57,11 +60,25 @@ class NonFiniteGuard(Callback):
         self._pending: torch.Tensor | None = None  # bad micro-batches of the step being accumulated
         self._counts: torch.Tensor | None = None  # on the device: [skipped, first bad step, run of bad steps, longest]
 
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        guards = [cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard)]
+        self.active = guards[-1] is self and self.action != "off"
+
+    @property
+    def state_key(self) -> str:
+        # Two guards (the shared one and one appended) need their own keys in checkpoints: their settings differ.
+        return state_key(self, action=self.action, every=self.check_every_n_steps, skips=self.max_consecutive_skips)
+
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not self.active:
+            self._counts = None
+            return
         self._counts = torch.tensor([self.skipped, -1, 0, 0], dtype=torch.long, device=pl_module.device)
         self._reported = self.skipped
 
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
+        if self._counts is None:
+            return
         bad = ~torch.isfinite(loss.detach())
         self._pending = bad if self._pending is None else self._pending | bad
 

@@ -14,7 +14,7 @@ for one image (`torchvision.transforms.v2.AutoAugment` with the CIFAR-10 policy,
 There is no Python loop over images. On the CPU each operation runs on the images that drew it; on an accelerator
 each runs on the whole batch with a neutral parameter (or a per-image select) for the others, so that no step
 waits for the host to learn how many images drew what. Random numbers come from the device's default generator,
-whose state `vitlit.callbacks.RNGStateCheckpoint` saves, so resumed runs draw what the interrupted run would have.
+whose state `vitlit.runs.callbacks.RNGStateCheckpoint` saves, so resumed runs draw what the interrupted run would have.
 """
 
 from __future__ import annotations
@@ -400,7 +400,7 @@ class BatchPolicy:
         Args:
             images: The batch.
             among: Draw for a batch of this many images, of which ``images`` are those from position ``at`` (one DDP
-                process's share of a step, `vitlit.data.device.DeviceLoader`); ``None``: for ``images`` alone.
+                process's share of a step, `vitlit.fast.device.DeviceLoader`); ``None``: for ``images`` alone.
             at: See ``among``.
         """
         b = len(images)

@@ -14,9 +14,9 @@ from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelChe
 from lightning.pytorch.utilities import rank_zero_info
 
 from vitlit.data import ImageClassificationDataModule
-from vitlit.distributed import all_gather_objects, interleave
 from vitlit.errors import ConfigError
 from vitlit.private import set_checkpoint_interval, state_key
+from vitlit.runs.distributed import all_gather_objects, interleave
 from vitlit.schedule import total_steps
 from vitlit.types import Fraction, PositiveInt
 
@@ -68,7 +68,7 @@ class Snapshots(ModelCheckpoint):
 
     Lightning's ModelCheckpoint does the saving; this fixes its settings for periodic snapshots (the newest ``keep``
     checkpoints by step) and turns a fraction of the run into a step interval once the run's length is known, at
-    the start of training. The vitlit CLI writes every checkpoint atomically (`vitlit.checkpoint_io`), so a kill
+    the start of training. The vitlit CLI writes every checkpoint atomically (`vitlit.runs.checkpoint_io`), so a kill
     during a save leaves the previous snapshots intact. A snapshot taken mid-epoch restores the weights, optimizer
     and counters exactly; for a bit-exact continuation of the data order resume from ``last.ckpt`` (epoch ends).
 

@@ -8,13 +8,15 @@ built at the start, a learning-rate schedule that takes the new groups on (`vitl
 same frozen set after a resume in the middle of the schedule (Lightning restores the groups but not
 ``requires_grad``).
 
-Use it as ``--trainer.callbacks+=vitlit.finetune.FreezeSchedule`` or in YAML (``configs/addons/linear_probe.yaml``,
+Use it as ``--trainer.callbacks+=vitlit.transfer.finetune.FreezeSchedule`` or in YAML
+(``configs/addons/linear_probe.yaml``,
 ``configs/addons/unfreeze.yaml``).
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -101,7 +103,12 @@ class FreezeSchedule(BaseFinetuning):
                 f"set blocks_per_stage."
             )
 
-    # -- checked by the CLI before the run starts ---------------------------------------------------------------------
+    # -- checked before the run starts ----------------------------------------------------------------------------
+
+    def before_run(self, trainer: Trainer, pl_module: LightningModule, stage: str, ckpt: Path | None) -> None:
+        """The vitlit CLI's hook before a run starts: `check` the schedule before anything is written or loaded."""
+        if stage == "fit":
+            self.check(trainer, pl_module)
 
     def check(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Refuse, in one line, a schedule this model, optimizer or run cannot follow (called before any work).

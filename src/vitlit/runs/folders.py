@@ -6,6 +6,7 @@ The CLI uses these functions (it only decides when); notebooks, benchmarks and t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -16,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+from lightning.pytorch.loggers import Logger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from vitlit.checkpoint_io import checkpoint_step
+from vitlit.checkpoints import checkpoint_folders, checkpoint_step, run_of_checkpoint
 from vitlit.errors import ConfigError
 
 _VERSION = re.compile(r"version_(\d+)")
@@ -128,17 +129,6 @@ def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
 
 
-def is_run_dir(folder: Path) -> bool:
-    """Whether ``folder`` is a run's folder (a logger wrote its config or hyperparameters there)."""
-    return (folder / "config.yaml").is_file() or (folder / "hparams.yaml").is_file()
-
-
-def run_of_checkpoint(ckpt_path: Path) -> Path | None:
-    """The run folder a checkpoint belongs to (``<run>/checkpoints/<file>.ckpt``), or ``None`` for a loose file."""
-    run_dir = ckpt_path.parent.parent
-    return run_dir if ckpt_path.parent.name == "checkpoints" and is_run_dir(run_dir) else None
-
-
 def remove_killed_runs(root: Path) -> list[Path]:
     """Remove the ``version_N`` folders under ``root`` that runs killed before their first checkpoint left behind."""
     removed = []
@@ -182,21 +172,6 @@ def relocated_logger(
         version: The run's version: ``N`` for ``version_N``.
     """
     return type(logger)(**{**init_args, "save_dir": os.fspath(save_dir), "name": name, "version": version})
-
-
-def logger_root(logger: Logger | None) -> Path | None:
-    """The folder whose ``version_*`` subfolders a TensorBoardLogger/CSVLogger writes (``save_dir/name``)."""
-    if isinstance(logger, (TensorBoardLogger, CSVLogger)):
-        return Path(logger.root_dir).expanduser().resolve()
-    return None
-
-
-def newest_last_checkpoint(roots: list[Path], folders: list[Path]) -> Path | None:
-    """The most recently written ``last.ckpt`` of the runs under ``roots`` or in the checkpoint ``folders``."""
-    candidates = [p for root in roots for p in root.glob("*/checkpoints/last.ckpt")]
-    candidates += [folder / "last.ckpt" for folder in folders]
-    existing = [p for p in candidates if p.is_file()]
-    return max(existing, key=lambda p: p.stat().st_mtime) if existing else None
 
 
 def newer_checkpoint(ckpt_path: Path, run_dir: Path) -> tuple[Path, int] | None:
@@ -262,6 +237,8 @@ class Placement:
         if self.created and epochs_done == 0:
             self.release()
             shutil.rmtree(self.run_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the logger's folder too, if this run created it (it is empty)
+                self.run_dir.parent.rmdir()
         elif not self.created and not [p for p in self.run_dir.rglob("*.ckpt") if p.stat().st_mtime >= started]:
             for path in own_files(self.run_dir, self.before, self.config_name):
                 path.unlink(missing_ok=True)
@@ -311,42 +288,6 @@ def place_run(save_dir: Path, name: str, subcommand: str, ckpt: Path | None) -> 
     return Placement(run_dir, True, save_dir, name, version, note=note, lock=lock)
 
 
-def resolve_checkpoint(ckpt_path: str | None, subcommand: str, root: Path, folders: list[Path]) -> Path | None:
-    """The checkpoint a run starts from: ``--ckpt_path`` as a file, with ``last`` and ``auto`` resolved.
-
-    Lightning's own ``last`` only looks in the new run's (empty) checkpoint folder. Here ``last`` means the newest
-    ``last.ckpt`` of any earlier run under ``root`` (or in ``folders``) and fails if there is none; ``auto`` (fit
-    only) is the switch for job scripts restarted after preemption: resume if there is one, else start fresh;
-    ``none`` is no checkpoint (the CLI asks evaluations for it explicitly: they would otherwise use untrained weights).
-
-    Raises:
-        ConfigError: For ``auto`` outside ``fit``, ``last`` with no ``last.ckpt`` to find, or an empty path (a script's
-            unset variable), which would otherwise train from scratch or evaluate an untrained model without a word.
-    """
-    if ckpt_path is not None and not str(ckpt_path).strip():
-        raise ConfigError(
-            "--ckpt_path is empty; give a checkpoint file, last or auto, or leave the flag out to start from scratch."
-        )
-    if str(ckpt_path).lower() == "none":  # the explicit way to evaluate a model as it is built
-        return None
-    if ckpt_path in ("last", "auto"):
-        if ckpt_path == "auto" and subcommand != "fit":
-            raise ConfigError(f"--ckpt_path auto is for fit only; {subcommand} takes last or a checkpoint path.")
-        found = newest_last_checkpoint([root], folders)
-        if found is None and ckpt_path == "last":
-            raise ConfigError(
-                f"--ckpt_path last found no last.ckpt under {root}; give a checkpoint path, or check "
-                f"--trainer.default_root_dir."
-            )
-        return found
-    return Path(ckpt_path).expanduser().resolve() if ckpt_path else None
-
-
-def checkpoint_folders(trainer: Trainer) -> set[Path]:
-    """The folders the Trainer's ModelCheckpoints write to: set in the config, or resolved once fit started."""
-    return {Path(cb.dirpath) for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath}
-
-
 def resume_hint(trainer: Trainer, config_name: str, program: str = "vitlit") -> str:
     """The command that resumes a stopped run (its checkpoint was saved on the way out), or why there is none.
 
@@ -363,3 +304,22 @@ def resume_hint(trainer: Trainer, config_name: str, program: str = "vitlit") -> 
     # last.ckpt where the config keeps one (it was rewritten on the way out), else the newest checkpoint.
     newest = max(saved, key=lambda p: (p.name == "last.ckpt", p.stat().st_mtime))
     return f"resume with: python -m {program} fit --config {Path(log_dir) / config_name} --ckpt_path {newest}"
+
+
+def another_root(root: str | None, ckpt: Path) -> bool:
+    """Whether ``root`` (``--trainer.default_root_dir``) names another folder than the run of ``ckpt`` was trained in.
+
+    Left at the current directory (Lightning's default), or set to what the run's own config says (its
+    ``config.yaml`` passed back, wherever the run folder was moved since), it is the run's; otherwise it was asked for.
+    """
+    run = run_of_checkpoint(ckpt)
+    if root is None or run is None or Path(root).expanduser().resolve() == Path.cwd().resolve():
+        return False
+    if Path(root).expanduser().resolve() == run.parent.parent.resolve():
+        return False
+    try:
+        saved = (yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}).get("trainer") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        saved = {}
+    given = saved.get("default_root_dir")
+    return given is None or Path(str(root)).expanduser().resolve() != Path(str(given)).expanduser().resolve()

@@ -1,0 +1,194 @@
+"""Reading what the user typed: config files checked before jsonargparse sees them, and its reports in one line.
+
+Every user error ends as one line ``vitlit: error: ...`` with exit status 2 (`vitlit.cli.main`); this module turns
+jsonargparse's multi-line reports, oversized or malformed YAML and refused paths into that line.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+from vitlit.errors import ConfigError
+
+# Lines of jsonargparse's nested Union report that repeat what the first error already says.
+_NOISE = (
+    "Does not validate against any of the Union",
+    "Subtypes:",
+    "Errors:",
+    "- Expected a <class 'NoneType'>",
+    "Given value type:",
+    "Given value:",
+)
+
+
+_KEY = re.compile(r'Parser key "([^"]+)"')
+_RESTRICTION = re.compile(r"Not of type (\w+): (?:(\S+) )?does not conform to restriction (.+)")
+_GIVEN = re.compile(r"Given value: (.+)")
+
+
+def out_of_range(message: str) -> str | None:
+    """One sentence for a value outside a constrained type's range (`vitlit.types`), or ``None`` for other errors.
+
+    jsonargparse says ``Parser key "batch_size": Not of type PositiveInt: 0 does not conform to restriction v>0``,
+    and inside ``Optional``/``Union`` types leaves the value to a ``Given value:`` line further down.
+    """
+    key, found = _KEY.search(message), _RESTRICTION.search(message)
+    if key is None or found is None:
+        return None
+    type_name, value, restriction = found.groups()
+    if value is None:
+        given = _GIVEN.search(message)
+        value = given.group(1).strip() if given else "?"
+    return f"{key.group(1)}={value} is not a {type_name}; give a value with {restriction.strip()}"
+
+
+def one_line(message: str) -> str:
+    """Condense jsonargparse's multi-line report (bad key, wrong type) into one line naming key and value."""
+    lines = (line.strip().removeprefix("- ") for line in message.splitlines())
+    return " ".join(line for line in lines if line and not line.startswith(_NOISE))
+
+
+def user_error(err: BaseException | None) -> BaseException | None:
+    """Return the ConfigError (or Lightning misconfiguration) that is ``err`` or that ``err`` was raised from.
+
+    Only explicit causes (``raise ... from err``) are followed: an unrelated error that happened to be handled
+    while another was raised is not the user's.
+    """
+    while err is not None:
+        if isinstance(err, (ConfigError, MisconfigurationException)):
+            return err
+        err = err.__cause__
+    return None
+
+
+#: Bounds on a YAML document vitlit reads: a recipe is a few KB and a few hundred values. Anchors and aliases let a
+#: few hundred bytes stand for billions of values (9 levels of 10 aliases), which the parser would expand for minutes.
+MAX_YAML_BYTES = 1_000_000
+MAX_YAML_VALUES = 100_000
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """Parse a YAML document after checking its size with every alias expanded; vitlit's one way to read YAML.
+
+    Raises:
+        ConfigError: For a document over `MAX_YAML_BYTES` or over `MAX_YAML_VALUES` values once expanded, or not
+            valid YAML.
+    """
+    if len(text) > MAX_YAML_BYTES:
+        raise ConfigError(f"{where} holds {len(text):,} characters, more than a config needs ({MAX_YAML_BYTES:,}).")
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)  # nodes only: an alias is the same node object again
+        if _expanded_size(root, {}) > MAX_YAML_VALUES:
+            raise ConfigError(
+                f"{where} expands to more than {MAX_YAML_VALUES:,} values through its anchors and aliases (&, *); "
+                f"write the values out, or use fewer aliases."
+            )
+        return yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(f"{where} is nested deeper than Python's parser goes; a config needs a few levels.") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{where} is not valid YAML{at}; fix it or start from configs/.") from None
+
+
+def _expanded_size(node: yaml.Node | None, sizes: dict[int, int]) -> int:
+    """Values in ``node`` with every alias expanded, counted once per distinct node (linear in the document)."""
+    if node is None:
+        return 0
+    if id(node) not in sizes:
+        sizes[id(node)] = 1  # a node that (through an alias) contains itself is refused by the parser later
+        children = node.value if isinstance(node.value, list) else []
+        flat = [n for child in children for n in (child if isinstance(child, tuple) else (child,))]
+        sizes[id(node)] = 1 + sum(_expanded_size(child, sizes) for child in flat)
+    return sizes[id(node)]
+
+
+def check_config_files(argv: list[str]) -> None:
+    """Refuse a ``--config`` file (or YAML given inline) that is empty, oversized, not YAML, or not a mapping.
+
+    jsonargparse reports those only as ``Unexpected config:`` or ``Parser key "config"``, would wait for a pipe's
+    writer forever, and would expand an alias bomb for minutes.
+    """
+    values = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config"]
+    values += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
+    for value in values:
+        path = Path(value).expanduser()
+        if "\n" in value or value.lstrip().startswith("{"):  # YAML given inline, checked below
+            continue
+        if not path.exists():
+            raise ConfigError(f"config file {value} does not exist; give a YAML file such as configs/digits.yaml.")
+        if not path.is_file():  # a folder, or a pipe that would wait for a writer forever
+            raise ConfigError(
+                f"config file {value} is not a regular file; give a YAML file such as configs/digits.yaml."
+            )
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"config file {value} cannot be read ({type(err).__name__}); give a YAML file.") from None
+        content = load_yaml(text, f"config file {value}")
+        if content is None:
+            raise ConfigError(f"config file {value} is empty; give a YAML file of options such as configs/*.yaml.")
+        if not isinstance(content, dict):
+            raise ConfigError(
+                f"config file {value} holds a {type(content).__name__}, not options (key: value lines such as "
+                f"'trainer:'); start from a file in configs/."
+            )
+    for arg in argv:  # YAML typed inline, as a flag's value or a whole --config
+        if "&" in arg and "*" in arg:
+            load_yaml(arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg, "a command-line value")
+
+
+#: What the operating system refuses about a path, and what to do: a one-line error wherever the path is first used.
+_PATH_ERRORS = {
+    errno.ENAMETOOLONG: ("is longer than the file system allows", "give shorter paths"),
+    errno.EACCES: ("cannot be read or written by this user (permission denied)", "check its permissions"),
+    errno.EPERM: ("cannot be read or written by this user (operation not permitted)", "check its permissions"),
+    errno.EROFS: ("is on a read-only file system", "choose a folder on a writable disk"),
+}
+
+
+def path_refused(err: BaseException | None) -> str | None:
+    """A line for an OSError about a path that is ``err`` or that ``err`` was raised from or while handling."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in _PATH_ERRORS:
+            what, fix = _PATH_ERRORS[err.errno]
+            path = str(err.filename or "a path")
+            return f"{path if len(path) <= 80 else path[:77] + '...'} {what}; {fix}."
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def message(err: BaseException) -> str:
+    """The one-line text of a user error (one raised in a DataLoader worker arrives wrapped in its traceback)."""
+    text = str(err)
+    if "Original Traceback" in text:  # torch's ExceptionWrapper: "Caught ... \n Original Traceback ... \n Type: msg"
+        text = text.strip().splitlines()[-1].split(": ", 1)[-1]
+    return text
+
+
+_NOT_ACCEPTED = re.compile(r"Option '([\w.]+)' is not accepted")
+
+
+def parser_error(report: str, ex: BaseException | None, argv: list[str]) -> str:
+    """One line for a report of jsonargparse's: the user error behind it, a value out of range, or the report.
+
+    For a class chosen by ``class_path`` (``--model``, ``--data``) jsonargparse names an unknown option without the
+    flag it came from; the flag typed in ``argv`` is named instead.
+    """
+    cause = user_error(ex)
+    if cause is not None:
+        return str(cause)
+    unknown = _NOT_ACCEPTED.search(report)
+    flags = [a.split("=", 1)[0] for a in argv if unknown and a.split("=", 1)[0].endswith(f".{unknown.group(1)}")]
+    if flags:
+        return f"{flags[0]} is not an option here"
+    return out_of_range(report) or one_line(report)

@@ -1,0 +1,164 @@
+"""``--data.on_device``: the splits as uint8 tensors on the training device, batched there (`vitlit.fast.device`).
+
+A data module asks its ``loader`` for each split's loader before it builds a per-image DataLoader (see
+`vitlit.data.base.SplitLoader`); `OnDevice` answers with a `DeviceLoader` where the images fit, else with ``None``
+and the data module falls back to the DataLoader. `DeviceData`, a callback in this part's shared defaults
+(``fast/defaults.yaml``), gives every data module with ``on_device`` true or auto an `OnDevice`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Literal
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_info
+from torch.utils.data import Dataset
+
+from vitlit.data.base import ImageClassificationDataModule, class_balance_weights
+from vitlit.fast.device import DeviceLoader, decode_uint8
+from vitlit.fast.policies import BatchPolicy
+
+if TYPE_CHECKING:
+    from vitlit.data.base import TransformedSubset
+
+#: ``use: auto`` keeps the images on the training device when they take at most this share of its free memory: the
+#: rest is for the model, its activations and the optimizer.
+AUTO_DEVICE_FRACTION = 0.25
+
+
+class DeviceData(Callback):
+    """Give the run's data module an `OnDevice` loader, for its ``on_device`` (``true`` or ``auto``).
+
+    In the fast part's shared defaults; the data module's own flag decides, so nothing here is configured.
+    """
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        data = trainer.datamodule
+        if isinstance(data, ImageClassificationDataModule) and data.loader is None and data.on_device is not False:
+            data.loader = OnDevice(data.on_device)
+
+
+class OnDevice:
+    """Keep every split as one uint8 tensor on the training device; crop, flip, augment and normalise whole batches.
+
+    No worker processes and no CPU bottleneck: the policies of ``--data.augment`` run batched
+    (`vitlit.fast.policies`), with torchvision's operations, magnitudes and signs per image.
+
+    Args:
+        use: ``auto`` takes this path when the decoded images take at most a quarter of the device's free memory
+            (`AUTO_DEVICE_FRACTION`), else the per-image DataLoader, and says which in one line; ``true``/``false``
+            force one path.
+    """
+
+    def __init__(self, use: bool | Literal["auto"] = "auto") -> None:
+        self.use = use
+        self._decided: bool | None = None if use == "auto" else bool(use)
+        self._uint8: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # per source: its decoded copy
+
+    def make(self, data: ImageClassificationDataModule, split: TransformedSubset, train: bool) -> DeviceLoader | None:
+        """The split's DeviceLoader, or ``None`` when the per-image DataLoader is to be used."""
+        if not self.applies(data):
+            return None
+        device = data.trainer.strategy.root_device if data.trainer is not None else torch.device("cpu")
+        all_images, all_targets = self._source_as_uint8(data, split.source)
+        index = torch.as_tensor(split.indices, dtype=torch.long)
+        images, targets = all_images[index].to(device), all_targets[index].to(device)
+        weights = class_balance_weights(targets.tolist()) if train and data.class_balanced else None
+        rank, world_size = data.rank_and_world_size()
+        policy = None
+        if train and data.augment != "none":
+            policy = BatchPolicy(data.augment, data.randaugment_num_ops, data.randaugment_magnitude)
+        return DeviceLoader(
+            images,
+            targets,
+            data.batch_size,
+            img_size=data.img_size,
+            mean=data.mean,
+            std=data.std,
+            shuffle=train,
+            drop_last=train,
+            crop_padding=data.crop_padding if train else 0,
+            hflip=data.hflip and train,
+            policy=policy,
+            sample_weights=weights,
+            rank=rank,
+            world_size=world_size,
+            share_order=data.trainer.strategy.broadcast if world_size > 1 else None,
+        )
+
+    def applies(self, data: ImageClassificationDataModule) -> bool:
+        """Whether the loaders keep the images on the device (``use``; ``auto`` decides on first use)."""
+        if self._decided is None:
+            fits = self._fits(data)
+            if data.trainer is not None and data.trainer.world_size > 1:
+                # Every DDP process must take the same path (the two give different batch counts): the device path
+                # only where it fits on every device. All processes ask at once, for their first loader.
+                everywhere = data.trainer.strategy.reduce_boolean_decision(fits, all=True)
+                if fits and not everywhere:
+                    rank_zero_info("vitlit: data path: DataLoader after all: another process's device has too little "
+                                   "free memory")  # fmt: skip
+                fits = everywhere
+            self._decided = fits
+        return self._decided
+
+    def _fits(self, data: ImageClassificationDataModule) -> bool:
+        """``use: auto``: the device path if the decoded images fit in `AUTO_DEVICE_FRACTION` of free memory."""
+        device = data.trainer.strategy.root_device if data.trainer is not None else torch.device("cpu")
+        splits = (data.train_set, data.val_set, data.test_set, data.predict_set)
+        sources = {id(split.source): split.source for split in splits if split is not None}
+        images = sum(len(source) for source in sources.values())
+        side = data.native_size or data.img_size  # stored size (resized per batch), else decoded at img_size
+        need = images * data.in_chans * side * side
+        if device.type == "cpu" and data.trainer is not None:
+            need *= data.trainer.num_devices  # each process of this machine keeps its own copy in the same memory
+        free = free_memory(device)
+        size = f"{images:,} images of {data.in_chans}x{side}x{side} take {need / 2**20:,.1f} MB"
+        if free is None:
+            rank_zero_info(f"vitlit: data path: DataLoader ({device.type} does not report its free memory; {size}); "
+                           f"--data.on_device true puts them on the device")  # fmt: skip
+            return False
+        fits = need <= AUTO_DEVICE_FRACTION * free
+        share = f"{need / free:.1%} of the {free / 2**30:,.1f} GB free on {device}"
+        if fits:
+            rank_zero_info(f"vitlit: data path: on the device ({size}, {share}); --data.on_device false for the "
+                           f"per-image DataLoader")  # fmt: skip
+        else:
+            rank_zero_info(f"vitlit: data path: DataLoader ({size}, {share}, more than the {AUTO_DEVICE_FRACTION:.0%} "
+                           f"--data.on_device auto allows); --data.on_device true forces the device path")  # fmt: skip
+        return fits
+
+    def _source_as_uint8(
+        self, data: ImageClassificationDataModule, source: Dataset
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``source`` as (N, C, H, W) uint8 images and (N,) class indices, once per source (train and val share)."""
+        key = id(source)
+        if key not in self._uint8:
+            # The hook knows the data module's own sources only; predict_dir's files are decoded here.
+            images = None if data.is_predict_folder(source) else data.source_uint8(source)
+            if images is None:
+                rank_zero_info(f"vitlit: decoding {len(source)} images once for the device path")
+                images = decode_uint8(source, data.img_size, data.in_chans, data.needs_resize(source))
+            elif images.dtype != torch.uint8 or images.ndim != 4 or images.shape[:2] != (len(source), data.in_chans):
+                raise ValueError(
+                    f"{type(data).__name__}.source_uint8 returned {images.dtype} images of shape "
+                    f"{tuple(images.shape)}; it must return uint8 of shape ({len(source)}, {data.in_chans}, H, W)."
+                )
+            targets = torch.as_tensor(data.source_targets(source), dtype=torch.long)
+            self._uint8[key] = (images, targets)
+        return self._uint8[key]
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes free on ``device``: CUDA's own count, or the host's available memory (Linux); ``None`` where unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu" or not sys.platform.startswith("linux"):
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None

@@ -1,0 +1,83 @@
+"""The core never imports an opt-in part, and trains without them; the code-size script reports every module."""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from helpers.cli import DIGITS_CONFIG, ROOT
+
+PACKAGE = ROOT / "src" / "vitlit"
+PARTS = ("fast", "runs", "tools", "transfer")
+sys.path.insert(0, str(ROOT / "scripts"))
+import code_size  # noqa: E402
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, at the top or inside a function, relative imports resolved."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # from . import x: relative to the module's package
+                base = ".".join(
+                    ("vitlit", *path.relative_to(PACKAGE).parent.parts)[: None if node.level == 1 else 1 - node.level]
+                )
+                found.add(f"{base}.{node.module}" if node.module else base)
+            elif node.module:
+                found.add(node.module)
+    return found
+
+
+def test_the_core_imports_no_opt_in_part() -> None:
+    core = [p for p in PACKAGE.rglob("*.py") if code_size.part_of(p) == "core"]
+    assert len(core) >= 15  # the walk found the package
+    offending = {
+        str(path.relative_to(PACKAGE)): sorted(
+            m for m in _imports(path) if m.split(".")[:2][-1] in PARTS and m.startswith("vitlit.")
+        )
+        for path in core
+    }
+    assert not {k: v for k, v in offending.items() if v}, offending
+
+
+def test_the_core_alone_trains_the_digits_recipe(tmp_path: Path, digits_dir: Path) -> None:
+    # A fork that deletes the opt-in parts: the package copied without them, run in a fresh process that imports it
+    # from the copy (first on the path); the recipe names none of them, and nothing else may need them.
+    copy = tmp_path / "pkg" / "vitlit"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", *PARTS))
+    assert not any((copy / part).exists() for part in PARTS)
+    assert "vitlit." + "fast" not in DIGITS_CONFIG.read_text() and "vitlit.runs" not in DIGITS_CONFIG.read_text()
+    root = tmp_path / "runs"
+    code = (
+        "import sys, vitlit; from vitlit.cli import main\n"
+        f"assert vitlit.__file__.startswith({str(copy)!r}), vitlit.__file__\n"
+        f"cli = main(sys.argv[1:])\n"
+        f"assert not [m for m in sys.modules if m.split('.')[:2][-1] in {PARTS!r}]\n"
+        "print('VAL_ACC', float(cli.trainer.callback_metrics['val/acc']))\n"
+    )
+    args = ["fit", "--config", str(DIGITS_CONFIG), "--data.root", str(digits_dir), "--trainer.max_epochs", "2",
+            "--trainer.default_root_dir", str(root), "--data.val_size", "200"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(copy.parent), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "VAL_ACC" in done.stdout
+    # Lightning's own run folder and checkpoint, without vitlit's run operations: the core trained and saved.
+    [ckpt] = list(root.rglob("last.ckpt"))
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+    assert state and all(torch.isfinite(v).all() for v in state.values())
+    assert "data path" not in done.stderr  # the fast part's line: the per-image DataLoader ran
+
+
+def test_the_code_size_script_counts_every_module() -> None:
+    table = code_size.sizes()
+    assert set(table) == {"core", *PARTS}
+    counted = {name for modules in table.values() for name in modules}
+    assert counted == {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")}
+    assert table["core"]["model.py"] > 100  # counts code, not nothing
