@@ -32,7 +32,7 @@ import torch
 from vitlit.fast.device import DeviceLoader
 from vitlit.model import ViTClassifier
 from vitlit.optim import WarmupCosineLR
-from vitlit.runs.monitor import COMPUTE_DTYPE, available_flops
+from vitlit.runs.monitor import COMPUTE_DTYPE, available_flops, flops_per_image
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
@@ -145,7 +145,7 @@ def run_case(case: Case, compiled: bool, args: argparse.Namespace) -> dict[str, 
         torch.cuda.reset_peak_memory_stats(device)
     trainer.fit(model, train_dataloaders=loader)
     images_per_sec = args.steps * case.batch_size / clock.measured_s
-    flops = model.flops_per_image()
+    flops = flops_per_image(model)
     peak = available_flops(device, COMPUTE_DTYPE[args.precision])
     return {
         **asdict(case),

@@ -20,6 +20,7 @@ import timm
 import torch
 
 from vitlit.model import ViTClassifier
+from vitlit.runs.monitor import flops_per_image
 
 #: (timm model, image size, patch size): the recipes' choices and their neighbours.
 CHOICES = [
@@ -44,7 +45,7 @@ def main() -> None:
     for model, size, patch in CHOICES[: args.only or None]:
         with torch.device("meta"):
             params = sum(p.numel() for p in timm.create_model(model, img_size=size, patch_size=patch).parameters())
-        flops = ViTClassifier(model, num_classes=10, img_size=size, patch_size=patch).flops_per_image()
+        flops = flops_per_image(ViTClassifier(model, num_classes=10, img_size=size, patch_size=patch))
         command = [sys.executable, str(memory), "--one", "off", "--model", model, "--img-size", str(size),
                    "--patch-size", str(patch), "--batch-size", str(args.batch_size), "--steps", str(args.steps),
                    "--device", device]  # fmt: skip

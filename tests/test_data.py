@@ -10,7 +10,7 @@ from PIL import Image
 from torchvision.transforms import v2
 
 from vitlit.data import CIFARDataModule, ImageFolderDataModule
-from vitlit.data.base import split_indices
+from vitlit.data.split import split_indices
 from vitlit.data.transforms import (
     PaddedRandomCrop,
     ResizeIfNeeded,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import os
 import signal
 import subprocess
@@ -20,12 +21,12 @@ import torch
 from helpers.cli import DIGITS_CONFIG, ROOT, TINY_CONFIG, TINY_MODEL, run_cli
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 
+from vitlit.config import check_seed_shared
 from vitlit.data import ImageFolderDataModule
 from vitlit.errors import ConfigError
 from vitlit.fast.device import DeviceLoader
 from vitlit.fast.policies import BatchPolicy
 from vitlit.model import ViTClassifier
-from vitlit.preflight import check_seed_shared
 from vitlit.runs.distributed import effective_batch, interleave
 from vitlit.runs.folders import read_scalars
 from vitlit.transfer.finetune import FreezeSchedule
@@ -220,10 +221,13 @@ def test_ddp_device_path_resumes_exactly_and_stops_together_on_sigterm(tmp_path:
     stopped = _vitlit("fit", *common, "--trainer.callbacks+=helpers.kill.SignalOneRank", timeout=120)
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
     lines = [line for line in stopped.stderr.splitlines() if "interrupted by SIGTERM" in line]
-    assert len(lines) == 1 and "at epoch 1, step 12; resume with: python -m vitlit fit --config" in lines[0]
+    # Signalled after step 12; the processes agree at the end of that step, or of the next where the signalling
+    # callback runs after the shared StopTogetherOnSigterm (a user's signal comes at any time).
+    found = re.search(r"at epoch 1, step (\d+); resume with: python -m vitlit fit --config", lines[0])
+    assert len(lines) == 1 and found and int(found.group(1)) in (12, 13), lines
     run = root / "lightning_logs" / "version_0"
     assert json.loads((run / "run_card.json").read_text())["exit_reason"] == "SIGTERM"
-    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 12
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == int(found.group(1))
     resumed = _vitlit("fit", *common, "--ckpt_path", "auto")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 2

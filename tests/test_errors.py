@@ -13,7 +13,7 @@ import torch
 from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli, tiny_cifar_fit, tree_digest
 from torchvision.datasets import CIFAR10
 
-from vitlit import preflight
+from vitlit.runs import preflight
 
 
 @pytest.fixture(scope="module")

@@ -124,16 +124,6 @@ def _code_lines(path: Path) -> int:
     )
 
 
-def test_the_worked_example_is_as_short_as_the_readme_says() -> None:
-    python = _code_lines(ROOT / "src" / "vitlit" / "data" / "svhn.py")
-    config = [
-        line for line in SVHN_CONFIG.read_text().splitlines() if line.strip() and not line.lstrip().startswith("#")
-    ]
-    readme = (ROOT / "README.md").read_text()
-    assert python <= 40 and len(config) <= 15
-    assert f"{python} lines of Python and {len(config)} of YAML" in readme
-
-
 class _Unlabelled(Dataset):
     """A dataset with neither ``targets`` nor ``labels``: the default hook decodes its items."""
 

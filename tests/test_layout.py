@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from helpers.cli import DIGITS_CONFIG, ROOT
 
@@ -47,6 +48,7 @@ def test_the_core_imports_no_opt_in_part() -> None:
     assert not {k: v for k, v in offending.items() if v}, offending
 
 
+@pytest.mark.slow  # a fresh process and a short fit: about 25 s
 def test_the_core_alone_trains_the_digits_recipe(tmp_path: Path, digits_dir: Path) -> None:
     # A fork that deletes the opt-in parts: the package copied without them, run in a fresh process that imports it
     # from the copy (first on the path); the recipe names none of them, and nothing else may need them.
@@ -59,7 +61,7 @@ def test_the_core_alone_trains_the_digits_recipe(tmp_path: Path, digits_dir: Pat
         "import sys, vitlit; from vitlit.cli import main\n"
         f"assert vitlit.__file__.startswith({str(copy)!r}), vitlit.__file__\n"
         f"cli = main(sys.argv[1:])\n"
-        f"assert not [m for m in sys.modules if m.split('.')[:2][-1] in {PARTS!r}]\n"
+        f"assert not [m for m in sys.modules if m.split('.')[:2] in [['vitlit', p] for p in {PARTS!r}]]\n"
         "print('VAL_ACC', float(cli.trainer.callback_metrics['val/acc']))\n"
     )
     args = ["fit", "--config", str(DIGITS_CONFIG), "--data.root", str(digits_dir), "--trainer.max_epochs", "2",

@@ -20,7 +20,7 @@ from helpers.probes import WeightProbe
 from lightning.pytorch.plugins.precision import MixedPrecision
 
 from vitlit import ImageFolderDataModule, ViTClassifier
-from vitlit.cli import default_configs
+from vitlit.config import default_configs
 
 BATCHES = 4  # training batches of the one epoch each recipe runs
 

@@ -14,7 +14,9 @@ from typing import Any
 import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+from torch import nn
 
 from vitlit.errors import ConfigError
 
@@ -112,14 +114,6 @@ def read_checkpoint(path: str | Path, weights_only: bool | None = True) -> dict[
     except UNREADABLE as err:
         raise unreadable_checkpoint(path, err, safe) from None
     return require_lightning_checkpoint(checkpoint, path)
-
-
-def checkpoint_step(path: str | Path) -> int | None:
-    """The optimizer step a checkpoint was saved at, or ``None`` if the file cannot be read as a checkpoint."""
-    try:
-        return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"])
-    except Exception:  # any unreadable or foreign file simply has no known step
-        return None
 
 
 def unreadable_checkpoint(path: str | Path, err: BaseException, weights_only: bool | None = True) -> ConfigError:
@@ -221,3 +215,56 @@ def resolve_checkpoint(ckpt_path: str | None, subcommand: str, root: Path, folde
 def checkpoint_folders(trainer: Trainer) -> set[Path]:
     """The folders the Trainer's ModelCheckpoints write to: set in the config, or resolved once fit started."""
     return {Path(cb.dirpath) for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath}
+
+
+def check_optimizer_state(optimizer_factory: Any, states: list[dict[str, Any]], options: str | None = None) -> None:
+    """Refuse a checkpoint's optimizer state that the configured optimizer cannot continue from.
+
+    Lightning restores the saved state into whatever optimizer the config builds, and an optimizer of another
+    kind then fails at its first step (``KeyError: 'momentum'`` for SGD after AdamW), after the run has started.
+    The saved settings are loaded into a probe of the configured optimizer (which fills in settings newer
+    PyTorch versions added) and compared with the settings it needs.
+
+    Args:
+        optimizer_factory: The model's optimizer factory (``--model.optimizer``), called with parameter groups.
+        states: The checkpoint's ``optimizer_states``.
+        options: Where the run's options are (``--config <run>/config.yaml``), for the message.
+    """
+    groups = (states[0].get("param_groups") if states and isinstance(states[0], dict) else None) or []
+    if not groups or not isinstance(groups[0], dict):
+        return
+    try:
+        optimizer = optimizer_factory([{"params": [nn.Parameter(torch.zeros(1))]}])
+        optimizer.load_state_dict({"state": {}, "param_groups": [{**groups[0], "params": [0]}]})
+    except Exception:  # an optimizer that cannot be probed on the CPU: Lightning's own restore decides
+        return
+    missing = sorted(set(optimizer.defaults) - set(optimizer.param_groups[0]))
+    if missing:
+        raise ConfigError(
+            f"the checkpoint's optimizer state has no {', '.join(missing)}, which {type(optimizer).__name__} "
+            f"needs: it was trained with another optimizer; resume with the one it was trained with "
+            f"({options or 'its run folder keeps it in config.yaml'})."
+        )
+
+
+def resume_hint(trainer: Trainer, program: str = "vitlit") -> str:
+    """The command that resumes a stopped run (its checkpoint was saved on the way out), or why there is none."""
+    saved = [p for folder in checkpoint_folders(trainer) for p in folder.glob("*.ckpt")]
+    # The logger's folder, not trainer.log_dir: under DDP that is a collective, and this runs on the way out.
+    log_dir = trainer.logger.log_dir if trainer.logger is not None else None
+    if not saved or log_dir is None:
+        return "no checkpoint was written, so there is nothing to resume."
+    saver = next((cb for cb in trainer.callbacks if isinstance(cb, SaveConfigCallback)), None)
+    config = Path(log_dir) / (saver.config_filename if saver is not None else "config.yaml")
+    newest = max(saved, key=lambda p: (p.name == "last.ckpt", p.stat().st_mtime))  # last.ckpt: written on the way out
+    return f"resume with: python -m {program} fit --config {config} --ckpt_path {newest}"
+
+
+def read_for_run(model: Any, ckpt: Path, weights_only: bool | None, resume: bool) -> None:
+    """Read ``ckpt`` (not its tensors) and refuse it in one line if it does not fit ``model`` or its optimizer."""
+    checkpoint = read_checkpoint(ckpt, weights_only)
+    run = run_of_checkpoint(ckpt)
+    options = f"--config {run / 'config.yaml'}" if run is not None and (run / "config.yaml").is_file() else None
+    model.check_checkpoint(checkpoint.get("hyper_parameters", {}), options)
+    if resume:  # evaluations do not restore the optimizer
+        check_optimizer_state(model.optimizer_factory, checkpoint.get("optimizer_states") or [], options)

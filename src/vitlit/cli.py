@@ -14,30 +14,21 @@ import signal
 import sys
 import warnings
 from collections.abc import Sequence
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn
 
-from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch import Callback, LightningModule
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit import __version__
-from vitlit.checkpoints import (
-    checkpoint_folders,
-    disk_full,
-    logger_root,
-    read_checkpoint,
-    resolve_checkpoint,
-    run_of_checkpoint,
-)
-from vitlit.config import check_config_files, message, parser_error, path_refused, user_error
+from vitlit import checkpoints as ckpts
+from vitlit import config as cfg
 from vitlit.data import ImageClassificationDataModule
-from vitlit.errors import CheckFailed, ConfigError, TrainingHalted
-from vitlit.interrupts import FirstInterruptAsSigterm
-from vitlit.preflight import check_seed, check_seed_shared, check_trainer, check_writable_folder
+from vitlit.errors import CheckFailed, TrainingHalted
+from vitlit.interrupts import FirstInterruptAsSigterm, QuietInterruptionNotes
 from vitlit.pretrained import fill_pretrained_normalization
-from vitlit.trainer import Trainer as DocumentedTrainer
+from vitlit.trainer import Trainer
 
 PROG = "vitlit"
 DESCRIPTION = (
@@ -45,17 +36,6 @@ DESCRIPTION = (
     "Every option is a YAML key and a --flag; `vitlit fit --help` lists them. More subcommands: {tools}, each with "
     "its own --help."
 )
-
-
-def default_configs() -> list[str]:
-    """The shared settings under every ``--config``: the core's ``defaults.yaml``, then each opt-in part's."""
-    here = Path(__file__).parent
-    return [str(here / "defaults.yaml"), *sorted(str(p) for p in here.glob("*/defaults.yaml"))]
-
-
-def tools() -> dict[str, Any]:
-    """Subcommands beside LightningCLI's, by name: the ``vitlit.commands`` entry points (see pyproject.toml)."""
-    return {point.name: point for point in entry_points(group="vitlit.commands")}
 
 
 def _exit(text: str) -> NoReturn:
@@ -69,7 +49,7 @@ class VitLitArgumentParser(LightningArgumentParser):
     argv: ClassVar[list[str]] = []  # the command line being parsed, for the message (set by `main`)
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
-        _exit(f"{parser_error(message, ex, self.argv)} (`{PROG} <subcommand> --help` lists the options)")
+        _exit(f"{cfg.parser_error(message, ex, self.argv)} (`{PROG} <subcommand> --help` lists the options)")
 
 
 class VitLitCLI(LightningCLI):
@@ -82,31 +62,33 @@ class VitLitCLI(LightningCLI):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.interrupts = FirstInterruptAsSigterm(PROG)
-        self.started: list[Callback] = []  # callbacks whose before_run was called
+        self.interrupts, self.started, notes = FirstInterruptAsSigterm(PROG), [], QuietInterruptionNotes()
+        notes.install()
         try:
-            try:
-                super().__init__(*args, **kwargs)
-            except BaseException as err:
-                for callback in self.started:  # Lightning's teardown hook comes only after a run that ended normally
-                    callback.on_exception(self.trainer, self.model, err)
-                    callback.teardown(self.trainer, self.model, self.subcommand)
-                raise
-        except SystemExit as err:  # SIGTERM (SIGTERMException) or a second Ctrl-C (Lightning exits after cleanup)
-            trainer = getattr(self, "trainer", None)
-            if trainer is None or not trainer.interrupted:
-                raise
+            super().__init__(*args, **kwargs)
+        except BaseException as err:
+            for callback in self.started:
+                callback.on_exception(self.trainer, self.model, err)
+                callback.teardown(self.trainer, self.model, self.subcommand)
+            self._end(err)
+            raise
+        finally:
+            self.interrupts.restore()
+            notes.restore()
+
+    def _end(self, err: BaseException) -> None:
+        """An interrupted or halted run ends in one line with the command that resumes it, and an exit status."""
+        trainer = getattr(self, "trainer", None)
+        if isinstance(err, TrainingHalted):
+            if trainer.is_global_zero:
+                print(f"{PROG}: error: {err}; {ckpts.resume_hint(trainer, PROG)}", file=sys.stderr)
+            raise SystemExit(1) from None
+        if isinstance(err, SystemExit) and trainer is not None and trainer.interrupted:  # SIGTERM, or Ctrl-C twice
             name = self.interrupts.signal_name or ("SIGTERM" if isinstance(err, SIGTERMException) else "SIGINT")
             if trainer.is_global_zero:  # one line, not one per DDP process
                 where = f"interrupted by {name} at epoch {trainer.current_epoch}, step {trainer.global_step}"
-                print(f"{PROG}: {where}; {resume_hint(trainer)}", file=sys.stderr)
+                print(f"{PROG}: {where}; {ckpts.resume_hint(trainer, PROG)}", file=sys.stderr)
             raise SystemExit(128 + signal.Signals[name].value) from None  # the shell's convention: 130, 143
-        except TrainingHalted as err:
-            if self.trainer.is_global_zero:
-                print(f"{PROG}: error: {err}; {resume_hint(self.trainer)}", file=sys.stderr)
-            raise SystemExit(1) from None
-        finally:
-            self.interrupts.restore()
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         kwargs.setdefault("allow_abbrev", False)  # `--trainer.max_ep 5` must be an error, not --trainer.max_epochs
@@ -129,20 +111,12 @@ class VitLitCLI(LightningCLI):
         super().parse_arguments(parser, args)
         subcommand = self.config["subcommand"]
         config = self.config[subcommand]
-        # Values Lightning would crash on, ignore or silently replace: refused before anything is built.
-        check_seed(config.get("seed_everything"))
+        cfg.check_seed(config.get("seed_everything"))  # before Lightning would silently replace it
         if subcommand == "fit":
-            check_seed_shared(config.get("seed_everything"))
-        check_trainer(config["trainer"])
-        check_writable_folder(config["trainer"].get("default_root_dir") or ".")
-        if config.get("ckpt_path") is None and subcommand != "fit":
-            raise ConfigError(
-                f"{subcommand} without --ckpt_path would evaluate untrained weights; give a checkpoint (a run's "
-                f"checkpoints/*.ckpt, or last), or --ckpt_path none to {subcommand} the model as it is built."
-            )
+            cfg.check_seed_shared(config.get("seed_everything"))
+        cfg.check_ckpt_path_given(subcommand, config.get("ckpt_path"))
         # Kept from LightningCLI until the classes are built: given a checkpoint, it copies the checkpoint's
         # hyperparameters over the parsed config (flags typed on the command line could vanish without a word).
-        # vitlit resolves and checks the checkpoint against the config as given, in `_start`.
         self._ckpt_path, config["ckpt_path"] = config.get("ckpt_path"), None
 
     def before_instantiate_classes(self) -> None:
@@ -164,35 +138,18 @@ class VitLitCLI(LightningCLI):
         self._start("predict")
 
     def _start(self, subcommand: str) -> None:
-        """Resolve ``--ckpt_path`` (``last``, ``auto``, ``none``) and refuse a checkpoint that does not fit."""
+        """Resolve ``--ckpt_path`` (``last``, ``auto``, ``none``), refuse one that does not fit, call ``before_run``."""
         trainer = self.trainer
-        root = logger_root(trainer.logger) or Path(trainer.default_root_dir).expanduser().resolve()
-        folders = [Path(trainer.default_root_dir) / "checkpoints", *checkpoint_folders(trainer)]
-        ckpt = resolve_checkpoint(self._ckpt_path, subcommand, root, folders)
+        root = ckpts.logger_root(trainer.logger) or Path(trainer.default_root_dir).expanduser().resolve()
+        folders = [Path(trainer.default_root_dir) / "checkpoints", *ckpts.checkpoint_folders(trainer)]
+        ckpt = ckpts.resolve_checkpoint(self._ckpt_path, subcommand, root, folders)
         if ckpt is not None:
-            checkpoint = read_checkpoint(ckpt, self.config_init[subcommand].get("weights_only"))
-            run = run_of_checkpoint(ckpt)
-            options = f"--config {run / 'config.yaml'}" if run is not None and (run / "config.yaml").is_file() else None
-            self.model.check_checkpoint(checkpoint.get("hyper_parameters", {}), options)
-            if subcommand == "fit":  # evaluations do not restore the optimizer
-                self.model.check_optimizer_state(checkpoint.get("optimizer_states") or [], options)
+            weights_only = self.config_init[subcommand].get("weights_only")
+            ckpts.read_for_run(self.model, ckpt, weights_only, resume=subcommand == "fit")
         self.config_init[subcommand]["ckpt_path"] = None if ckpt is None else str(ckpt)  # what the run loads
         for callback in [cb for cb in trainer.callbacks if callable(getattr(cb, "before_run", None))]:
             self.started.append(callback)
             callback.before_run(trainer, self.model, subcommand, ckpt)
-
-
-def resume_hint(trainer: Trainer) -> str:
-    """The command that resumes a stopped run (its checkpoint was saved on the way out), or why there is none."""
-    saved = [p for folder in checkpoint_folders(trainer) for p in folder.glob("*.ckpt")]
-    # The logger's folder, not trainer.log_dir: under DDP that is a collective, and this runs on the way out.
-    log_dir = trainer.logger.log_dir if trainer.logger is not None else None
-    if not saved or log_dir is None:
-        return "no checkpoint was written, so there is nothing to resume."
-    saver = next((cb for cb in trainer.callbacks if isinstance(cb, SaveConfigCallback)), None)
-    config = Path(log_dir) / (saver.config_filename if saver is not None else "config.yaml")
-    newest = max(saved, key=lambda p: (p.name == "last.ckpt", p.stat().st_mtime))  # last.ckpt: written on the way out
-    return f"resume with: python -m {PROG} fit --config {config} --ckpt_path {newest}"
 
 
 def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) -> VitLitCLI:
@@ -209,13 +166,12 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
     Raises:
         SystemExit: With status 2 and a one-line message on a user error (bad option, value, path or checkpoint).
     """
-    argv = sys.argv[1:] if args is None else [str(a) for a in args]
-    VitLitArgumentParser.argv = argv
+    argv = VitLitArgumentParser.argv = sys.argv[1:] if args is None else [str(a) for a in args]
     try:
-        commands = tools()
+        commands = cfg.tools()
         if argv and argv[0] in commands:
             return _tool(argv[0], commands[argv[0]].load(), argv[1:])
-        check_config_files(argv)
+        cfg.check_config_files(argv)
         with warnings.catch_warnings():
             # main(args) from Python (a notebook's kernel, pytest) is exactly what Lightning's warning is about.
             warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
@@ -223,25 +179,21 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
             warnings.filterwarnings("ignore", message=r"The number of training batches \(\d+\) is smaller than")
             # The model summary's size estimate assumes fp32 under mixed precision and says so on every run.
             warnings.filterwarnings("ignore", message=r"Precision .* is not supported by the model summary")
+            defaults = {"default_config_files": cfg.default_configs()}
             return VitLitCLI(
                 LightningModule,  # --model: a class path; the shared defaults name vitlit.model.ViTClassifier
                 ImageClassificationDataModule,
-                trainer_class=DocumentedTrainer,
+                trainer_class=Trainer,
                 subclass_mode_model=True,
                 subclass_mode_data=True,
-                # The model injects its own optimizer and step-interval scheduler; an automatic --optimizer would
-                # silently replace them.
-                auto_configure_optimizers=False,
+                auto_configure_optimizers=False,  # the model injects its own optimizer and step-interval scheduler
                 parser_class=VitLitArgumentParser,
                 parser_kwargs={
                     "prog": PROG,
-                    "description": DESCRIPTION.format(tools=", ".join(f"`{PROG} {name}`" for name in commands)),
-                    **{
-                        sub: {"default_config_files": default_configs()}
-                        for sub in ("fit", "validate", "test", "predict")
-                    },
+                    "description": DESCRIPTION.format(tools=", ".join(commands)),
+                    **dict.fromkeys(("fit", "validate", "test", "predict"), defaults),
                 },
-                args=None if args is None else list(args),
+                args=None if args is None else argv,
                 # Appended to the configured callbacks, and kept out of the saved config (objects, not options).
                 trainer_defaults={"callbacks": list(callbacks)} if callbacks else None,
             )
@@ -249,20 +201,14 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         print(f"{PROG}: error: {err}", file=sys.stderr)
         raise SystemExit(1) from None
     except Exception as err:
-        cause = user_error(err)
-        if cause is not None:
-            _exit(message(cause))
-        full = disk_full(err)
-        if full is not None:
-            _exit(f"{full}: {message(err).splitlines()[0]}; free some space (or another folder) and run it again.")
-        refused = path_refused(err)
-        if refused is not None:  # from any path a flag names, wherever it is first used
-            _exit(refused)
-        raise
+        line = cfg.one_line_error(err)
+        if line is None:  # not a user's error: its traceback is wanted
+            raise
+        _exit(line)
 
 
 def _tool(name: str, run: Any, argv: list[str]) -> Any:
-    """Run a `tools` function with its typed, documented arguments as flags (``vitlit export --help``)."""
+    """Run a `vitlit.config.tools` function with its typed, documented arguments as flags (``vitlit export --help``)."""
     parser = VitLitArgumentParser(prog=f"{PROG} {name}", description=run.__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_function_arguments(run, as_group=False)
     # Options may be spelled with dashes too (--n-trials for --n_trials), as most command-line tools take them.

@@ -7,13 +7,17 @@ jsonargparse's multi-line reports, oversized or malformed YAML and refused paths
 from __future__ import annotations
 
 import errno
+import os
 import re
+from collections.abc import Mapping
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
 import yaml
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 
+from vitlit.checkpoints import disk_full
 from vitlit.errors import ConfigError
 
 # Lines of jsonargparse's nested Union report that repeat what the first error already says.
@@ -192,3 +196,61 @@ def parser_error(report: str, ex: BaseException | None, argv: list[str]) -> str:
     if flags:
         return f"{flags[0]} is not an option here"
     return out_of_range(report) or one_line(report)
+
+
+_SEED_RANGE = (0, 2**32 - 1)  # what NumPy's seeding, and so Lightning's seed_everything, accepts
+
+
+def check_seed(seed: Any) -> None:
+    """Refuse a ``seed_everything`` value outside what NumPy accepts (``true``/``false``/``null`` are fine)."""
+    if isinstance(seed, bool) or seed is None:
+        return
+    low, high = _SEED_RANGE
+    if not low <= seed <= high:
+        raise ConfigError(f"--seed_everything={seed} is outside {low}..{high}; give a seed in that range, e.g. 42.")
+
+
+def check_seed_shared(seed: Any, environ: Mapping[str, str] = os.environ) -> None:
+    """Refuse a seed each process would draw for itself when torchrun or SLURM started several (DDP).
+
+    With ``seed_everything: true`` every process picks a random seed; Lightning's own launcher hands the first one's
+    to the processes it starts (``PL_GLOBAL_SEED``), but processes that torchrun or SLURM start together each pick
+    their own, and their samplers would then shuffle differently: shards that overlap and leave images out.
+    """
+    started = max(int(environ.get(name, "1") or 1) for name in ("WORLD_SIZE", "SLURM_NTASKS"))
+    if seed is True and started > 1 and "PL_GLOBAL_SEED" not in environ:
+        raise ConfigError(
+            f"--seed_everything=true gives each of the {started} processes its own random seed, so their data "
+            f"shards would overlap; give a number (e.g. --seed_everything 42)."
+        )
+
+
+def default_configs() -> list[str]:
+    """The shared settings under every ``--config``: the core's ``defaults.yaml``, then each opt-in part's."""
+    here = Path(__file__).parent
+    return [str(here / "defaults.yaml"), *sorted(str(p) for p in here.glob("*/defaults.yaml"))]
+
+
+def tools() -> dict[str, EntryPoint]:
+    """Subcommands beside LightningCLI's, by name: the ``vitlit.commands`` entry points (see pyproject.toml)."""
+    return {point.name: point for point in entry_points(group="vitlit.commands")}
+
+
+def check_ckpt_path_given(subcommand: str, ckpt_path: str | None) -> None:
+    """Refuse an evaluation without ``--ckpt_path``: it would evaluate untrained weights without a word."""
+    if ckpt_path is None and subcommand != "fit":
+        raise ConfigError(
+            f"{subcommand} without --ckpt_path would evaluate untrained weights; give a checkpoint (a run's "
+            f"checkpoints/*.ckpt, or last), or --ckpt_path none to {subcommand} the model as it is built."
+        )
+
+
+def one_line_error(err: BaseException) -> str | None:
+    """The one line for an error the user can fix (a bad option, value or path, a full disk), or ``None``."""
+    cause = user_error(err)
+    if cause is not None:
+        return message(cause)
+    full = disk_full(err)
+    if full is not None:
+        return f"{full}: {message(err).splitlines()[0]}; free some space (or another folder) and run it again."
+    return path_refused(err)  # from any path a flag names, wherever it is first used

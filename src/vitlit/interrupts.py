@@ -10,6 +10,7 @@ Under DDP, `vitlit.runs.interrupts.StopTogetherOnSigterm` takes over SIGTERM: ev
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -52,3 +53,26 @@ class FirstInterruptAsSigterm:
                 file=sys.stderr,
             )
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+class QuietInterruptionNotes(logging.Filter):
+    """Drop Lightning's own notes on a SIGTERM, or on the Ctrl-C that vitlit routes to one, while a run is on.
+
+    vitlit prints one line with the resume command instead of ``Received SIGTERM: 15`` and ``An SIGTERMException
+    was raised with message: , ...``. Added to Lightning's two loggers by `install` and removed by `restore`, so
+    Lightning's logging is left as it was outside vitlit's CLI.
+    """
+
+    LOGGERS = ("lightning.pytorch.trainer.connectors.signal_connector", "lightning.pytorch.utilities.rank_zero")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return "Received SIGTERM" not in message and not message.startswith("An SIGTERMException was raised")
+
+    def install(self) -> None:
+        for name in self.LOGGERS:
+            logging.getLogger(name).addFilter(self)
+
+    def restore(self) -> None:
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeFilter(self)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
 from pathlib import Path
@@ -10,7 +9,6 @@ from typing import Any
 
 import timm
 import torch
-from lightning.fabric.utilities.throughput import measure_flops
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
@@ -20,22 +18,12 @@ from torchmetrics.classification import MulticlassAccuracy
 from vitlit.checkpoints import UNREADABLE
 from vitlit.clipping import clip_true_gradients
 from vitlit.errors import ConfigError
-from vitlit.optim import WarmupCosineLR, apply_lr_scale, param_groups
+from vitlit.optim import WarmupCosineLR, apply_lr_scale, check_factories, param_groups
 from vitlit.schedule import total_steps
 from vitlit.types import Fraction, PositiveInt, Rate, plain
 
 # Hyperparameters that fix the shape of the weights: a checkpoint only fits a model with the same values.
 _ARCHITECTURE_KEYS = ("model_name", "num_classes", "img_size", "in_chans", "patch_size")
-
-
-@functools.lru_cache(maxsize=16)
-def _flops_per_image(model_name: str, net_kwargs: tuple[tuple[str, Any], ...]) -> int:
-    """Forward + backward FLOPs of one image, counted on the meta device; about a second, so counted once a process."""
-    kwargs = dict(net_kwargs)
-    with torch.device("meta"):
-        net = timm.create_model(model_name, pretrained=False, **kwargs)
-        images = torch.empty(1, kwargs["in_chans"], kwargs["img_size"], kwargs["img_size"])
-    return measure_flops(net, lambda: net(images), lambda logits: logits.sum())
 
 
 class ViTClassifier(LightningModule):
@@ -124,7 +112,7 @@ class ViTClassifier(LightningModule):
         self.hparams["loss"] = None if loss is None else f"{type(loss).__module__}.{type(loss).__qualname__}"
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
-        self._check_optimization()
+        check_factories(optimizer, scheduler)  # a bad value stops the run here, not after the data is loaded
         self.net = self._create_net()
         if grad_checkpointing:
             self.net.set_grad_checkpointing(True)
@@ -157,7 +145,8 @@ class ViTClassifier(LightningModule):
         top5 = MulticlassAccuracy(num_classes, top_k=min(5, num_classes), average="micro", validate_args=False)
         return {"acc": MulticlassAccuracy(num_classes, top_k=1, average="micro", validate_args=False), "acc_top5": top5}
 
-    def _net_kwargs(self) -> dict[str, Any]:
+    def net_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``timm.create_model`` for this model's architecture."""
         hp = self.hparams
         kwargs: dict[str, Any] = {
             "num_classes": hp.num_classes,
@@ -170,67 +159,6 @@ class ViTClassifier(LightningModule):
             kwargs["patch_size"] = hp.patch_size
         return kwargs
 
-    def flops_per_image(self) -> int:
-        """Model FLOPs of one training image, forward and backward, counted once on the meta device (no memory).
-
-        `vitlit.runs.monitor.SpeedMonitor` turns this into TFLOP/s and MFU. Attention is counted as PyTorch's FLOP
-        counter
-        counts ``scaled_dot_product_attention``; augmentation and the optimizer are not model FLOPs.
-        """
-        return _flops_per_image(self.hparams.model_name, tuple(sorted(self._net_kwargs().items())))
-
-    def _check_optimization(self) -> None:
-        """Build the optimizer and scheduler once on a probe parameter, so a bad value stops the run before it starts.
-
-        torch's optimizers check their arguments (a negative learning rate, betas outside [0, 1)) only when they are
-        built, which Lightning does after the run's folder exists and the data is loaded.
-        """
-        probe = nn.Parameter(torch.zeros(1))
-        try:
-            optimizer = self.optimizer_factory([{"params": [probe], "name": "probe"}])
-        except ConfigError:
-            raise
-        except ValueError as err:
-            raise ConfigError(f"the optimizer refused its settings ({err}); fix --model.optimizer.init_args.") from None
-        except Exception:  # e.g. an optimizer that only accepts GPU parameters: it is checked when it is built
-            return
-        try:
-            self.scheduler_factory(optimizer)
-        except ConfigError:
-            raise
-        except ValueError as err:
-            raise ConfigError(f"the scheduler refused its settings ({err}); fix --model.scheduler.init_args.") from None
-        except Exception:
-            return
-
-    def check_optimizer_state(self, states: list[dict[str, Any]], options: str | None = None) -> None:
-        """Refuse a checkpoint's optimizer state that the configured optimizer cannot continue from.
-
-        Lightning restores the saved state into whatever optimizer the config builds, and an optimizer of another
-        kind then fails at its first step (``KeyError: 'momentum'`` for SGD after AdamW), after the run has started.
-        The saved settings are loaded into a probe of the configured optimizer (which fills in settings newer
-        PyTorch versions added) and compared with the settings it needs.
-
-        Args:
-            states: The checkpoint's ``optimizer_states``.
-            options: Where the run's options are (``--config <run>/config.yaml``), for the message.
-        """
-        groups = (states[0].get("param_groups") if states and isinstance(states[0], dict) else None) or []
-        if not groups or not isinstance(groups[0], dict):
-            return
-        try:
-            optimizer = self.optimizer_factory([{"params": [nn.Parameter(torch.zeros(1))]}])
-            optimizer.load_state_dict({"state": {}, "param_groups": [{**groups[0], "params": [0]}]})
-        except Exception:  # an optimizer that cannot be probed on the CPU: Lightning's own restore decides
-            return
-        missing = sorted(set(optimizer.defaults) - set(optimizer.param_groups[0]))
-        if missing:
-            raise ConfigError(
-                f"the checkpoint's optimizer state has no {', '.join(missing)}, which {type(optimizer).__name__} "
-                f"needs: it was trained with another optimizer; resume with the one it was trained with "
-                f"({options or 'its run folder keeps it in config.yaml'})."
-            )
-
     def _create_net(self) -> nn.Module:
         """Check the architecture options, then build the timm model (loading pretrained weights if asked)."""
         hp = self.hparams
@@ -241,7 +169,7 @@ class ViTClassifier(LightningModule):
             )
         if hp.class_names is not None and len(hp.class_names) != hp.num_classes:
             raise ConfigError(f"class_names has {len(hp.class_names)} names for num_classes={hp.num_classes}.")
-        kwargs = self._net_kwargs()
+        kwargs = self.net_kwargs()
         # Build once on the meta device (no memory, no download) to validate the geometry before any real work.
         try:
             with torch.device("meta"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from timm.optim import param_groups_layer_decay
@@ -155,3 +156,28 @@ class WarmupCosineLR(LambdaLR):
             raise ConfigError("WarmupCosineLR needs total_steps; set it, or let ViTClassifier fill it in.")
         progress = min(1.0, (step - self.warmup_steps) / max(1, self.total_steps - self.warmup_steps))
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def check_factories(optimizer_factory: Any, scheduler_factory: Any) -> None:
+    """Build the optimizer and scheduler once on a probe parameter, so a bad value stops the run before it starts.
+
+    torch's optimizers check their arguments (a negative learning rate, betas outside [0, 1)) only when they are
+    built, which Lightning does after the run's folder exists and the data is loaded.
+    """
+    probe = nn.Parameter(torch.zeros(1))
+    try:
+        optimizer = optimizer_factory([{"params": [probe], "name": "probe"}])
+    except ConfigError:
+        raise
+    except ValueError as err:
+        raise ConfigError(f"the optimizer refused its settings ({err}); fix --model.optimizer.init_args.") from None
+    except Exception:  # e.g. an optimizer that only accepts GPU parameters: it is checked when it is built
+        return
+    try:
+        scheduler_factory(optimizer)
+    except ConfigError:
+        raise
+    except ValueError as err:
+        raise ConfigError(f"the scheduler refused its settings ({err}); fix --model.scheduler.init_args.") from None
+    except Exception:
+        return

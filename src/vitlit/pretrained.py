@@ -13,7 +13,7 @@ from typing import Any
 
 from timm.models import get_pretrained_cfg
 
-from vitlit.data.base import channel_statistics
+from vitlit.data.transforms import channel_statistics
 
 
 def pretrained_statistics(model_name: str, in_chans: int = 3) -> tuple[tuple[float, ...], tuple[float, ...]] | None:

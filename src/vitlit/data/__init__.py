@@ -2,6 +2,7 @@
 
 from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.cifar import CIFARDataModule
+from vitlit.data.csv_table import CSVImageDataModule
 from vitlit.data.folder import ImageFolderDataModule
 
-__all__ = ["CIFARDataModule", "ImageClassificationDataModule", "ImageFolderDataModule"]
+__all__ = ["CIFARDataModule", "CSVImageDataModule", "ImageClassificationDataModule", "ImageFolderDataModule"]

@@ -8,9 +8,7 @@ here once and reads the data only through those hooks. The forking guide in the 
 from __future__ import annotations
 
 import os
-import sys
 from abc import ABC, abstractmethod
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -18,11 +16,18 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import torch
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
-from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
-from torchvision.datasets.folder import IMG_EXTENSIONS
+from torch.utils.data import DataLoader, Dataset
 
-from vitlit.data.images import PIL_MODES, ImageFiles, check_images, image_files, without_bad
-from vitlit.data.transforms import Magnitude, Policy, eval_transform, policy_transform, train_transform
+from vitlit.data.images import channels_of, predict_files, readable_images
+from vitlit.data.split import class_balanced_sampler, split_indices
+from vitlit.data.transforms import (
+    Magnitude,
+    Policy,
+    channel_statistics,
+    eval_transform,
+    policy_transform,
+    train_transform,
+)
 from vitlit.errors import ConfigError
 from vitlit.schedule import training_progress
 from vitlit.types import PositiveFloat, PositiveInt, plain
@@ -79,62 +84,6 @@ class TransformedSubset(Dataset):
         return self.transform(image), target
 
 
-def validation_count(n: int, val_size: int | float) -> int:
-    """Return how many of ``n`` training images ``val_size`` asks for, or raise if the split would leave none.
-
-    Args:
-        n: Number of training images available.
-        val_size: Number of validation images (int) or their fraction of ``n`` (float in (0, 1)).
-
-    Raises:
-        ConfigError: If the split would leave no training or no validation images.
-    """
-    n_val = round(n * val_size) if isinstance(val_size, float) else val_size
-    if not 1 <= n_val < n:
-        raise ConfigError(
-            f"val_size={val_size} asks for {n_val} of the {n} training images for validation; "
-            f"choose --data.val_size between 1 and {n - 1} (or a fraction such as 0.1)."
-        )
-    return n_val
-
-
-def split_indices(n: int, val_size: int | float, seed: int) -> tuple[list[int], list[int]]:
-    """Carve a seeded validation subset out of ``n`` training images.
-
-    Args:
-        n: Number of training images available.
-        val_size: Number of validation images (int) or their fraction of ``n`` (float in (0, 1)).
-        seed: Seed of the permutation; the same seed gives the same split on every machine.
-
-    Returns:
-        ``(train_indices, val_indices)``, disjoint and together covering ``range(n)``.
-    """
-    n_val = validation_count(n, val_size)
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
-    return order[n_val:], order[:n_val]
-
-
-def channel_statistics(values: Sequence[float], in_chans: int, name: str) -> tuple[float, ...]:
-    """Fit per-channel statistics to ``in_chans`` channels: as they are, or averaged into one for grey images.
-
-    Args:
-        values: Statistics of some channel count (a data set's defaults, or a pretrained model's).
-        in_chans: Channels of the images.
-        name: ``mean`` or ``std``, for the message.
-
-    Raises:
-        ConfigError: If the counts differ otherwise; the user must then give one value per channel.
-    """
-    if len(values) == in_chans:
-        return tuple(values)
-    if in_chans == 1:  # grey images: the average of the colour channels' statistics, as grey is their average
-        return (sum(values) / len(values),)
-    raise ConfigError(
-        f"in_chans={in_chans}, but the default {name} has {len(values)} values; give {in_chans} with --data.{name} "
-        f"(e.g. [{', '.join(['0.5'] * in_chans)}]), or correct --data.in_chans."
-    )
-
-
 class ImageClassificationDataModule(LightningDataModule, ABC):
     """Base class of vitlit's data modules: the data contract, loaders, seeded validation split and transforms.
 
@@ -152,7 +101,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         batch_size: Images per batch (per device); the effective batch also counts
             ``trainer.accumulate_grad_batches``.
         val_size: Validation images carved from the training set when the data has no validation split of its own:
-            a count (int) or a fraction (float in (0, 1)). The test split is never used for validation.
+            a count (int) or a fraction (float in (0, 1)); a data set may set its own default (CIFAR: 5000). The
+            test split is never used for validation.
         num_workers: DataLoader worker processes (0 loads in the main process); capped at the CPU cores available.
         pin_memory: Pin host memory for faster copies to the GPU (ignored when no GPU is present).
         persistent_workers: Keep workers alive between epochs; restarting them costs seconds per short epoch.
@@ -192,7 +142,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         img_size: PositiveInt = 32,
         in_chans: PositiveInt = 3,
         batch_size: PositiveInt = 128,
-        val_size: int | float = 5000,
+        val_size: int | float = 0.1,
         num_workers: int = 4,
         pin_memory: bool = True,
         persistent_workers: bool = True,
@@ -251,7 +201,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self.on_device = on_device
         self.loader: SplitLoader | None = None  # set by the fast part (or a fork); None: the DataLoader
         self.predict_dir = None if predict_dir is None else Path(predict_dir).expanduser()
-        self._predict_images = [] if self.predict_dir is None else self._scan_predict_dir(self.predict_dir)
+        self._predict_images = [] if self.predict_dir is None else predict_files(self.predict_dir, self.in_chans)
         self.train_set: TransformedSubset | None = None
         self.val_set: TransformedSubset | None = None
         self.test_set: TransformedSubset | None = None
@@ -287,15 +237,10 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """
         if self.predict_dir is None:
             return self.test_source()
-        # Decoded in full: these files are read once, and damage inside a file must not stop the whole predict.
-        bad = check_images(self._predict_images, self.img_size, decode=True)
-        if self.trainer is None or self.trainer.is_global_zero:
-            for image in bad:  # one line each, as vitlit's other notes, not a Python warning with a traceback line
-                print(f"vitlit: skipping {image.path}: {image.problem}", file=sys.stderr)
-        kept = without_bad([(path, -1) for path in self._predict_images], bad)
-        if not kept:
-            raise ConfigError(f"predict_dir={self.predict_dir} holds no readable image; all {len(bad)} were skipped.")
-        return ImageFiles(kept, self.class_names, PIL_MODES[self.in_chans], self.img_size)
+        speak = self.trainer is None or self.trainer.is_global_zero
+        return readable_images(
+            self._predict_images, self.predict_dir, self.class_names, self.in_chans, self.img_size, speak
+        )
 
     def source_targets(self, source: Dataset) -> Sequence[int]:
         """The class index of every item of ``source``, ideally without decoding an image.
@@ -367,21 +312,6 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """Whether images must be resized to ``img_size``: always for ``predict_dir``'s files, of any size."""
         return self.is_predict_folder(source) or self.native_size != self.img_size
 
-    def _scan_predict_dir(self, folder: Path) -> list[Path]:
-        """The image files below ``folder``, found before any work starts (the folder must hold at least one)."""
-        if not folder.is_dir():
-            raise ConfigError(f"predict_dir={folder} is not a folder; give the folder of images to classify.")
-        if self.in_chans not in PIL_MODES:
-            raise ConfigError(
-                f"predict_dir reads image files, which hold 1, 3 or 4 channels, not in_chans={self.in_chans}."
-            )
-        found = list(image_files(folder))
-        if not found:
-            raise ConfigError(
-                f"predict_dir={folder} holds no image ({', '.join(IMG_EXTENSIONS)}), also in its sub-folders."
-            )
-        return found
-
     # -- shared machinery ----------------------------------------------------------------------------------------
 
     def train_transform(self) -> Any:
@@ -423,10 +353,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
 
     def _check_channels(self, source: Dataset) -> None:
         """Refuse data whose images have another channel count than ``in_chans``, before the first step."""
-        if len(source) == 0:
-            return
-        image = source[0][0]
-        channels = len(image.getbands()) if hasattr(image, "getbands") else int(image.shape[0])
+        channels = channels_of(source[0][0]) if len(source) else self.in_chans
         if channels != self.in_chans:
             raise ConfigError(
                 f"the images of {type(self).__name__} have {channels} channel(s) but in_chans={self.in_chans}; pass "
@@ -502,14 +429,3 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     def predict_dataloader(self) -> Any:
         """``predict_dir``'s images, or the test split, in order."""
         return self._loader(self.predict_set, train=False)
-
-
-def class_balance_weights(targets: Sequence[int]) -> torch.Tensor:
-    """Weight 1 / (its class's count) per image, so every class is drawn equally often on average."""
-    counts = Counter(targets)
-    return torch.tensor([1.0 / counts[t] for t in targets], dtype=torch.double)
-
-
-def class_balanced_sampler(targets: Sequence[int]) -> WeightedRandomSampler:
-    """Draw as many images as the split holds, with replacement, by `class_balance_weights`."""
-    return WeightedRandomSampler(class_balance_weights(targets), num_samples=len(targets), replacement=True)

@@ -11,7 +11,8 @@ import torch
 from torchvision.datasets import CIFAR10, CIFAR100
 from torchvision.datasets.utils import check_integrity, extract_archive
 
-from vitlit.data.base import ImageClassificationDataModule, validation_count
+from vitlit.data.base import ImageClassificationDataModule
+from vitlit.data.split import validation_count
 from vitlit.errors import ConfigError
 
 _DATASETS: dict[str, type[CIFAR10]] = {"cifar10": CIFAR10, "cifar100": CIFAR100}
@@ -44,6 +45,8 @@ class CIFARDataModule(ImageClassificationDataModule):
         dataset: Which data set: ``cifar10`` (10 classes) or ``cifar100`` (100 classes).
         data_dir: Folder that holds (or will receive) ``cifar-10-batches-py/`` or ``cifar-100-python/``.
         download: Download the archive into ``data_dir`` if it is not there yet (about 170 MB).
+        val_size: Validation images carved from the 50,000 training images: a count (int), as the CIFAR ViT
+            recipes hold out 5,000, or a fraction (float in (0, 1)).
         **kwargs: The common options of `vitlit.data.ImageClassificationDataModule` (``img_size``,
             ``batch_size``, ``val_size``, ``num_workers``, ...).
     """
@@ -53,13 +56,14 @@ class CIFARDataModule(ImageClassificationDataModule):
         dataset: Literal["cifar10", "cifar100"] = "cifar10",
         data_dir: str | Path = "data",
         download: bool = True,
+        val_size: int | float = 5000,
         **kwargs: Any,
     ) -> None:
         if dataset not in _DATASETS:
             raise ConfigError(f"dataset={dataset!r} is not known; use 'cifar10' or 'cifar100'.")
         if kwargs.get("in_chans", 3) != 3:
             raise ConfigError(f"CIFAR images have 3 channels, not in_chans={kwargs['in_chans']}; drop --data.in_chans.")
-        super().__init__(**kwargs)
+        super().__init__(val_size=val_size, **kwargs)
         self.dataset = dataset
         self.data_dir = Path(data_dir).expanduser()
         self.download = download

@@ -11,8 +11,9 @@ from typing import Any, Literal
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
-from vitlit.data.base import ImageClassificationDataModule, validation_count
+from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.images import PIL_MODES, BadImage, ImageFiles, check_images, image_files, without_bad
+from vitlit.data.split import validation_count
 from vitlit.errors import ConfigError
 
 SPLITS = ("train", "val", "test")

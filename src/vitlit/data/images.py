@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
+import torch
 from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.datasets.folder import IMG_EXTENSIONS
@@ -235,3 +237,38 @@ class ImageFiles(Dataset):
             return load_image(path, self.mode, self.img_size), target
         except (OSError, SyntaxError, ValueError) as err:  # what the start-up check cannot see without decoding
             raise ConfigError(f"image {path} cannot be decoded ({err}); remove or replace the file.") from None
+
+
+def predict_files(folder: Path, in_chans: int) -> list[Path]:
+    """The image files below ``predict_dir``, found before any work starts (it must hold at least one)."""
+    if not folder.is_dir():
+        raise ConfigError(f"predict_dir={folder} is not a folder; give the folder of images to classify.")
+    if in_chans not in PIL_MODES:
+        raise ConfigError(f"predict_dir reads image files, which hold 1, 3 or 4 channels, not in_chans={in_chans}.")
+    found = list(image_files(folder))
+    if not found:
+        raise ConfigError(
+            f"predict_dir={folder} holds no image ({', '.join(IMG_EXTENSIONS)}), also in its sub-folders."
+        )
+    return found
+
+
+def readable_images(
+    files: list[Path], folder: Path, classes: list[str], in_chans: int, img_size: int, speak: bool = True
+) -> ImageFiles:
+    """``predict_dir``'s images that decode, with the class index -1; each one left out is named in one line.
+
+    Decoded in full: these files are read once, and damage inside a file must not stop the whole predict.
+    """
+    bad = check_images(files, img_size, decode=True)
+    for image in bad if speak else []:  # one line each, as vitlit's other notes, not a warning with a traceback line
+        print(f"vitlit: skipping {image.path}: {image.problem}", file=sys.stderr)
+    kept = without_bad([(path, -1) for path in files], bad)
+    if not kept:
+        raise ConfigError(f"predict_dir={folder} holds no readable image; all {len(bad)} were skipped.")
+    return ImageFiles(kept, classes, PIL_MODES[in_chans], img_size)
+
+
+def channels_of(image: Image.Image | torch.Tensor) -> int:
+    """The channel count of a PIL image or a (C, H, W) tensor."""
+    return len(image.getbands()) if hasattr(image, "getbands") else int(image.shape[0])

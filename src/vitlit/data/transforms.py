@@ -14,6 +14,8 @@ from PIL import Image
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
+from vitlit.errors import ConfigError
+
 #: Per-image augmentation policies (torchvision.transforms.v2), applied after crop and flip.
 Policy = Literal["none", "trivialaugment", "randaugment", "autoaugment"]
 POLICIES: tuple[str, ...] = Policy.__args__
@@ -201,3 +203,24 @@ def eval_transform(img_size: int, mean: Sequence[float], std: Sequence[float], *
     """
     steps = [ToUint8Image()] + ([ResizeIfNeeded(img_size)] if resize else [])
     return v2.Compose([*steps, ToNormalizedFloat(mean, std)])
+
+
+def channel_statistics(values: Sequence[float], in_chans: int, name: str) -> tuple[float, ...]:
+    """Fit per-channel statistics to ``in_chans`` channels: as they are, or averaged into one for grey images.
+
+    Args:
+        values: Statistics of some channel count (a data set's defaults, or a pretrained model's).
+        in_chans: Channels of the images.
+        name: ``mean`` or ``std``, for the message.
+
+    Raises:
+        ConfigError: If the counts differ otherwise; the user must then give one value per channel.
+    """
+    if len(values) == in_chans:
+        return tuple(values)
+    if in_chans == 1:  # grey images: the average of the colour channels' statistics, as grey is their average
+        return (sum(values) / len(values),)
+    raise ConfigError(
+        f"in_chans={in_chans}, but the default {name} has {len(values)} values; give {in_chans} with --data.{name} "
+        f"(e.g. [{', '.join(['0.5'] * in_chans)}]), or correct --data.in_chans."
+    )

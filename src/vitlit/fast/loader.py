@@ -16,7 +16,8 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import Dataset
 
-from vitlit.data.base import ImageClassificationDataModule, class_balance_weights
+from vitlit.data.base import ImageClassificationDataModule
+from vitlit.data.split import class_balance_weights
 from vitlit.fast.device import DeviceLoader, decode_uint8
 from vitlit.fast.policies import BatchPolicy
 

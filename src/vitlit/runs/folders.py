@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
-from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import Logger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from vitlit.checkpoints import checkpoint_folders, checkpoint_step, run_of_checkpoint
+from vitlit.checkpoints import run_of_checkpoint
 from vitlit.errors import ConfigError
 
 _VERSION = re.compile(r"version_(\d+)")
@@ -174,6 +174,14 @@ def relocated_logger(
     return type(logger)(**{**init_args, "save_dir": os.fspath(save_dir), "name": name, "version": version})
 
 
+def checkpoint_step(path: str | Path) -> int | None:
+    """The optimizer step a checkpoint was saved at, or ``None`` if the file cannot be read as a checkpoint."""
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"])
+    except Exception:  # any unreadable or foreign file simply has no known step
+        return None
+
+
 def newer_checkpoint(ckpt_path: Path, run_dir: Path) -> tuple[Path, int] | None:
     """A checkpoint of ``run_dir`` saved at a later step than ``ckpt_path``, if there is one (with its step).
 
@@ -286,24 +294,6 @@ def place_run(save_dir: Path, name: str, subcommand: str, ckpt: Path | None) -> 
     run_dir = save_dir / name / f"version_{version}"
     lock = RunLock.acquire(run_dir) if subcommand == "fit" else None
     return Placement(run_dir, True, save_dir, name, version, note=note, lock=lock)
-
-
-def resume_hint(trainer: Trainer, config_name: str, program: str = "vitlit") -> str:
-    """The command that resumes a stopped run (its checkpoint was saved on the way out), or why there is none.
-
-    Args:
-        trainer: The Trainer of the stopped run.
-        config_name: The file name the run's config was saved under (``config.yaml``, or ``config.resume-K.yaml``).
-        program: The module to run.
-    """
-    saved = [p for folder in checkpoint_folders(trainer) for p in folder.glob("*.ckpt")]
-    # The logger's folder, not trainer.log_dir: under DDP that is a collective, and this runs on the way out.
-    log_dir = trainer.logger.log_dir if trainer.logger is not None else trainer.default_root_dir
-    if not saved or log_dir is None:
-        return "no checkpoint was written, so there is nothing to resume."
-    # last.ckpt where the config keeps one (it was rewritten on the way out), else the newest checkpoint.
-    newest = max(saved, key=lambda p: (p.name == "last.ckpt", p.stat().st_mtime))
-    return f"resume with: python -m {program} fit --config {Path(log_dir) / config_name} --ckpt_path {newest}"
 
 
 def another_root(root: str | None, ckpt: Path) -> bool:

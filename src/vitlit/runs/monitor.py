@@ -9,13 +9,15 @@ get_available_flops, with the H200's dense peak added) but reads the clock only 
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from typing import Any
 
+import timm
 import torch
 from lightning.fabric.utilities.throughput import Throughput as ThroughputWindow
-from lightning.fabric.utilities.throughput import get_available_flops
+from lightning.fabric.utilities.throughput import get_available_flops, measure_flops
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -45,6 +47,25 @@ DENSE_PEAK_FLOPS: dict[str, dict[torch.dtype | str, float]] = {
 }
 
 
+@functools.lru_cache(maxsize=16)
+def _flops(model_name: str, net_kwargs: tuple[tuple[str, Any], ...]) -> int:
+    """Forward + backward FLOPs of one image, counted on the meta device; about a second, so counted once a process."""
+    kwargs = dict(net_kwargs)
+    with torch.device("meta"):
+        net = timm.create_model(model_name, pretrained=False, **kwargs)
+        images = torch.empty(1, kwargs["in_chans"], kwargs["img_size"], kwargs["img_size"])
+    return measure_flops(net, lambda: net(images), lambda logits: logits.sum())
+
+
+def flops_per_image(model: LightningModule) -> int:
+    """Model FLOPs of one training image, forward and backward, counted on the meta device (no memory).
+
+    For a `vitlit.ViTClassifier` (its timm name and ``net_kwargs``). Attention is counted as PyTorch's FLOP counter
+    counts ``scaled_dot_product_attention``; augmentation and the optimizer are not model FLOPs.
+    """
+    return _flops(model.hparams.model_name, tuple(sorted(model.net_kwargs().items())))
+
+
 def available_flops(device: torch.device, dtype: torch.dtype) -> float | None:
     """The device's dense peak FLOP/s for ``dtype`` (MFU's denominator), or ``None`` where it is not known.
 
@@ -69,12 +90,11 @@ class SpeedMonitor(Callback):
     between two logging steps are counted from the batch shapes, whatever their size.
 
     Logged: ``perf/images_per_sec`` (all processes together under DDP); ``perf/tflops_per_sec`` per device (model
-    FLOPs of forward and backward, counted once per image by the model's ``flops_per_image()``, e.g.
-    `vitlit.model.ViTClassifier.flops_per_image`); ``perf/mfu``, the fraction of the device's peak for the run's
-    precision, where Lightning knows the chip (A100, H100, H200, ...); and per epoch ``perf/peak_memory_gib``
-    (``torch.cuda.max_memory_allocated``, CUDA only). The rates average the last ``window`` logging intervals; each
-    epoch's clock starts after its first batch, so validation and data-loader start-up are not counted as training
-    time.
+    FLOPs of forward and backward, counted once per image by `flops_per_image` for a ViTClassifier); ``perf/mfu``,
+    the fraction of the device's peak for the run's precision, where Lightning knows the chip (A100, H100, H200,
+    ...); and per epoch ``perf/peak_memory_gib`` (``torch.cuda.max_memory_allocated``, CUDA only). The rates
+    average the last ``window`` logging intervals; each epoch's clock starts after its first batch, so validation
+    and data-loader start-up are not counted as training time.
 
     Args:
         window: Logging intervals the rates are averaged over (with ``log_every_n_steps: 50`` and ``window: 2``, the
@@ -97,8 +117,7 @@ class SpeedMonitor(Callback):
 
     @rank_zero_only
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        measure = getattr(pl_module, "flops_per_image", None)
-        self.flops_per_image = measure() if callable(measure) else None
+        self.flops_per_image = flops_per_image(pl_module) if hasattr(pl_module, "net_kwargs") else None
         dtype = COMPUTE_DTYPE.get(str(trainer.precision), torch.float32)
         self.available_flops = available_flops(trainer.strategy.root_device, dtype)
         # window + 1 points span `window` intervals.

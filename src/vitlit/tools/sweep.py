@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from vitlit.errors import ConfigError
-from vitlit.preflight import check_writable_folder
+from vitlit.runs.preflight import check_writable_folder
 from vitlit.types import PositiveInt
 
 #: Distribution types of a search space and the keys each takes (besides ``type``).

@@ -1,9 +1,10 @@
-"""Checks on the Trainer settings and the run's folder, made after parsing and before anything is built or written.
+"""`Preflight`: checks of the Trainer settings and the run's folder, before the run starts or writes anything.
 
 Lightning accepts values that end a run in a ZeroDivisionError deep inside its loops (``accumulate_grad_batches
 0``, ``log_every_n_steps 0``), that silently do nothing and exit 0 (``max_steps 0``, ``limit_train_batches 0``, a
 negative ``gradient_clip_val``), or that it quietly replaces (``16-mixed`` on a CPU becomes bf16). Each is refused
-here with one line naming the flag and the fix, before a ``version_N`` folder exists.
+here with one line naming the flag and the fix, before a ``version_N`` folder exists (the callback comes first in
+this part's ``defaults.yaml``, before `vitlit.runs.placement.RunFolders`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.cli import SaveConfigCallback
 
 from vitlit.errors import ConfigError
 
 _PATH_MAX = 4096  # Linux's; macOS allows 1024, Windows (long paths on) more: the common bound
-_SEED_RANGE = (0, 2**32 - 1)  # what NumPy's seeding, and so Lightning's seed_everything, accepts
 
 
 def _positive_or_unlimited(settings: Mapping[str, Any], name: str) -> None:
@@ -73,30 +75,6 @@ def check_precision(precision: str, accelerator: str) -> None:
         )
 
 
-def check_seed(seed: Any) -> None:
-    """Refuse a ``seed_everything`` value outside what NumPy accepts (``true``/``false``/``null`` are fine)."""
-    if isinstance(seed, bool) or seed is None:
-        return
-    low, high = _SEED_RANGE
-    if not low <= seed <= high:
-        raise ConfigError(f"--seed_everything={seed} is outside {low}..{high}; give a seed in that range, e.g. 42.")
-
-
-def check_seed_shared(seed: Any, environ: Mapping[str, str] = os.environ) -> None:
-    """Refuse a seed each process would draw for itself when torchrun or SLURM started several (DDP).
-
-    With ``seed_everything: true`` every process picks a random seed; Lightning's own launcher hands the first one's
-    to the processes it starts (``PL_GLOBAL_SEED``), but processes that torchrun or SLURM start together each pick
-    their own, and their samplers would then shuffle differently: shards that overlap and leave images out.
-    """
-    started = max(int(environ.get(name, "1") or 1) for name in ("WORLD_SIZE", "SLURM_NTASKS"))
-    if seed is True and started > 1 and "PL_GLOBAL_SEED" not in environ:
-        raise ConfigError(
-            f"--seed_everything=true gives each of the {started} processes its own random seed, so their data "
-            f"shards would overlap; give a number (e.g. --seed_everything 42)."
-        )
-
-
 def _writable(folder: Path) -> bool:
     return os.access(folder, os.W_OK | os.X_OK)
 
@@ -130,3 +108,18 @@ def check_writable_folder(folder: str | Path, flag: str = "--trainer.default_roo
         raise ConfigError(f"{flag}={folder} lies inside {existing}, which is a file; give a folder.")
     if not _writable(existing):
         raise ConfigError(f"{flag}={folder}: {existing} is not writable for this user; give a folder you can write to.")
+
+
+class Preflight(Callback):
+    """Run `check_trainer` and `check_writable_folder` on the run's settings as parsed, before the run starts.
+
+    The vitlit CLI calls `before_run` once the classes are built (Lightning has already replaced some values, such
+    as ``16-mixed`` on a CPU, so the settings are read as the user gave them: from the CLI's SaveConfigCallback).
+    """
+
+    def before_run(self, trainer: Trainer, pl_module: LightningModule, stage: str, ckpt: Path | None) -> None:
+        """Refuse bad Trainer settings and an unwritable ``default_root_dir`` in one line."""
+        saver = next((cb for cb in trainer.callbacks if isinstance(cb, SaveConfigCallback)), None)
+        settings = dict(saver.config.get("trainer") or {}) if saver is not None else {}
+        check_trainer(settings)
+        check_writable_folder(settings.get("default_root_dir") or trainer.default_root_dir)

@@ -1,0 +1,82 @@
+"""Images listed in a table: ``root/labels.csv`` with ``filename,label`` and optionally ``split`` columns.
+
+The most common format of data that is not in class folders (exports of labelling tools, Kaggle competitions):
+``--data CSVImageDataModule --data.root <dir>``.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any, Literal
+
+from vitlit.data.folder import SPLITS, ImageFolderDataModule
+from vitlit.data.split import validation_count
+from vitlit.errors import ConfigError
+
+
+class CSVImageDataModule(ImageFolderDataModule):
+    """Image files named in ``root/labels.csv``: ``filename`` (relative to ``root``), ``label``, optional ``split``.
+
+    Class names are the labels of the training rows, as strings, sorted. ``split`` is ``train``, ``val`` or
+    ``test`` (empty or missing: ``train``); without ``val`` rows a seeded validation split is carved from the
+    training rows (``val_size``), and ``test`` rows are needed only by ``test`` and ``predict``. Every file must lie
+    inside ``root``. Images are read, checked and converted as `ImageFolderDataModule` does (``bad_images`` too).
+
+    Args:
+        root: Folder holding the table and the images.
+        table: The table's file name inside ``root``.
+        val_size: Validation images carved from the training rows when there are no ``val`` rows: a count (int) or
+            a fraction (float in (0, 1)).
+        bad_images: ``error`` or ``skip`` for files that cannot be read as images (see `ImageFolderDataModule`).
+        **kwargs: The common options of `vitlit.data.ImageClassificationDataModule`.
+    """
+
+    def __init__(
+        self,
+        root: str | Path,
+        table: str = "labels.csv",
+        val_size: int | float = 0.1,
+        bad_images: Literal["error", "skip"] = "error",
+        **kwargs: Any,
+    ) -> None:
+        self.table = table  # read by _scan, which the parent's __init__ calls
+        super().__init__(root=root, val_size=val_size, bad_images=bad_images, **kwargs)
+
+    def _scan(self) -> list[str]:
+        """Read and check the table before any work starts; return the class names."""
+        path = self.root / self.table
+        if not path.is_file():
+            raise ConfigError(f"{path} does not exist; --data.root must hold {self.table} (filename,label[,split]).")
+        with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: spreadsheets write a byte-order mark
+            reader = csv.DictReader(f)
+            if not {"filename", "label"} <= set(reader.fieldnames or []):
+                raise ConfigError(f"{path} has columns {reader.fieldnames}; it needs filename and label (and split).")
+            rows = [(n, row) for n, row in enumerate(reader, start=2)]  # line numbers as an editor shows them
+        root, found = self.root.resolve(), {split: [] for split in SPLITS}
+        for n, row in rows:
+            split = (row.get("split") or "train").strip().lower()
+            file = (self.root / (row["filename"] or "").strip()).resolve()
+            if split not in SPLITS:
+                raise ConfigError(f"{path} line {n}: split {split!r} is not one of train, val, test.")
+            if not file.is_relative_to(root) or not file.is_file():
+                raise ConfigError(f"{path} line {n}: {row['filename']!r} is not a file inside {self.root}.")
+            found[split].append((file, (row["label"] or "").strip()))
+        classes = sorted({label for _, label in found["train"]})
+        if len(classes) < 2:
+            raise ConfigError(f"{path} has {len(classes)} label(s) in its training rows; a classifier needs 2 or more.")
+        for split, items in found.items():
+            unknown = sorted({label for _, label in items} - set(classes))
+            if unknown:
+                raise ConfigError(f"{path}: {split} rows have labels no training row has: {', '.join(unknown[:5])}.")
+            if items:
+                self._files[split] = [(file, classes.index(label)) for file, label in items]
+        if "val" not in self._files:
+            validation_count(len(self._files["train"]), self.val_size)  # fail now, not after the run folder exists
+        return classes
+
+    def test_source(self) -> Any:
+        """The images of the ``test`` rows."""
+        if "test" not in self._files:
+            raise ConfigError(f"{self.root / self.table} has no test rows; test and predict need rows of split test.")
+        return super().test_source()

@@ -1,0 +1,57 @@
+"""The seeded validation split carved from the training images, and class-balanced drawing of training images."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import torch
+from torch.utils.data import WeightedRandomSampler
+
+from vitlit.errors import ConfigError
+
+
+def validation_count(n: int, val_size: int | float) -> int:
+    """Return how many of ``n`` training images ``val_size`` asks for, or raise if the split would leave none.
+
+    Args:
+        n: Number of training images available.
+        val_size: Number of validation images (int) or their fraction of ``n`` (float in (0, 1)).
+
+    Raises:
+        ConfigError: If the split would leave no training or no validation images.
+    """
+    n_val = round(n * val_size) if isinstance(val_size, float) else val_size
+    if not 1 <= n_val < n:
+        raise ConfigError(
+            f"val_size={val_size} asks for {n_val} of the {n} training images for validation; "
+            f"choose --data.val_size between 1 and {n - 1} (or a fraction such as 0.1)."
+        )
+    return n_val
+
+
+def split_indices(n: int, val_size: int | float, seed: int) -> tuple[list[int], list[int]]:
+    """Carve a seeded validation subset out of ``n`` training images.
+
+    Args:
+        n: Number of training images available.
+        val_size: Number of validation images (int) or their fraction of ``n`` (float in (0, 1)).
+        seed: Seed of the permutation; the same seed gives the same split on every machine.
+
+    Returns:
+        ``(train_indices, val_indices)``, disjoint and together covering ``range(n)``.
+    """
+    n_val = validation_count(n, val_size)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    return order[n_val:], order[:n_val]
+
+
+def class_balance_weights(targets: Sequence[int]) -> torch.Tensor:
+    """Weight 1 / (its class's count) per image, so every class is drawn equally often on average."""
+    counts = Counter(targets)
+    return torch.tensor([1.0 / counts[t] for t in targets], dtype=torch.double)
+
+
+def class_balanced_sampler(targets: Sequence[int]) -> WeightedRandomSampler:
+    """Draw as many images as the split holds, with replacement, by `class_balance_weights`."""
+    return WeightedRandomSampler(class_balance_weights(targets), num_samples=len(targets), replacement=True)

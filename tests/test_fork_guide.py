@@ -1,0 +1,165 @@
+"""Forking without guessing: the guide's worked example (a format vitlit does not ship), labels.csv data, and a
+model subclass with its own loss and per-class metrics, each named in YAML or flags only."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers.cli import DIGITS_CONFIG, ROOT, run_cli
+from torchmetrics.classification import MulticlassF1Score
+
+from vitlit.data import CSVImageDataModule
+from vitlit.model import ViTClassifier
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import code_size
+
+EXAMPLE, EXAMPLE_CONFIG = ROOT / "examples" / "npz_data.py", ROOT / "examples" / "npz.yaml"
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+GUIDE = README.split("### Fork it for your data")[1].split("\n### ")[0]
+QUICK = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "2",
+         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]  # fmt: skip
+
+
+class FocalLoss(torch.nn.Module):
+    """A loss of a fork's own (focal loss, for hard classes), for class indices and Mixup's probabilities alike."""
+
+    def __init__(self, gamma: float = 2.0) -> None:
+        super().__init__()
+        self.gamma = gamma
+        self.calls = 0
+
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        soft = targets if targets.is_floating_point() else torch.nn.functional.one_hot(targets, logits.shape[-1])
+        log_p = logits.log_softmax(-1)
+        return -(soft * (1 - log_p.exp()) ** self.gamma * log_p).sum(-1).mean()
+
+
+class F1ViT(ViTClassifier):
+    """A model-side fork: per-class F1 in validation and test, through the documented hook."""
+
+    def evaluation_metrics(self, num_classes: int) -> dict:
+        return {**super().evaluation_metrics(num_classes), "f1": MulticlassF1Score(num_classes, average=None)}
+
+
+@pytest.fixture(scope="module")
+def digits_npz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = (digits.images * (255 / 16)).astype(np.uint8)  # (1797, 8, 8) grey, as MedMNIST's grey sets
+    order = np.random.default_rng(0).permutation(len(images))
+    parts = {"train": order[:1200], "val": order[1200:1400], "test": order[1400:]}
+    path = tmp_path_factory.mktemp("npz") / "digits.npz"
+    arrays = {f"{name}_images": images[idx] for name, idx in parts.items()}
+    np.savez(path, **arrays, **{f"{name}_labels": digits.target[idx][:, None] for name, idx in parts.items()})
+    return path
+
+
+def test_the_guide_counts_and_names_what_the_example_uses() -> None:
+    lines, yaml_lines = code_size.code_lines(EXAMPLE), _yaml_lines(EXAMPLE_CONFIG)
+    assert lines <= 40 and yaml_lines <= 15
+    assert f"{lines} lines of Python and {yaml_lines} of YAML" in " ".join(GUIDE.split())
+    tree = ast.parse(EXAMPLE.read_text(encoding="utf-8"))
+    [module] = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    hooks = {node.name for node in module.body if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")}
+    hooks |= {t.attr for node in ast.walk(module) for t in getattr(node, "targets", []) if isinstance(t, ast.Attribute)}
+    helpers = {alias.name for node in tree.body if isinstance(node, ast.ImportFrom) and node.module.startswith("vitlit")
+               for alias in node.names}  # fmt: skip
+    used = (hooks - {"__init__", "arrays", "names"}) | helpers
+    assert used >= {"class_names", "train_source", "test_source", "ImageClassificationDataModule", "ConfigError"}
+    assert not [name for name in used if f"`{name}" not in GUIDE], used
+
+
+def _yaml_lines(path: Path) -> int:
+    return sum(1 for line in path.read_text().splitlines() if line.strip() and not line.strip().startswith("#"))
+
+
+@pytest.mark.parametrize("on_device", ["true", "false"], ids=["on-device", "per-image"])
+def test_the_guide_example_trains_and_tests_from_its_yaml(
+    on_device: str, digits_npz: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))  # what PYTHONPATH=examples does
+    common = ["--config", EXAMPLE_CONFIG, "--data.path", digits_npz, "--trainer.default_root_dir", tmp_path]
+    cli = run_cli("fit", *common, *QUICK, "--data.on_device", on_device)
+    assert cli.datamodule.class_names == [str(d) for d in range(10)] and cli.model.hparams.in_chans == 1
+    assert len(cli.datamodule.val_set) == 200 and cli.trainer.global_step == 4  # the file's own val split
+    run = Path(cli.trainer.log_dir)
+    test = run_cli("test", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt", *QUICK)
+    assert 0.0 <= float(test.trainer.callback_metrics["test/acc"]) <= 1.0
+
+
+def _write_csv_data(root: Path, rows: list[tuple[str, str, str]]) -> Path:
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for name, _, _ in rows:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)).save(root / name)
+    lines = ["filename,label,split", *(",".join(row) for row in rows)]
+    (root / "labels.csv").write_text("\n".join(lines) + "\n")
+    return root
+
+
+@pytest.mark.parametrize("on_device", ["true", "false"], ids=["on-device", "per-image"])
+def test_labels_csv_data_trains_on_both_paths(on_device: str, tmp_path: Path) -> None:
+    rows = [(f"img/{i}.png", ["cat", "dog", "owl"][i % 3], "test" if i >= 40 else "") for i in range(48)]
+    root = _write_csv_data(tmp_path / "data", rows)
+    cli = run_cli("fit", "--config", DIGITS_CONFIG, "--data", "CSVImageDataModule", "--data.root", root,
+                  "--data.batch_size", "8", "--data.on_device", on_device,
+                  "--trainer.default_root_dir", tmp_path / "runs", *QUICK)  # fmt: skip
+    data = cli.datamodule
+    assert data.class_names == ["cat", "dog", "owl"] and cli.model.hparams.class_names == ["cat", "dog", "owl"]
+    assert len(data.train_set) + len(data.val_set) == 40 and len(data.val_set) == 4  # val_size: 10% of the 40
+    assert data.targets(data.train_set) == [["cat", "dog", "owl"].index(rows[i][1]) for i in data.train_set.indices]
+    assert len(data.test_source()) == 8
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("filename,label\nimg/0.png,cat\n", "1 label(s)"),
+        ("file,label\nimg/0.png,cat\n", "needs filename and label"),
+        ("filename,label,split\nimg/0.png,cat,holdout\nimg/1.png,dog,\n", "line 2: split 'holdout'"),
+        ("filename,label\n../outside.png,cat\nimg/1.png,dog\n", "line 2: '../outside.png' is not a file inside"),
+        (
+            "filename,label,split\nimg/0.png,cat,\nimg/1.png,dog,\nimg/2.png,emu,test\n",
+            "labels no training row has: emu",
+        ),
+    ],
+    ids=["one-class", "no-filename-column", "unknown-split", "outside-root", "unknown-test-label"],
+)
+def test_a_bad_labels_csv_is_one_line(table: str, message: str, tmp_path: Path) -> None:
+    root = _write_csv_data(tmp_path / "data", [(f"img/{i}.png", "x", "") for i in range(3)])
+    (tmp_path / "outside.png").write_bytes((root / "img" / "0.png").read_bytes())
+    (root / "labels.csv").write_text(table)
+    with pytest.raises(Exception, match=re.escape(message)):
+        CSVImageDataModule(root=root)
+
+
+def test_a_model_subclass_and_a_loss_named_on_the_command_line(digits_dir: Path, tmp_path: Path) -> None:
+    cli = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path,
+                  "--model", "test_fork_guide.F1ViT", "--model.loss", "test_fork_guide.FocalLoss",
+                  "--model.loss.gamma", "1.5", "--model.label_smoothing", "null", *QUICK)  # fmt: skip
+    model = cli.model
+    assert type(model) is F1ViT and isinstance(model.criterion, FocalLoss) and model.criterion.gamma == 1.5
+    assert model.criterion.calls >= 4 + 2  # the training steps and the validation batches
+    assert model.hparams.loss == "test_fork_guide.FocalLoss"
+    logged = cli.trainer.callback_metrics
+    assert {f"val/f1/{d}" for d in range(10)} <= set(logged) and "val/acc" in logged  # one F1 per class name
+    saved = (Path(cli.trainer.log_dir) / "config.yaml").read_text()
+    assert "class_path: test_fork_guide.F1ViT" in saved and "test_fork_guide.FocalLoss" in saved
+
+
+def test_label_smoothing_with_another_loss_is_refused(digits_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path,
+                "--model.loss", "test_fork_guide.FocalLoss", *QUICK)  # fmt: skip
+    assert not (tmp_path / "lightning_logs").exists()
