@@ -82,7 +82,10 @@ def _yaml_lines(path: Path) -> int:
     return sum(1 for line in path.read_text().splitlines() if line.strip() and not line.strip().startswith("#"))
 
 
-@pytest.mark.parametrize("on_device", ["true", "false"], ids=["on-device", "per-image"])
+# One data path each in the default suite, the other with the slow tests: together both paths for both modules.
+@pytest.mark.parametrize(
+    "on_device", ["true", pytest.param("false", marks=pytest.mark.slow)], ids=["on-device", "per-image"]
+)
 def test_the_guide_example_trains_and_tests_from_its_yaml(
     on_device: str, digits_npz: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -108,7 +111,9 @@ def _write_csv_data(root: Path, rows: list[tuple[str, str, str]]) -> Path:
     return root
 
 
-@pytest.mark.parametrize("on_device", ["true", "false"], ids=["on-device", "per-image"])
+@pytest.mark.parametrize(
+    "on_device", [pytest.param("true", marks=pytest.mark.slow), "false"], ids=["on-device", "per-image"]
+)
 def test_labels_csv_data_trains_on_both_paths(on_device: str, tmp_path: Path) -> None:
     rows = [(f"img/{i}.png", ["cat", "dog", "owl"][i % 3], "test" if i >= 40 else "") for i in range(48)]
     root = _write_csv_data(tmp_path / "data", rows)
