@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -10,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
+from helpers.cli import CPU, DIGITS_CONFIG, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
 
+import vitlit
 from vitlit import ImageFolderDataModule
 from vitlit.optim import WarmupCosineLR
 from vitlit.runs.folders import read_scalars
@@ -88,3 +90,24 @@ def test_calling_main_from_python_warns_nothing_about_sys_argv(tmp_path: Path, c
         warnings.simplefilter("always")
         tiny_cifar_fit(cifar_dir, tmp_path, "--trainer.fast_dev_run", "1")
     assert not [w for w in caught if "args parameter" in str(w.message)]
+
+
+def test_version_answers_without_loading_torch() -> None:
+    code = "import runpy, sys; sys.argv = ['vitlit', '--version']; runpy.run_module('vitlit', run_name='__main__')\n"
+    code += "assert 'torch' not in sys.modules and 'lightning' not in sys.modules, 'loaded for --version'"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"vitlit {vitlit.__version__}"
+
+
+def test_a_run_starts_without_notes_nobody_can_act_on(
+    tmp_path: Path, digits_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # What a terminal would show: Lightning's log records, and warnings (which pytest would otherwise record).
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO):
+        warnings.simplefilter("always")
+        run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.fast_dev_run", "1",
+                "--trainer.default_root_dir", tmp_path)  # fmt: skip
+    assert "GPU available" in caplog.text  # Lightning's notes do reach the capture
+    assert "litlogger" not in caplog.text
+    assert not [w for w in caught if "LeafSpec" in str(w.message)]

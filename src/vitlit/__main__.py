@@ -1,3 +1,19 @@
-from vitlit.cli import main
+"""``python -m vitlit``: `vitlit.cli.main`, except ``--version``, answered without loading torch or Lightning."""
 
-main()
+import sys
+
+from vitlit import __version__
+
+
+def run() -> None:
+    """The ``vitlit`` console script and ``python -m vitlit``."""
+    if sys.argv[1:] == ["--version"]:
+        print(f"vitlit {__version__}")
+        return
+    from vitlit.cli import entry_point
+
+    entry_point()
+
+
+if __name__ == "__main__":
+    run()

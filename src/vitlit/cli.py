@@ -179,6 +179,8 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
             warnings.filterwarnings("ignore", message=r"The number of training batches \(\d+\) is smaller than")
             # The model summary's size estimate assumes fp32 under mixed precision and says so on every run.
             warnings.filterwarnings("ignore", message=r"Precision .* is not supported by the model summary")
+            # Lightning's own use of a torch API that torch deprecated: nothing a user can change.
+            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
             defaults = {"default_config_files": cfg.default_configs()}
             return VitLitCLI(
                 LightningModule,  # --model: a class path; the shared defaults name vitlit.model.ViTClassifier

@@ -56,18 +56,20 @@ class FirstInterruptAsSigterm:
 
 
 class QuietInterruptionNotes(logging.Filter):
-    """Drop Lightning's own notes on a SIGTERM, or on the Ctrl-C that vitlit routes to one, while a run is on.
+    """Drop Lightning's notes that a vitlit user cannot act on, while the CLI runs.
 
-    vitlit prints one line with the resume command instead of ``Received SIGTERM: 15`` and ``An SIGTERMException
-    was raised with message: , ...``. Added to Lightning's two loggers by `install` and removed by `restore`, so
-    Lightning's logging is left as it was outside vitlit's CLI.
+    On a SIGTERM, or the Ctrl-C that vitlit routes to one, vitlit prints one line with the resume command instead
+    of ``Received SIGTERM: 15`` and ``An SIGTERMException was raised with message: , ...``; and every run would
+    start with Lightning's advertisement for its cloud logger. Added to Lightning's two loggers by `install` and
+    removed by `restore`, so Lightning's logging is left as it was outside vitlit's CLI.
     """
 
     LOGGERS = ("lightning.pytorch.trainer.connectors.signal_connector", "lightning.pytorch.utilities.rank_zero")
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return "Received SIGTERM" not in message and not message.startswith("An SIGTERMException was raised")
+        notes = ("An SIGTERMException was raised", "💡 Tip:")
+        return "Received SIGTERM" not in message and not message.startswith(notes)
 
     def install(self) -> None:
         for name in self.LOGGERS:
