@@ -1,0 +1,105 @@
+"""Does the device path learn as well as the per-image path with each augmentation policy? (issue 25)
+
+For each policy (autoaugment, randaugment, trivialaugment) and each data path (``--data.on_device true`` and
+``false``), the digits recipe of the issue is trained over several seeds in fresh processes; the best checkpoint
+(by ``val/acc``) is tested on a held-out split. It prints every run, then per policy and path the mean, spread and
+fit time, and the two acceptance figures: the device path's mean test accuracy minus the per-image path's (at
+least -0.003 to pass) and the ratio of their fit times (at most 0.8).
+
+    python benchmarks/policy_parity.py                      # 120 epochs, seeds 0-4, two runs at a time
+    python benchmarks/policy_parity.py --epochs 60 --seeds 0 1 2 --policies randaugment
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The issue's recipe on top of configs/digits.yaml: EMA weights, one RandAugment operation at magnitude 5.
+RECIPE = """--model.patch_size 8 --model.optimizer.init_args.lr 2e-3 --model.optimizer.init_args.weight_decay 0.05
+--model.scheduler.init_args.warmup_steps 100 --model.label_smoothing 0.1 --data.hflip false
+--trainer.callbacks+=EMAWeightAveraging --trainer.callbacks.decay 0.998 --data.randaugment_num_ops 1
+--data.randaugment_magnitude 5 --data.val_size 144 --data.num_workers 0 --trainer.enable_progress_bar false""".split()
+
+_RUN = """
+import json, sys, time
+from vitlit.cli import main
+args = sys.argv[1:]
+start = time.time()
+fit = main(["fit", *args])
+seconds = time.time() - start
+best = fit.trainer.checkpoint_callback.best_model_path
+test = main(["test", *args, "--ckpt_path", best])
+print("RESULT " + json.dumps({"test_acc": float(test.trainer.callback_metrics["test/acc"]), "fit_seconds": seconds}))
+"""
+
+
+def run_once(policy: str, on_device: str, seed: int, epochs: int, data: Path, work: Path) -> dict:
+    """One fit and test in a fresh process with one torch thread; returns the test accuracy and the fit time."""
+    root = work / f"{policy}-{on_device}-{seed}"
+    args = ["--config", str(ROOT / "configs" / "digits.yaml"), "--data.root", str(data), *RECIPE,
+            "--data.augment", policy, "--data.on_device", on_device, "--trainer.max_epochs", str(epochs),
+            "--seed_everything", str(seed), "--trainer.default_root_dir", str(root)]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([sys.executable, "-c", _RUN, *args], capture_output=True, text=True, env=env, check=False)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if line is None:
+        raise RuntimeError(f"{policy} on_device={on_device} seed {seed} failed:\n{done.stderr[-2000:]}")
+    return {"policy": policy, "on_device": on_device, "seed": seed, **json.loads(line[len("RESULT ") :])}
+
+
+def main() -> None:
+    """Run the grid and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--epochs", type=int, default=120)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--policies", nargs="+", default=["autoaugment", "randaugment", "trivialaugment"])
+    parser.add_argument("--parallel", type=int, default=2, help="runs at a time (one torch thread each)")
+    args = parser.parse_args()
+    from vitlit.data.digits import write_digits_folder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        # 1,437 train (144 of them validation) / 360 test: another split than the tests' (test_fraction 0.25).
+        data = write_digits_folder(Path(tmp) / "digits", test_fraction=0.2, seed=7)
+        grid = list(itertools.product(args.policies, ("true", "false"), args.seeds))
+        started = time.time()
+        with ThreadPoolExecutor(args.parallel) as pool:
+            futures = [pool.submit(run_once, p, d, s, args.epochs, data, Path(tmp)) for p, d, s in grid]
+            results = []
+            for future in futures:
+                result = future.result()
+                results.append(result)
+                print(json.dumps(result), flush=True)
+    print(f"\n{args.epochs} epochs, seeds {args.seeds}, {time.time() - started:.0f} s in all")
+    print("| policy | data path | test accuracy mean | min-max | fit s (mean) |")
+    print("| --- | --- | --- | --- | --- |")
+    summary: dict[tuple[str, str], tuple[float, float]] = {}
+    for policy, on_device in itertools.product(args.policies, ("true", "false")):
+        rows = [r for r in results if r["policy"] == policy and r["on_device"] == on_device]
+        accs, secs = [r["test_acc"] for r in rows], [r["fit_seconds"] for r in rows]
+        summary[policy, on_device] = (statistics.mean(accs), statistics.mean(secs))
+        path = "device" if on_device == "true" else "per-image"
+        print(f"| {policy} | {path} | {statistics.mean(accs):.4f} | {min(accs):.4f}-{max(accs):.4f} | "
+              f"{statistics.mean(secs):.0f} |")  # fmt: skip
+    for policy in args.policies:
+        (dev_acc, dev_s), (img_acc, img_s) = summary[policy, "true"], summary[policy, "false"]
+        ok = dev_acc - img_acc >= -0.003 and dev_s / img_s <= 0.8
+        print(
+            f"{policy}: device - per-image = {dev_acc - img_acc:+.4f}, time ratio {dev_s / img_s:.2f} "
+            f"({'meets' if ok else 'misses'} the acceptance: >= -0.003 and <= 0.8)"
+        )
+
+
+if __name__ == "__main__":
+    main()
