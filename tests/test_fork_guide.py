@@ -138,13 +138,23 @@ def test_labels_csv_data_trains_on_both_paths(on_device: str, tmp_path: Path) ->
             "filename,label,split\nimg/0.png,cat,\nimg/1.png,dog,\nimg/2.png,emu,test\n",
             "labels no training row has: emu",
         ),
+        ("filename,label\n" + "x" * 200_000 + ",cat\n", "not a readable UTF-8 CSV table"),
+        (b"\xff\xfe\x00garbage".decode("latin-1"), "not a readable UTF-8 CSV table"),
     ],
-    ids=["one-class", "no-filename-column", "unknown-split", "outside-root", "unknown-test-label"],
+    ids=[
+        "one-class",
+        "no-filename-column",
+        "unknown-split",
+        "outside-root",
+        "unknown-test-label",
+        "huge-field",
+        "not-utf8",
+    ],
 )
 def test_a_bad_labels_csv_is_one_line(table: str, message: str, tmp_path: Path) -> None:
     root = _write_csv_data(tmp_path / "data", [(f"img/{i}.png", "x", "") for i in range(3)])
     (tmp_path / "outside.png").write_bytes((root / "img" / "0.png").read_bytes())
-    (root / "labels.csv").write_text(table)
+    (root / "labels.csv").write_bytes(table.encode("latin-1"))
     with pytest.raises(Exception, match=re.escape(message)):
         CSVImageDataModule(root=root)
 

@@ -58,7 +58,8 @@ class VitLitCLI(LightningCLI):
     A callback with a ``before_run(trainer, pl_module, subcommand, ckpt)`` method is called once the checkpoint is
     checked and before the run starts (Lightning's own hooks come after its logger has written), and its
     ``on_exception`` and ``teardown`` once the run is over, also when it failed before or inside Lightning (which
-    tears callbacks down only after a run that ended normally): `vitlit.runs.RunFolders` places the run this way.
+    tears callbacks down only after a run that ended normally): `vitlit.runs.placement.RunFolders` places the run
+    this way.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -48,11 +48,15 @@ class CSVImageDataModule(ImageFolderDataModule):
         path = self.root / self.table
         if not path.is_file():
             raise ConfigError(f"{path} does not exist; --data.root must hold {self.table} (filename,label[,split]).")
-        with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: spreadsheets write a byte-order mark
-            reader = csv.DictReader(f)
-            if not {"filename", "label"} <= set(reader.fieldnames or []):
-                raise ConfigError(f"{path} has columns {reader.fieldnames}; it needs filename and label (and split).")
-            rows = [(n, row) for n, row in enumerate(reader, start=2)]  # line numbers as an editor shows them
+        try:
+            with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: spreadsheets write a byte-order mark
+                reader = csv.DictReader(f)
+                if not {"filename", "label"} <= set(reader.fieldnames or []):
+                    columns = reader.fieldnames
+                    raise ConfigError(f"{path} has columns {columns}; it needs filename and label (and split).")
+                rows = [(n, row) for n, row in enumerate(reader, start=2)]  # line numbers as an editor shows them
+        except (csv.Error, UnicodeDecodeError) as err:
+            raise ConfigError(f"{path} is not a readable UTF-8 CSV table ({err}); save it as CSV, UTF-8.") from None
         root, found = self.root.resolve(), {split: [] for split in SPLITS}
         for n, row in rows:
             split = (row.get("split") or "train").strip().lower()
