@@ -1,0 +1,37 @@
+"""A run saved by vitlit 0.1 resumes after scripts/upgrade_config.py (tests/data/config_v0.1.yaml: 0.1's own output)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import timm
+import torch
+import yaml
+from helpers.cli import ROOT, run_cli
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import upgrade_config
+
+OLD = Path(__file__).with_name("data") / "config_v0.1.yaml"  # 0.1's --print_config: digits + distill, nonfinite skip
+
+
+def test_a_0_1_config_upgrades_and_trains(tmp_path: Path, digits_dir: Path) -> None:
+    config = tmp_path / "config.yaml"
+    shutil.copy(OLD, config)
+    upgrade_config.main([str(config)])
+    assert (tmp_path / "config.yaml.v0.1").read_text() == OLD.read_text()
+    new = yaml.safe_load(config.read_text())
+    assert upgrade_config.upgrade(new) == new  # idempotent
+    text = config.read_text()
+    assert "vitlit.monitor." not in text and "vitlit.runs.monitor.SpeedMonitor" in text and "nonfinite:" not in text
+    teacher = tmp_path / "teacher.pth"  # the saved config names timm's test_vit; its weights from a file (offline)
+    torch.save(timm.create_model("test_vit", num_classes=10).state_dict(), teacher)
+    cli = run_cli("fit", "--config", config, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path / "r",
+                  "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1",
+                  "--model.distillation.teacher_file", teacher)  # fmt: skip
+    assert type(cli.model).__name__ == "DistilledViTClassifier" and cli.trainer.global_step == 2
+    guards = [cb for cb in cli.trainer.callbacks if type(cb).__name__ == "NonFiniteGuard" and cb.active]
+    assert [g.action for g in guards] == ["skip"]
+    assert (Path(cli.trainer.log_dir) / "run_card.json").is_file()  # the runs part's callbacks are back
