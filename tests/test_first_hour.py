@@ -46,8 +46,12 @@ def test_version_help_and_no_abbreviations(capsys: pytest.CaptureFixture[str]) -
     assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("vitlit 0.")
     with pytest.raises(SystemExit):
         run_cli("--help")
-    listing = capsys.readouterr().out
-    assert "never run on your" not in listing and "writes into <run>/test/version_K" in " ".join(listing.split())
+    listing = " ".join(capsys.readouterr().out.split())
+    assert "never run on your" not in listing and "writes into <run>/test/version_K" in listing
+    assert "More subcommands: env, export, serve, sweep" in listing  # the tools, beside LightningCLI's four
+    with pytest.raises(SystemExit):
+        run_cli("frobnicate")
+    assert "'predict', 'env', 'export', 'serve', 'sweep')" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         run_cli("fit", "--help")
     ckpt_help = " ".join(capsys.readouterr().out.split("--ckpt_path CKPT_PATH")[-1].split())
