@@ -106,3 +106,27 @@ def test_the_card_says_why_the_run_ended(flags: list[str], reason: str, digits_d
 def test_markdown_of_a_card_without_results_has_placeholders() -> None:
     text = render_markdown({"run_dir": "runs/v0", "exit_reason": "running"})
     assert "| best val/acc | — (epoch —) |" in text and "| code | not in git |" in text
+
+
+def test_a_fit_ends_with_a_summary_whose_commands_work(
+    tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the paths printed are the ones to type here
+    run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.max_epochs", "2",
+            "--trainer.limit_train_batches", "3", "--data.val_size", "32")  # fmt: skip
+    lines = capsys.readouterr().err.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("vitlit: fit finished after 2 epochs in"))
+    block = dict(line.split(None, 1) for line in lines[start + 1 : start + 5])
+    assert block["run"] == "folder  lightning_logs/version_0"
+    assert block["best"].startswith("lightning_logs/version_0/checkpoints/epoch") and "val/acc 0." in block["best"]
+    assert block["last"] == "lightning_logs/version_0/checkpoints/last.ckpt"
+    test = block["next"].split()  # python -m vitlit test --config ... --ckpt_path ...
+    assert test[:4] == ["python", "-m", "vitlit", "test"]
+    assert 0 <= float(run_cli(*test[3:]).trainer.callback_metrics["test/acc"]) <= 1
+    assert "export --ckpt_path lightning_logs/version_0/checkpoints/" in lines[start + 6]
+
+
+def test_a_fast_dev_run_writes_no_card(tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.fast_dev_run", "1")
+    assert not list(tmp_path.rglob("run_card.*"))

@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,8 @@ class RunCard(Callback):
     # -- fit ---------------------------------------------------------------------------------------------------------
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.fast_dev_run:  # a smoke test: Lightning writes no run folder, so there is no card to keep
+            return
         # Every process asks: under DDP trainer.log_dir is the main process's folder, sent to all (a collective).
         run_dir = Path(trainer.log_dir or trainer.default_root_dir)
         if trainer.is_global_zero:
@@ -219,6 +222,7 @@ class RunCard(Callback):
             self.card["epochs_done"] = trainer.current_epoch
             self.card["exit_reason"] = _why_stopped(trainer)
             self._write(trainer)
+            print(summary(self.card, trainer), file=sys.stderr)
 
     @rank_zero_only
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
@@ -286,6 +290,38 @@ class RunCard(Callback):
         if self.card.get("config") is None:  # Lightning saves config.yaml at setup; read it once it is there
             self.card["config"] = self._config()
         write_card(self.run_dir, self.card)
+
+
+def _short(path: str | Path) -> str:
+    """``path`` relative to the current directory where it lies below it (what the user types), else absolute."""
+    path = Path(path).resolve()
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
+def summary(card: dict[str, Any], trainer: Trainer) -> str:
+    """The lines a fit ends with: how it ended, where its checkpoints are, and the commands that use them."""
+    run = Path(card["run_dir"])
+    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback is not None else ""
+    last = run / "checkpoints" / "last.ckpt"
+    pick = best or (str(last) if last.is_file() else "")
+    rate = f", {card['images_per_sec']:,.0f} images/s" if card.get("images_per_sec") else ""
+    lines = [
+        f"vitlit: fit {card['exit_reason']} after {card['epochs_done']} epochs in {card['wall_seconds']:.0f} s{rate}",
+        f"  run folder  {_short(run)}",
+    ]
+    if best:
+        score = f", val/acc {card['best_val_acc']:.4f}" if card.get("best_val_acc") is not None else ""
+        lines.append(f"  best        {_short(best)} (epoch {card.get('best_epoch')}{score})")
+    if last.is_file():
+        lines.append(f"  last        {_short(last)}")
+    if pick:
+        config = f"--config {_short(run / card['config_file'])} --ckpt_path {_short(pick)}"
+        lines += [
+            f"  next        python -m vitlit test {config}",
+            f"              python -m vitlit predict {config}",
+            f"              python -m vitlit export --ckpt_path {_short(pick)} --output {_short(run / 'model.onnx')}",
+        ]
+    return "\n".join(lines)
 
 
 def _seed() -> int | None:
