@@ -429,3 +429,19 @@ def test_a_folder_this_user_may_not_read_is_one_line(
         f"vitlit: error: {root / 'train'} cannot be read or written by this user (permission denied); check its "
         f"permissions."
     )
+
+
+def test_pretrained_weights_without_the_hub_are_one_line(
+    tmp_path: Path, cifar_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import huggingface_hub.constants
+
+    # What a machine without access gets, at once instead of after the network's timeouts (the variable
+    # HF_HUB_OFFLINE is read when huggingface_hub is imported, which timm has done).
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(SystemExit) as exit_info:
+        tiny_cifar_fit(cifar_dir, tmp_path, "--model.pretrained", "true")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("vitlit: error: timm's pretrained")
+    assert "--model.pretrained_file" in err and not (tmp_path / "lightning_logs").exists()

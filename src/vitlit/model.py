@@ -205,7 +205,15 @@ class ViTClassifier(LightningModule):
                     f"pretrained_file={hp.pretrained_file!r} is not a readable state dict of {hp.model_name} "
                     f"({first_line[:200]}); give a .pth/.safetensors file of that timm model's weights."
                 ) from None
-        return timm.create_model(hp.model_name, pretrained=hp.pretrained, **kwargs)
+        try:
+            return timm.create_model(hp.model_name, pretrained=hp.pretrained, **kwargs)
+        except (OSError, RuntimeError, ValueError) as err:  # no network (the hub's errors are OSErrors), no weights
+            if not hp.pretrained:
+                raise
+            raise ConfigError(
+                f"timm's pretrained weights of {hp.model_name} could not be loaded ({type(err).__name__}); without "
+                f"access to the Hugging Face hub give them as a file: --model.pretrained_file <weights>."
+            ) from None
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Return class logits (batch, num_classes) for images of shape (batch, in_chans, img_size, img_size)."""
