@@ -103,6 +103,26 @@ def test_channel_mistakes_are_one_line_and_leave_no_run(
     assert not list(tmp_path.rglob("*.ckpt")) and not (tmp_path / "lightning_logs" / "version_0").exists()
 
 
+def test_svhn_offline_is_one_line_and_leaves_no_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from urllib.error import URLError
+
+    import torchvision.datasets.svhn
+
+    def no_network(*args: object, **kwargs: object) -> None:
+        raise URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(torchvision.datasets.svhn, "download_url", no_network)
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("fit", "--config", SVHN_CONFIG, *SMALL, "--data.data_dir", tmp_path / "svhn",
+                "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "SVHN could not be downloaded" in err.strip().splitlines()[-1]
+    assert "--data.download false" in err and not (tmp_path / "runs").exists()  # no empty lightning_logs/version_N
+
+
 def _code_lines(path: Path) -> int:
     """Lines of a Python file without blank lines, comments and docstrings: what a forker types."""
     tree = ast.parse(path.read_text())

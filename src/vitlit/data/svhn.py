@@ -43,8 +43,14 @@ class SVHNDataModule(ImageClassificationDataModule):
     def prepare_data(self) -> None:
         """Download both splits once (Lightning calls this on one process only; not to predict a folder)."""
         if self.download and not self.predicting_folder():
-            for split in ("train", "test"):
-                SVHN(self.data_dir, split=split, download=True)
+            try:
+                for split in ("train", "test"):
+                    SVHN(self.data_dir, split=split, download=True)
+            except OSError as err:  # urllib's URLError/HTTPError, socket timeouts, refused or reset connections
+                where = SVHN.split_list["train"][0].rsplit("/", 1)[0]
+                raise ConfigError(f"SVHN could not be downloaded ({getattr(err, 'reason', None) or err}); copy "
+                                  f"train_32x32.mat and test_32x32.mat from {where} into {self.data_dir} by hand and "
+                                  f"pass --data.download false.") from None  # fmt: skip
 
     def _split(self, split: str) -> SVHN:
         try:

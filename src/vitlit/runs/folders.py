@@ -229,6 +229,7 @@ class Placement:
     config_name: str | None = None  # the name the run's config is saved under, when it is not config.yaml
     note: str | None = None  # a line for the user about where the run went
     lock: RunLock | None = None  # held while a fit writes into the folder
+    made: list[Path] = field(default_factory=list)  # folders above run_dir created for it, deepest first
 
     def release(self) -> None:
         """Let the folder go (the run ended, whichever way)."""
@@ -245,8 +246,9 @@ class Placement:
         if self.created and epochs_done == 0:
             self.release()
             shutil.rmtree(self.run_dir, ignore_errors=True)
-            with contextlib.suppress(OSError):  # the logger's folder too, if this run created it (it is empty)
-                self.run_dir.parent.rmdir()
+            for folder in self.made:  # lightning_logs/ and --trainer.default_root_dir, where this run made them
+                with contextlib.suppress(OSError):  # not empty: another run wrote there meanwhile
+                    folder.rmdir()
         elif not self.created and not [p for p in self.run_dir.rglob("*.ckpt") if p.stat().st_mtime >= started]:
             for path in own_files(self.run_dir, self.before, self.config_name):
                 path.unlink(missing_ok=True)
@@ -290,10 +292,11 @@ def place_run(save_dir: Path, name: str, subcommand: str, ckpt: Path | None) -> 
             folders = ", ".join(p.name for p in removed)
             removal = f"removed {folders}, left by a run killed before its first checkpoint"
             note = f"{note}; {removal}" if note else removal
+    made = [folder for folder in (save_dir / name, *(save_dir / name).parents) if not folder.exists()]
     version = allocate_version(save_dir / name)
     run_dir = save_dir / name / f"version_{version}"
     lock = RunLock.acquire(run_dir) if subcommand == "fit" else None
-    return Placement(run_dir, True, save_dir, name, version, note=note, lock=lock)
+    return Placement(run_dir, True, save_dir, name, version, note=note, lock=lock, made=made)
 
 
 def another_root(root: str | None, ckpt: Path) -> bool:
