@@ -49,10 +49,7 @@ class VitLitArgumentParser(LightningArgumentParser):
     argv: ClassVar[list[str]] = []  # the command line being parsed, for the message (set by `main`)
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
-        text = cfg.parser_error(message, ex, self.argv)
-        if "argument subcommand: invalid choice" in text:  # LightningCLI knows its four; the tools are vitlit's
-            text = text.replace(")", ", " + ", ".join(repr(name) for name in cfg.tools()) + ")", 1)
-        _exit(f"{text} (`{PROG} <subcommand> --help` lists the options)")
+        _exit(f"{cfg.parser_error(message, ex, self.argv)} (`{PROG} <subcommand> --help` lists the options)")
 
 
 class VitLitCLI(LightningCLI):

@@ -195,7 +195,10 @@ def parser_error(report: str, ex: BaseException | None, argv: list[str]) -> str:
     flags = [a.split("=", 1)[0] for a in argv if unknown and a.split("=", 1)[0].endswith(f".{unknown.group(1)}")]
     if flags:
         return f"{flags[0]} is not an option here"
-    return out_of_range(report) or one_line(report)
+    text = out_of_range(report) or one_line(report)
+    if "argument subcommand: invalid choice" in text:  # LightningCLI knows its four; the tools are vitlit's
+        text = text.replace(")", ", " + ", ".join(repr(name) for name in tools()) + ")", 1)
+    return text
 
 
 _SEED_RANGE = (0, 2**32 - 1)  # what NumPy's seeding, and so Lightning's seed_everything, accepts
