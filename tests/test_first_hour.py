@@ -27,6 +27,7 @@ def _digits_fit(digits: Path, root: Path) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow  # two fresh processes with a fit each: 21 s
 def test_both_entry_points_exit_0_after_a_run(tmp_path: Path, digits_dir: Path) -> None:
     script = Path(sys.executable).parent / ("vitlit.exe" if os.name == "nt" else "vitlit")
     procs = [  # both at once: each new process spends most of its time importing

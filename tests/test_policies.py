@@ -130,6 +130,7 @@ def test_autoaugment_draws_sub_policies_with_their_probabilities() -> None:
     assert binomtest(int((translate < 0).sum()), len(translate)).pvalue > 1e-3
 
 
+@pytest.mark.slow  # 12 epochs each, 15 s: with the long checks, to keep the default suite under four minutes
 @pytest.mark.parametrize("name", ["autoaugment", "randaugment", "trivialaugment"])
 def test_a_digits_fit_learns_with_each_policy_on_the_device(name: str, digits_dir: Path, tmp_path: Path) -> None:
     # Chance is 0.1. Over 5 seeds x 1-2 threads x torch's generic and AVX2 kernels the best epoch reached 0.61-0.71
