@@ -3,7 +3,6 @@ that follow the weights."""
 
 from __future__ import annotations
 
-import ast
 import hashlib
 from pathlib import Path
 
@@ -121,27 +120,6 @@ def test_svhn_offline_is_one_line_and_leaves_no_folder(
     err = capsys.readouterr().err
     assert "Traceback" not in err and "SVHN could not be downloaded" in err.strip().splitlines()[-1]
     assert "--data.download false" in err and not (tmp_path / "runs").exists()  # no empty lightning_logs/version_N
-
-
-def _code_lines(path: Path) -> int:
-    """Lines of a Python file without blank lines, comments and docstrings: what a forker types."""
-    tree = ast.parse(path.read_text())
-    docstrings = set()
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (
-            isinstance(body, list)
-            and body
-            and isinstance(body[0], ast.Expr)
-            and isinstance(body[0].value, ast.Constant)
-        ):
-            docstrings.update(range(body[0].lineno, body[0].end_lineno + 1))
-    lines = path.read_text().splitlines()
-    return sum(
-        1
-        for i, line in enumerate(lines, 1)
-        if line.strip() and not line.strip().startswith("#") and i not in docstrings
-    )
 
 
 class _Unlabelled(Dataset):

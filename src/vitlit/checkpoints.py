@@ -247,6 +247,11 @@ def check_optimizer_state(optimizer_factory: Any, states: list[dict[str, Any]], 
         )
 
 
+def config_saver(trainer: Trainer) -> SaveConfigCallback | None:
+    """The CLI's SaveConfigCallback of ``trainer``: the run's config as parsed, and the file it is saved under."""
+    return next((cb for cb in trainer.callbacks if isinstance(cb, SaveConfigCallback)), None)
+
+
 def resume_hint(trainer: Trainer, program: str = "vitlit") -> str:
     """The command that resumes a stopped run (its checkpoint was saved on the way out), or why there is none."""
     saved = [p for folder in checkpoint_folders(trainer) for p in folder.glob("*.ckpt")]
@@ -254,7 +259,7 @@ def resume_hint(trainer: Trainer, program: str = "vitlit") -> str:
     log_dir = trainer.logger.log_dir if trainer.logger is not None else None
     if not saved or log_dir is None:
         return "no checkpoint was written, so there is nothing to resume."
-    saver = next((cb for cb in trainer.callbacks if isinstance(cb, SaveConfigCallback)), None)
+    saver = config_saver(trainer)
     config = Path(log_dir) / (saver.config_filename if saver is not None else "config.yaml")
     newest = max(saved, key=lambda p: (p.name == "last.ckpt", p.stat().st_mtime))  # last.ckpt: written on the way out
     return f"resume with: python -m {program} fit --config {config} --ckpt_path {newest}"

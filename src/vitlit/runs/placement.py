@@ -12,11 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.cli import SaveConfigCallback
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from vitlit.checkpoints import logger_root
-from vitlit.errors import ConfigError
+from vitlit.checkpoints import config_saver, logger_root
+from vitlit.config import user_error
 from vitlit.runs.folders import Placement, another_root, place_run, relocated_logger
 
 
@@ -51,7 +49,7 @@ class RunFolders(Callback):
         self.placement = place_run(save_dir, name, stage, ckpt if beside_run else None)
         if self.placement.note:
             print(f"vitlit: {self.placement.note}", file=sys.stderr)
-        saver = next((cb for cb in trainer.callbacks if isinstance(cb, SaveConfigCallback)), None)
+        saver = config_saver(trainer)
         if saver is not None and self.placement.config_name:
             saver.config_filename = self.placement.config_name  # never overwrite the run's config.yaml
         spec = saver.config.get("trainer", {}).get("logger") if saver is not None else None
@@ -62,7 +60,7 @@ class RunFolders(Callback):
         trainer.logger = relocated_logger(trainer.logger, init_args, place.save_dir, place.name, place.version)
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        self._user_error = _user_error(exception)
+        self._user_error = user_error(exception) is not None
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         # After every callback's on_exception (the run card writes its outcome into the folder there).
@@ -78,12 +76,3 @@ class RunFolders(Callback):
 
     def state_dict(self) -> dict[str, Any]:
         return {}  # where a run goes is decided anew each time; nothing of it belongs in a checkpoint
-
-
-def _user_error(err: BaseException | None) -> bool:
-    """Whether ``err`` is, or was raised from, a user error (the run did not go wrong, its options did)."""
-    while err is not None:
-        if isinstance(err, (ConfigError, MisconfigurationException)):
-            return True
-        err = err.__cause__
-    return False

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.cli import SaveConfigCallback
 
+from vitlit.checkpoints import config_saver
 from vitlit.errors import ConfigError
 
 _PATH_MAX = 4096  # Linux's; macOS allows 1024, Windows (long paths on) more: the common bound
@@ -119,7 +119,7 @@ class Preflight(Callback):
 
     def before_run(self, trainer: Trainer, pl_module: LightningModule, stage: str, ckpt: Path | None) -> None:
         """Refuse bad Trainer settings and an unwritable ``default_root_dir`` in one line."""
-        saver = next((cb for cb in trainer.callbacks if isinstance(cb, SaveConfigCallback)), None)
+        saver = config_saver(trainer)
         settings = dict(saver.config.get("trainer") or {}) if saver is not None else {}
         check_trainer(settings)
         check_writable_folder(settings.get("default_root_dir") or trainer.default_root_dir)
