@@ -138,7 +138,7 @@ def main() -> None:
         return
 
     source = FakeCIFAR(args.images)
-    # As CIFARDataModule.source_uint8 takes torchvision's array: channels first, no decoding.
+    # As CIFARDataModule.uint8_images_of takes torchvision's array: channels first, no decoding.
     images = torch.from_numpy(source.data).permute(0, 3, 1, 2).contiguous()
     targets = torch.tensor(source.targets)
     speeds = {}

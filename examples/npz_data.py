@@ -49,22 +49,22 @@ class NPZDataModule(ImageClassificationDataModule):
         images = images[:, None] if images.ndim == 3 else images.permute(0, 3, 1, 2)  # (N, C, H, W), as vitlit reads
         return TensorDataset(images.contiguous(), torch.from_numpy(self.arrays[f"{name}_labels"]).long().flatten())
 
-    def train_source(self) -> TensorDataset:
+    def train_dataset(self) -> TensorDataset:
         """The training split."""
         return self._split("train")
 
-    def val_source(self) -> TensorDataset | None:
+    def val_dataset(self) -> TensorDataset | None:
         """The file's own validation split, if it has one (else vitlit carves one from training)."""
         return self._split("val")
 
-    def test_source(self) -> TensorDataset:
+    def test_dataset(self) -> TensorDataset:
         """The test split."""
         return self._split("test")
 
-    def source_targets(self, source: TensorDataset) -> list[int]:
+    def targets_of(self, dataset: TensorDataset) -> list[int]:
         """The labels, without touching an image (for ``class_balanced``)."""
-        return source.tensors[1].tolist()
+        return dataset.tensors[1].tolist()
 
-    def source_uint8(self, source: TensorDataset) -> torch.Tensor:
+    def uint8_images_of(self, dataset: TensorDataset) -> torch.Tensor:
         """The images as they are (for the device path: nothing to decode)."""
-        return source.tensors[0]
+        return dataset.tensors[0]

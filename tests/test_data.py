@@ -48,7 +48,7 @@ def test_cifar_reads_torchvision_files_and_keeps_test_apart(cifar_dir: Path) -> 
 def test_cifar_normalises_with_its_statistics(cifar_dir: Path) -> None:
     data = _cifar(cifar_dir)
     data.setup("fit")
-    raw, _ = data.val_set.source[data.val_set.indices[0]]
+    raw, _ = data.val_set.dataset[data.val_set.indices[0]]
     expected = torch.tensor(list(raw.getdata()), dtype=torch.float32).T.reshape(3, 32, 32) / 255
     expected = (expected - torch.tensor(data.mean)[:, None, None]) / torch.tensor(data.std)[:, None, None]
     torch.testing.assert_close(data.val_set[0][0], expected)

@@ -35,3 +35,13 @@ def test_a_failing_compile_is_reported_not_raised(monkeypatch: pytest.MonkeyPatc
     assert not works and "no C compiler found" in detail
     monkeypatch.setattr(env, "_COMPILE_PROBE", "print('ok')")
     assert env.compile_works(timeout=60) == (True, "works")
+
+
+def test_env_says_what_it_checks_before_the_long_compile(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    said: list[str] = []
+    monkeypatch.setattr(env, "compile_works", lambda: (said.append(capsys.readouterr().out), (True, "works"))[1])
+    run_cli("env")
+    assert "torch.compile: checking" in said[0] and "--compile_check false skips it" in said[0]  # before it ran
+    assert "torch.compile: yes (works)" in capsys.readouterr().out

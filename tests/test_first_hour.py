@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from helpers.cli import CPU, DIGITS_CONFIG, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
 
 import vitlit
@@ -49,10 +50,10 @@ def test_version_help_and_no_abbreviations(capsys: pytest.CaptureFixture[str]) -
         run_cli("--help")
     listing = " ".join(capsys.readouterr().out.split())
     assert "never run on your" not in listing and "writes into <run>/test/version_K" in listing
-    assert "More subcommands: env, export, serve, sweep" in listing  # the tools, beside LightningCLI's four
+    assert "More subcommands: env, export, models, serve, sweep" in listing  # the tools, beside LightningCLI's four
     with pytest.raises(SystemExit):
         run_cli("frobnicate")
-    assert "'predict', 'env', 'export', 'serve', 'sweep')" in capsys.readouterr().err
+    assert "'predict', 'env', 'export', 'models', 'serve', 'sweep')" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         run_cli("fit", "--help")
     ckpt_help = " ".join(capsys.readouterr().out.split("--ckpt_path CKPT_PATH")[-1].split())
@@ -61,6 +62,25 @@ def test_version_help_and_no_abbreviations(capsys: pytest.CaptureFixture[str]) -
         run_cli("fit", "--config", TINY_CONFIG, "--trainer.max_ep", "5", "--print_config")
     assert exit_info.value.code == 2
     assert "unrecognized arguments: --trainer.max_ep" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [("--trainer.max_epoch", "--trainer.max_epochs"), ("--model.label_smothing", "--model.label_smoothing"),
+     ("--data.batchsize", "--data.batch_size"), ("--model.lr", "--model.optimizer.init_args.lr"), ("--zzz", None)],
+)  # fmt: skip
+def test_a_misspelled_flag_suggests_the_nearest(typed: str, meant: str | None, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("fit", "--config", DIGITS_CONFIG, typed, "3", "--print_config")
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert (f"did you mean {meant}?" in err) if meant else ("did you mean" not in err)
+
+
+def test_class_help_names_the_program() -> None:
+    done = subprocess.run([sys.executable, "-m", "vitlit", "fit", "--data.help", "ImageFolderDataModule"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.startswith("usage: vitlit --data.root ROOT"), done.stdout[:200]
 
 
 def test_a_warmup_longer_than_the_run_is_shortened_and_said(
@@ -116,3 +136,65 @@ def test_a_run_starts_without_notes_nobody_can_act_on(
     assert "GPU available" in caplog.text  # Lightning's notes do reach the capture
     assert "litlogger" not in caplog.text
     assert not [w for w in caught if "LeafSpec" in str(w.message)]
+
+
+def test_evaluations_warn_nothing_nobody_can_act_on(tmp_path: Path, digits_dir: Path) -> None:
+    """No "dirpath has changed" on test/predict; no "batch indices" on predict from the device path's loader."""
+    fit = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.max_epochs", "1",
+                  "--trainer.limit_train_batches", "2", "--trainer.default_root_dir", tmp_path)  # fmt: skip
+    run = Path(fit.trainer.log_dir)
+    assert fit.datamodule.loader is not None and fit.datamodule.loader.use == "auto"  # the device path
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for subcommand in ("test", "predict"):
+            run_cli(subcommand, "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt",
+                    "--trainer.limit_test_batches", "1")  # fmt: skip
+    assert not [str(w.message) for w in caught if "dirpath" in str(w.message) or "batch indices" in str(w.message)]
+    rows = (run / "predict" / "version_0" / "predictions.csv").read_text().splitlines()
+    assert len(rows) == 1 + 449  # every test image, in data order, without Lightning's batch indices
+
+
+def test_the_digits_recipe_needs_no_prior_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """configs/digits.yaml as the README's first offline run: the images are written once into the cache and kept."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    short = ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "2"]
+    fit = run_cli("fit", "--config", DIGITS_CONFIG, *short, "--trainer.default_root_dir", tmp_path / "runs")
+    cache = tmp_path / "cache" / "vitlit" / "digits"
+    assert fit.datamodule.root == cache and len(list(cache.glob("train/*/*.png"))) == 1348
+    assert not [p for p in cache.parent.iterdir() if p.name != "digits"]  # no temporary copy left beside it
+    # Not a terminal (pytest captures): a line per epoch instead of a bar.
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch ")]
+    assert len(lines) == 2 and "val/acc" in lines[0] and "ETA" in lines[0] and "ETA" not in lines[1]
+    written = {p: p.stat().st_mtime_ns for p in cache.rglob("*.png")}
+    run_cli("fit", "--config", DIGITS_CONFIG, *short, "--trainer.default_root_dir", tmp_path / "runs")
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*.png")} == written  # read, not written again
+    # A folder given by hand is read as it is, never filled with digits: a mistyped path stops the run.
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", tmp_path / "typo", *short)
+    assert exit_info.value.code == 2 and "typo/train does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "typo").exists()
+
+
+def test_a_saved_config_works_from_any_folder(
+    tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Relative paths are made absolute in the run's config: a notebook in another folder can test the run."""
+    work = tmp_path / "work"
+    (work / "data").mkdir(parents=True)
+    (work / "data" / "digits").symlink_to(digits_dir)
+    monkeypatch.chdir(work)
+    fit = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", "data/digits", "--trainer.default_root_dir",
+                  "runs", "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2")  # fmt: skip
+    config = Path(fit.trainer.log_dir).resolve() / "config.yaml"
+    saved = yaml.safe_load(config.read_text())
+    assert saved["data"]["init_args"]["root"] == str(work / "data" / "digits")
+    assert saved["trainer"]["default_root_dir"] == str(work / "runs")
+    elsewhere = tmp_path / "notebooks"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    best = fit.trainer.checkpoint_callback.best_model_path
+    test = run_cli("test", "--config", config, "--ckpt_path", best, "--trainer.limit_test_batches", "1")
+    assert Path(test.trainer.log_dir).resolve().is_relative_to(config.parent)  # beside the run, not in ./runs
+    assert not list(elsewhere.iterdir())

@@ -74,7 +74,7 @@ def test_the_guide_counts_and_names_what_the_example_uses() -> None:
     helpers = {alias.name for node in tree.body if isinstance(node, ast.ImportFrom) and node.module.startswith("vitlit")
                for alias in node.names}  # fmt: skip
     used = (hooks - {"__init__", "arrays", "names"}) | helpers
-    assert used >= {"class_names", "train_source", "test_source", "ImageClassificationDataModule", "ConfigError"}
+    assert used >= {"class_names", "train_dataset", "test_dataset", "ImageClassificationDataModule", "ConfigError"}
     assert not [name for name in used if f"`{name}" not in GUIDE], used
 
 
@@ -124,7 +124,7 @@ def test_labels_csv_data_trains_on_both_paths(on_device: str, tmp_path: Path) ->
     assert data.class_names == ["cat", "dog", "owl"] and cli.model.hparams.class_names == ["cat", "dog", "owl"]
     assert len(data.train_set) + len(data.val_set) == 40 and len(data.val_set) == 4  # val_size: 10% of the 40
     assert data.targets(data.train_set) == [["cat", "dog", "owl"].index(rows[i][1]) for i in data.train_set.indices]
-    assert len(data.test_source()) == 8
+    assert len(data.test_dataset()) == 8
 
 
 @pytest.mark.parametrize(

@@ -61,7 +61,7 @@ def test_svhn_recipe_trains_class_balanced_on_both_data_paths(svhn_dir: Path, tm
     )  # fmt: skip
     data = cli.datamodule
     assert cli.trainer.global_step == 100 // 16 and data.class_names[0] == "0"
-    source = data.train_set.source
+    source = data.train_set.dataset
     targets = data.targets(data.train_set)
     assert targets == [int(source.labels[i]) for i in data.train_set.indices] and 0 in targets  # label 10 -> 0
     if on_device:  # the array itself, channels first, not images decoded one by one
@@ -134,10 +134,10 @@ class _Unlabelled(Dataset):
 
 def test_default_targets_hook_reads_targets_or_decodes(digits_dir: Path) -> None:
     data = ImageFolderDataModule(digits_dir, num_workers=0)
-    train = data.train_source()
-    assert data.source_targets(train) == train.targets
-    assert data.source_targets(_Unlabelled()) == [2, 0, 1]
-    assert data.source_files(train)[0].endswith(".png")
+    train = data.train_dataset()
+    assert data.targets_of(train) == train.targets
+    assert data.targets_of(_Unlabelled()) == [2, 0, 1]
+    assert data.files_of(train)[0].endswith(".png")
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,7 @@ def test_sixteen_bit_images_are_scaled_not_clipped(tmp_path: Path) -> None:
             Image.fromarray(grey).save(tmp_path / "train" / name / f"{i}.png")
     data = ImageFolderDataModule(tmp_path, img_size=64, num_workers=0, val_size=2)
     data.setup("fit")
-    image, _ = data.train_set.source[0]
+    image, _ = data.train_set.dataset[0]
     assert (np.asarray(image) == 255).mean() < 0.01
 
 

@@ -233,3 +233,21 @@ def test_resume_restores_ema_weights(tmp_path: Path, cifar_dir: Path) -> None:
         torch.testing.assert_close(resumed_state[key], value, rtol=0, atol=0, msg=key)
     ema = next(cb for cb in resumed.trainer.callbacks if type(cb).__name__ == "EMAWeightAveraging")
     assert ema._average_model.n_averaged.item() == 16  # counted across the interruption
+
+
+def test_resume_with_more_epochs_keeps_the_schedule_and_says_so(
+    tmp_path: Path, cifar_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's story: a resume keeps the schedule it was created with; no fresh warmup note, one line saying so."""
+    flags = ["--trainer.enable_progress_bar", "false", "--model.scheduler.init_args.warmup_steps", "100"]
+    first = tiny_cifar_fit(cifar_dir, tmp_path, *flags, "--trainer.max_epochs", "1")
+    scheduler = first.model.lr_schedulers()
+    kept = (scheduler.total_steps, scheduler.warmup_steps)  # the warmup was shortened for this 1-epoch run
+    assert "warming up for" in capsys.readouterr().err
+    config = Path(first.trainer.log_dir) / "config.yaml"
+    resumed = run_cli("fit", "--config", config, "--trainer.max_epochs", "3", "--ckpt_path", "last")
+    err = capsys.readouterr().err
+    assert "warming up for" not in err
+    assert f"schedule of the checkpoint's run ({kept[0]} steps; this run has {3 * kept[0]})" in err
+    resumed_scheduler = resumed.model.lr_schedulers()
+    assert (resumed_scheduler.total_steps, resumed_scheduler.warmup_steps) == kept

@@ -152,3 +152,7 @@ def test_a_trial_whose_sweep_was_killed_does_not_stay_running(digits_dir: Path, 
     assert done.returncode == 0, done.stderr[-2000:]
     states = [t.state.name for t in optuna.load_study(study_name="vitlit", storage=storage).trials]
     assert states[0] == "FAIL" and states.count("COMPLETE") == 2 and "RUNNING" not in states, states
+    # A line per ended trial, with the best so far and an ETA until the last.
+    lines = [line for line in done.stderr.splitlines() if line.startswith("vitlit: trial ")]
+    assert len(lines) == 2 and "(1 of 2): val/acc " in lines[0] and "; best val/acc " in lines[0], lines
+    assert "; ETA " in lines[0] and "(2 of 2)" in lines[1] and "ETA" not in lines[1]

@@ -6,11 +6,11 @@ import importlib
 from typing import Any
 
 __version__ = "0.2.0"
-__all__ = ["CIFARDataModule", "CSVImageDataModule", "ImageClassificationDataModule", "ImageFolderDataModule",
-           "ViTClassifier"]  # fmt: skip
+__all__ = ["CIFARDataModule", "CSVImageDataModule", "DigitsDataModule", "ImageClassificationDataModule",
+           "ImageFolderDataModule", "ViTClassifier"]  # fmt: skip
 
 # Where each public name lives: imported on first use, so that `vitlit --version` does not load torch (PEP 562).
-_HOMES = {"ViTClassifier": "vitlit.model", **dict.fromkeys(__all__[:4], "vitlit.data")}
+_HOMES = {"ViTClassifier": "vitlit.model", **dict.fromkeys(__all__[:5], "vitlit.data")}
 
 
 def __getattr__(name: str) -> Any:

@@ -12,6 +12,8 @@ def run() -> None:
         return
     from vitlit.cli import entry_point
 
+    # Help texts made by new parsers (``--data.help CLASS``) name the program after sys.argv[0]: not __main__.py.
+    sys.argv[0] = "vitlit"
     entry_point()
 
 

@@ -9,12 +9,13 @@ YAML. Under every ``--config`` lie the shared defaults: ``defaults.yaml`` here, 
 
 from __future__ import annotations
 
+import inspect
+import os
 import re
 import signal
 import sys
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, ClassVar, NoReturn
 
 from lightning.pytorch import Callback, LightningModule
@@ -49,14 +50,18 @@ class VitLitArgumentParser(LightningArgumentParser):
     argv: ClassVar[list[str]] = []  # the command line being parsed, for the message (set by `main`)
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
-        _exit(f"{cfg.parser_error(message, ex, self.argv)} (`{PROG} <subcommand> --help` lists the options)")
+        line = cfg.parser_error(message, ex, self.argv, self.format_help() if "unrecognized" in message else "")
+        _exit(f"{line} (`{PROG} <subcommand> --help` lists the options)")
 
 
 class VitLitCLI(LightningCLI):
-    """LightningCLI with the data-to-model links, checks before anything is built, and ``--ckpt_path last|auto``.
+    """LightningCLI with the data-to-model links, checks before anything is built, and two hooks for callbacks.
 
-    A callback with a ``before_run(trainer, pl_module, subcommand, ckpt)`` method is called once the checkpoint is
-    checked and before the run starts (Lightning's own hooks come after its logger has written), and its
+    A callback with a ``resolve_checkpoint(trainer, pl_module, subcommand, ckpt_path, weights_only)`` method chooses
+    the checkpoint the run starts from (`vitlit.runs.resume.CheckedResume`: ``--ckpt_path last|auto``, checked);
+    without one, ``--ckpt_path`` goes to Lightning as typed. A callback with a
+    ``before_run(trainer, pl_module, subcommand, ckpt)`` method is called once the checkpoint is chosen and before
+    the run starts (Lightning's own hooks come after its logger has written), and its
     ``on_exception`` and ``teardown`` once the run is over, also when it failed before or inside Lightning (which
     tears callbacks down only after a run that ended normally): `vitlit.runs.placement.RunFolders` places the run
     this way.
@@ -123,6 +128,11 @@ class VitLitCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]
         config["ckpt_path"] = self._ckpt_path  # as typed, in the saved config
+        for part in ("model", "data"):  # the saved config must work from any folder (the notebooks', a resume's)
+            cfg.absolute_paths(config[part]["init_args"])
+        root = config["trainer"].get("default_root_dir")
+        if isinstance(root, str) and "://" not in root:  # evaluations from another folder still go beside the run
+            config["trainer"]["default_root_dir"] = os.path.abspath(os.path.expanduser(root))
         fill_pretrained_normalization(config["model"]["init_args"], config["data"]["init_args"])
 
     def before_fit(self) -> None:
@@ -139,14 +149,12 @@ class VitLitCLI(LightningCLI):
         self._start("predict")
 
     def _start(self, subcommand: str) -> None:
-        """Resolve ``--ckpt_path`` (``last``, ``auto``, ``none``), refuse one that does not fit, call ``before_run``."""
-        trainer = self.trainer
-        root = ckpts.logger_root(trainer.logger) or Path(trainer.default_root_dir).expanduser().resolve()
-        folders = [Path(trainer.default_root_dir) / "checkpoints", *ckpts.checkpoint_folders(trainer)]
-        ckpt = ckpts.resolve_checkpoint(self._ckpt_path, subcommand, root, folders)
-        if ckpt is not None:
+        """Let callbacks resolve ``--ckpt_path`` (``resolve_checkpoint``), then call their ``before_run``."""
+        trainer, ckpt = self.trainer, self._ckpt_path
+        ckpt = None if ckpt is None or str(ckpt).lower() == "none" else ckpt  # none: evaluate the model as built
+        for callback in [cb for cb in trainer.callbacks if callable(getattr(cb, "resolve_checkpoint", None))]:
             weights_only = self.config_init[subcommand].get("weights_only")
-            ckpts.read_for_run(self.model, ckpt, weights_only, resume=subcommand == "fit")
+            ckpt = callback.resolve_checkpoint(trainer, self.model, subcommand, self._ckpt_path, weights_only)
         self.config_init[subcommand]["ckpt_path"] = None if ckpt is None else str(ckpt)  # what the run loads
         for callback in [cb for cb in trainer.callbacks if callable(getattr(cb, "before_run", None))]:
             self.started.append(callback)
@@ -180,6 +188,8 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
             warnings.filterwarnings("ignore", message=r"The number of training batches \(\d+\) is smaller than")
             # The model summary's size estimate assumes fp32 under mixed precision and says so on every run.
             warnings.filterwarnings("ignore", message=r"Precision .* is not supported by the model summary")
+            if argv and argv[0] != "fit":  # an evaluation saves no checkpoints: their folder's state is of no use
+                warnings.filterwarnings("ignore", message="The dirpath has changed from")
             # Lightning's own use of a torch API that torch deprecated: nothing a user can change.
             warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
             defaults = {"default_config_files": cfg.default_configs()}
@@ -214,6 +224,8 @@ def _tool(name: str, run: Any, argv: list[str]) -> Any:
     """Run a `vitlit.config.tools` function with its typed, documented arguments as flags (``vitlit export --help``)."""
     parser = VitLitArgumentParser(prog=f"{PROG} {name}", description=run.__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_function_arguments(run, as_group=False)
+    if argv and not argv[0].startswith("-"):  # a leading word is the first argument: `vitlit models 'vit_*'`
+        argv = [f"--{next(iter(inspect.signature(run).parameters))}", *argv]
     # Options may be spelled with dashes too (--n-trials for --n_trials), as most command-line tools take them.
     argv = [re.sub(r"^--([\w-]+)", lambda m: "--" + m.group(1).replace("-", "_"), a) for a in argv]
     return run(**parser.parse_args(argv).as_dict())

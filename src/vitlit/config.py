@@ -6,7 +6,9 @@ jsonargparse's multi-line reports, oversized or malformed YAML and refused paths
 
 from __future__ import annotations
 
+import difflib
 import errno
+import inspect
 import os
 import re
 from collections.abc import Mapping
@@ -179,14 +181,16 @@ def message(err: BaseException) -> str:
     return text
 
 
+_FLAG = re.compile(r"--[\w.]+")
 _NOT_ACCEPTED = re.compile(r"Option '([\w.]+)' is not accepted")
 
 
-def parser_error(report: str, ex: BaseException | None, argv: list[str]) -> str:
+def parser_error(report: str, ex: BaseException | None, argv: list[str], usage: str = "") -> str:
     """One line for a report of jsonargparse's: the user error behind it, a value out of range, or the report.
 
     For a class chosen by ``class_path`` (``--model``, ``--data``) jsonargparse names an unknown option without the
-    flag it came from; the flag typed in ``argv`` is named instead.
+    flag it came from; the flag typed in ``argv`` is named instead. An unknown flag gets the nearest known one as a
+    suggestion: from ``usage`` (the parser's help text), or from the shipped classes' arguments.
     """
     cause = user_error(ex)
     if cause is not None:
@@ -194,11 +198,41 @@ def parser_error(report: str, ex: BaseException | None, argv: list[str]) -> str:
     unknown = _NOT_ACCEPTED.search(report)
     flags = [a.split("=", 1)[0] for a in argv if unknown and a.split("=", 1)[0].endswith(f".{unknown.group(1)}")]
     if flags:
-        return f"{flags[0]} is not an option here"
+        return f"{flags[0]} is not an option here{suggestion(flags[0], class_flags(flags[0].split('.')[0]))}"
+    typed = re.search(r"unrecognized arguments: (--[\w.-]+)", report)
+    if typed:
+        return one_line(report) + suggestion(typed.group(1), _FLAG.findall(usage))
     text = out_of_range(report) or one_line(report)
     if "argument subcommand: invalid choice" in text:  # LightningCLI knows its four; the tools are vitlit's
         text = text.replace(")", ", " + ", ".join(repr(name) for name in tools()) + ")", 1)
     return text
+
+
+def suggestion(flag: str, known: list[str]) -> str:
+    """``"; did you mean --x?"`` for the known flag nearest to a mistyped ``flag``, or ``""`` if none is near.
+
+    Names are compared after the group (``--trainer.``), within it: ``--model.lr`` is not near ``--model.loss``.
+    """
+    group, name = flag.split(".", 1) if "." in flag else ("", flag)
+    by_name = {k.rsplit(".", 1)[-1]: k for k in reversed(known) if k.startswith(f"{group}.")}
+    match = difflib.get_close_matches(name.rsplit(".", 1)[-1], list(by_name), n=1, cutoff=0.75)
+    return f"; did you mean {by_name[match[0]]}?" if match else ""
+
+
+def class_flags(group: str) -> list[str]:
+    """The flags of ``--model`` (``ViTClassifier``'s, its optimizer's, its schedule's) or ``--data`` (any data's)."""
+    import torch  # here, not at the top: `vitlit --version` must not load torch
+
+    import vitlit
+    from vitlit.optim import WarmupCosineLR
+
+    names = ["ViTClassifier"] if group == "--model" else [n for n in vitlit.__all__ if n.endswith("DataModule")]
+    classes = [cls for name in names for cls in getattr(vitlit, name).__mro__ if "__init__" in vars(cls)]
+    flags = [f"{group}.{p}" for cls in classes for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    if group == "--model":  # --model.lr means the optimizer's
+        for part, cls in (("optimizer", torch.optim.AdamW), ("scheduler", WarmupCosineLR)):
+            flags += [f"--model.{part}.init_args.{p}" for p in inspect.signature(cls).parameters]
+    return flags
 
 
 _SEED_RANGE = (0, 2**32 - 1)  # what NumPy's seeding, and so Lightning's seed_everything, accepts
@@ -237,6 +271,24 @@ def default_configs() -> list[str]:
 def tools() -> dict[str, EntryPoint]:
     """Subcommands beside LightningCLI's, by name: the ``vitlit.commands`` entry points (see pyproject.toml)."""
     return {point.name: point for point in entry_points(group="vitlit.commands")}
+
+
+#: Arguments that name a file or folder, in any data module or model; ``teacher`` where it is a path, not a name.
+PATH_ARGUMENTS = ("root", "data_dir", "predict_dir", "pretrained_file", "teacher")
+
+
+def absolute_paths(init_args: Any) -> None:
+    """Make the relative paths among a class's arguments (`PATH_ARGUMENTS`) absolute, in place.
+
+    A run saves its config for resuming, testing and the notebooks, which run from other folders: ``data/digits``
+    there would be another folder, or none.
+    """
+    for key in PATH_ARGUMENTS:
+        value = init_args.get(key) if hasattr(init_args, "get") else None
+        if not isinstance(value, (str, Path)) or "://" in str(value) or Path(value).expanduser().is_absolute():
+            continue
+        if key != "teacher" or Path(value).exists():  # a teacher may be a timm model's name
+            init_args[key] = os.path.abspath(value)  # not resolve(): a symbolic link the user named stays
 
 
 def check_ckpt_path_given(subcommand: str, ckpt_path: str | None) -> None:

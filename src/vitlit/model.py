@@ -20,7 +20,7 @@ from vitlit.clipping import clip_true_gradients
 from vitlit.errors import ConfigError
 from vitlit.optim import WarmupCosineLR, apply_lr_scale, check_factories, param_groups
 from vitlit.schedule import total_steps
-from vitlit.types import Fraction, PositiveInt, Rate, plain
+from vitlit.types import Fraction, PositiveInt, Rate, as_builtin
 
 # Hyperparameters that fix the shape of the weights: a checkpoint only fits a model with the same values.
 _ARCHITECTURE_KEYS = ("model_name", "num_classes", "img_size", "in_chans", "patch_size")
@@ -108,7 +108,7 @@ class ViTClassifier(LightningModule):
         # The loss object stays out of the hyperparameters (checkpoints hold plain values only); its class is named.
         self.save_hyperparameters(ignore=["loss"])
         for key, value in self.hparams.items():
-            self.hparams[key] = plain(value)
+            self.hparams[key] = as_builtin(value)
         self.hparams["loss"] = None if loss is None else f"{type(loss).__module__}.{type(loss).__qualname__}"
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
@@ -305,7 +305,8 @@ class ViTClassifier(LightningModule):
             note = set_total(total) if callable(set_total) else None
             if not callable(set_total):
                 scheduler.total_steps = total
-            if note and self.trainer.is_global_zero:
+            # A resumed run's schedule is replaced by the checkpoint's (on_train_start says so if its length differs).
+            if note and self.trainer.is_global_zero and self.trainer.ckpt_path is None:
                 print(f"vitlit: {note}", file=sys.stderr)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
@@ -330,6 +331,10 @@ class ViTClassifier(LightningModule):
         # Lightning logs every log_every_n_steps optimizer steps (50); a run whose epochs are shorter would show its
         # loss, learning-rate and throughput curves only every few epochs, or not at all.
         trainer = self.trainer
+        kept, total = getattr(self.lr_schedulers(), "total_steps", None), total_steps(trainer)
+        if trainer.ckpt_path is not None and kept and total and kept != total and trainer.is_global_zero:
+            print(f"vitlit: resumed with the learning-rate schedule of the checkpoint's run ({kept} steps; this run "
+                  f"has {total}); steps after its end keep the final learning rate", file=sys.stderr)  # fmt: skip
         if math.isinf(trainer.num_training_batches):
             return
         steps_per_epoch = max(1, int(trainer.num_training_batches) // trainer.accumulate_grad_batches)

@@ -20,7 +20,7 @@ from jsonargparse.typing import (
 )
 
 
-def plain(value: Any) -> Any:
+def as_builtin(value: Any) -> Any:
     """``value`` as a plain ``int``/``float`` if it is a constrained number (e.g. ``PositiveInt(3)``), else as it is.
 
     The parser hands over instances of these int/float subclasses. Stored in a module, they would travel into the
@@ -48,5 +48,5 @@ __all__ = [
     "PositiveInt",
     "Probability",
     "Rate",
-    "plain",
+    "as_builtin",
 ]

@@ -1,6 +1,6 @@
 """What every vitlit data module shares: the data contract, the seeded validation split, transforms and loaders.
 
-A subclass says what data it has through the hooks of `ImageClassificationDataModule` (its sources, class names and,
+A subclass says what data it has through the hooks of `ImageClassificationDataModule` (its datasets, class names and,
 optionally, cheaper ways to read targets, raw images and file names); everything else, and every common flag, lives
 here once and reads the data only through those hooks. The forking guide in the README walks through one subclass.
 """
@@ -30,7 +30,7 @@ from vitlit.data.transforms import (
 )
 from vitlit.errors import ConfigError
 from vitlit.schedule import training_progress
-from vitlit.types import PositiveFloat, PositiveInt, plain
+from vitlit.types import PositiveFloat, PositiveInt, as_builtin
 
 #: Normalisation statistics of ImageNet, the default of data modules that name none of their own.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -65,33 +65,33 @@ class SplitLoader(Protocol):
 
 
 class TransformedSubset(Dataset):
-    """A view of ``source`` at ``indices`` with its own transform.
+    """A view of ``dataset`` at ``indices`` with its own transform.
 
     The train and validation parts of one split share the decoded images but need different pipelines, which
     ``torch.utils.data.Subset`` cannot express.
     """
 
-    def __init__(self, source: Dataset, indices: Sequence[int] | None, transform: Any) -> None:
-        self.source = source
-        self.indices = list(range(len(source))) if indices is None else list(indices)
+    def __init__(self, dataset: Dataset, indices: Sequence[int] | None, transform: Any) -> None:
+        self.dataset = dataset
+        self.indices = list(range(len(dataset))) if indices is None else list(indices)
         self.transform = transform
 
     def __len__(self) -> int:
         return len(self.indices)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        image, target = self.source[self.indices[i]]
+        image, target = self.dataset[self.indices[i]]
         return self.transform(image), target
 
 
 class ImageClassificationDataModule(LightningDataModule, ABC):
     """Base class of vitlit's data modules: the data contract, loaders, seeded validation split and transforms.
 
-    **The contract.** A subclass implements `class_names`, `train_source` and `test_source` (and `val_source` where
+    **The contract.** A subclass implements `class_names`, `train_dataset` and `test_dataset` (and `val_dataset` where
     the data has its own validation split): datasets of ``(image, class index)`` without transforms, the image a
     PIL image or a ``(C, H, W)`` uint8 tensor with ``in_chans`` channels. Three optional hooks make it faster:
-    `source_targets` (class indices without decoding, for ``class_balanced``), `source_uint8` (all images as one
-    uint8 tensor, for the device path) and `source_files` (file names, for ``predictions.csv``); ``native_size``
+    `targets_of` (class indices without decoding, for ``class_balanced``), `uint8_images_of` (all images as one
+    uint8 tensor, for the device path) and `files_of` (file names, for ``predictions.csv``); ``native_size``
     avoids a resize, ``default_mean``/``default_std`` give the data's statistics. Nothing else of a dataset is read.
 
     Args:
@@ -181,21 +181,21 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             raise ConfigError(
                 f"batch_size={batch_size} is odd, but Mixup/CutMix mix images in pairs; use an even size."
             )
-        self.img_size = plain(img_size)
-        self.in_chans = plain(in_chans)
-        self.batch_size = plain(batch_size)
-        self.val_size = plain(val_size)
-        self.num_workers = plain(num_workers)
+        self.img_size = as_builtin(img_size)
+        self.in_chans = as_builtin(in_chans)
+        self.batch_size = as_builtin(batch_size)
+        self.val_size = as_builtin(val_size)
+        self.num_workers = as_builtin(num_workers)
         self.pin_memory = pin_memory
         self.persistent_workers = persistent_workers
-        self.seed = plain(seed)
+        self.seed = as_builtin(seed)
         self._mean = None if mean is None else tuple(float(v) for v in mean)
         self._std = None if std is None else tuple(float(v) for v in std)
         self.crop_padding = self.img_size // 8 if crop_padding is None else int(crop_padding)
         self.hflip = hflip
         self.augment = augment
-        self.randaugment_num_ops = plain(randaugment_num_ops)
-        self.randaugment_magnitude = plain(randaugment_magnitude)
+        self.randaugment_num_ops = as_builtin(randaugment_num_ops)
+        self.randaugment_magnitude = as_builtin(randaugment_magnitude)
         self.batch_augment = batch_augment
         self.class_balanced = class_balanced
         self.on_device = on_device
@@ -219,42 +219,42 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """
 
     @abstractmethod
-    def train_source(self) -> Dataset:
+    def train_dataset(self) -> Dataset:
         """The training images: a dataset of ``(PIL image or (C, H, W) uint8 tensor, class index)``, no transforms."""
 
-    def val_source(self) -> Dataset | None:
+    def val_dataset(self) -> Dataset | None:
         """A separate validation set, or ``None`` to carve one from the training set (the default)."""
         return None
 
     @abstractmethod
-    def test_source(self) -> Dataset:
+    def test_dataset(self) -> Dataset:
         """The held-out test images, used by ``test`` (and by ``predict`` without ``predict_dir``) only."""
 
-    def predict_source(self) -> Dataset:
+    def predict_dataset(self) -> Dataset:
         """What ``predict`` classifies: the images of ``predict_dir``, else the test split.
 
         Unreadable files of the folder are named, one line each, and left out; its items have the class index -1.
         """
         if self.predict_dir is None:
-            return self.test_source()
+            return self.test_dataset()
         speak = self.trainer is None or self.trainer.is_global_zero
         return readable_images(
             self._predict_images, self.predict_dir, self.class_names, self.in_chans, self.img_size, speak
         )
 
-    def source_targets(self, source: Dataset) -> Sequence[int]:
-        """The class index of every item of ``source``, ideally without decoding an image.
+    def targets_of(self, dataset: Dataset) -> Sequence[int]:
+        """The class index of every item of ``dataset``, ideally without decoding an image.
 
         The default reads a ``targets`` attribute (torchvision's CIFAR, MNIST and ImageFolder keep one) and
         otherwise decodes every item once. Override it for data that stores its labels elsewhere (SVHN: ``labels``).
         """
-        targets = getattr(source, "targets", None)
-        if targets is not None and len(targets) == len(source):
+        targets = getattr(dataset, "targets", None)
+        if targets is not None and len(targets) == len(dataset):
             return [int(t) for t in targets]
-        return [int(source[i][1]) for i in range(len(source))]
+        return [int(dataset[i][1]) for i in range(len(dataset))]
 
-    def source_uint8(self, source: Dataset) -> torch.Tensor | None:
-        """All images of ``source`` as one (N, in_chans, H, W) uint8 tensor, for the device path; ``None`` decodes.
+    def uint8_images_of(self, dataset: Dataset) -> torch.Tensor | None:
+        """All images of ``dataset`` as one (N, in_chans, H, W) uint8 tensor, for the device path; ``None`` decodes.
 
         Override it where the data already sits in one array (CIFAR, SVHN): taking it costs nothing, while decoding
         runs every image through PIL once (seconds to minutes for a large folder). Images of another size than
@@ -262,12 +262,12 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """
         return None
 
-    def source_files(self, source: Dataset) -> Sequence[str] | None:
-        """The file each item of ``source`` was read from, for ``predictions.csv``; ``None`` where there are none.
+    def files_of(self, dataset: Dataset) -> Sequence[str] | None:
+        """The file each item of ``dataset`` was read from, for ``predictions.csv``; ``None`` where there are none.
 
         The default reads ImageFolder's ``samples`` (``(path, class index)`` pairs), which `ImageFiles` keeps too.
         """
-        samples = getattr(source, "samples", None)
+        samples = getattr(dataset, "samples", None)
         return None if samples is None else [str(path) for path, _ in samples]
 
     # -- derived from the contract -------------------------------------------------------------------------------
@@ -291,26 +291,26 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         return list(self._std or channel_statistics(self.default_std, self.in_chans, "std"))
 
     def targets(self, subset: TransformedSubset) -> list[int]:
-        """Class index of every item of one of this module's splits, through `source_targets`."""
-        targets = self.source_targets(subset.source)
+        """Class index of every item of one of this module's splits, through `targets_of`."""
+        targets = self.targets_of(subset.dataset)
         return [targets[i] for i in subset.indices]
 
     def predict_files(self) -> list[str] | None:
         """The file behind each item ``predict`` sees, in order; ``None`` where unknown."""
-        files = self.source_files(self.predict_set.source) if self.predict_set is not None else None
+        files = self.files_of(self.predict_set.dataset) if self.predict_set is not None else None
         return None if files is None else [files[i] for i in self.predict_set.indices]
 
     def predicting_folder(self) -> bool:
         """Whether this is a ``predict`` of ``predict_dir``: then no data set needs to be downloaded."""
         return self.predict_dir is not None and self.trainer is not None and self.trainer.predicting
 
-    def is_predict_folder(self, source: Dataset | None) -> bool:
-        """Whether ``source`` is ``predict_dir``'s images (vitlit's own, not one of the subclass's sources)."""
-        return self.predict_dir is not None and self.predict_set is not None and source is self.predict_set.source
+    def is_predict_folder(self, dataset: Dataset | None) -> bool:
+        """Whether ``dataset`` is ``predict_dir``'s images (vitlit's own, not one of the subclass's datasets)."""
+        return self.predict_dir is not None and self.predict_set is not None and dataset is self.predict_set.dataset
 
-    def needs_resize(self, source: Dataset | None = None) -> bool:
+    def needs_resize(self, dataset: Dataset | None = None) -> bool:
         """Whether images must be resized to ``img_size``: always for ``predict_dir``'s files, of any size."""
-        return self.is_predict_folder(source) or self.native_size != self.img_size
+        return self.is_predict_folder(dataset) or self.native_size != self.img_size
 
     # -- shared machinery ----------------------------------------------------------------------------------------
 
@@ -335,25 +335,25 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     def setup(self, stage: str) -> None:
         """Build the datasets that ``stage`` needs; idempotent, so a fit followed by a test reuses the split."""
         if stage in ("fit", "validate") and self.val_set is None:
-            source = self.train_source()
-            self._check_channels(source)
-            val_source = self.val_source()
-            if val_source is None:
-                train_idx, val_idx = split_indices(len(source), self.val_size, self.seed)
-                self.train_set = TransformedSubset(source, train_idx, self.train_transform())
-                self.val_set = TransformedSubset(source, val_idx, self.eval_transform())
+            dataset = self.train_dataset()
+            self._check_channels(dataset)
+            val_dataset = self.val_dataset()
+            if val_dataset is None:
+                train_idx, val_idx = split_indices(len(dataset), self.val_size, self.seed)
+                self.train_set = TransformedSubset(dataset, train_idx, self.train_transform())
+                self.val_set = TransformedSubset(dataset, val_idx, self.eval_transform())
             else:
-                self.train_set = TransformedSubset(source, None, self.train_transform())
-                self.val_set = TransformedSubset(val_source, None, self.eval_transform())
+                self.train_set = TransformedSubset(dataset, None, self.train_transform())
+                self.val_set = TransformedSubset(val_dataset, None, self.eval_transform())
         if stage == "test" and self.test_set is None:
-            self.test_set = TransformedSubset(self.test_source(), None, self.eval_transform())
+            self.test_set = TransformedSubset(self.test_dataset(), None, self.eval_transform())
         if stage == "predict" and self.predict_set is None:
             transform = self.eval_transform(resize=True if self.predict_dir is not None else None)
-            self.predict_set = TransformedSubset(self.predict_source(), None, transform)
+            self.predict_set = TransformedSubset(self.predict_dataset(), None, transform)
 
-    def _check_channels(self, source: Dataset) -> None:
+    def _check_channels(self, dataset: Dataset) -> None:
         """Refuse data whose images have another channel count than ``in_chans``, before the first step."""
-        channels = channels_of(source[0][0]) if len(source) else self.in_chans
+        channels = channels_of(dataset[0][0]) if len(dataset) else self.in_chans
         if channels != self.in_chans:
             raise ConfigError(
                 f"the images of {type(self).__name__} have {channels} channel(s) but in_chans={self.in_chans}; pass "

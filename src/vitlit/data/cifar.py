@@ -167,14 +167,14 @@ class CIFARDataModule(ImageClassificationDataModule):
                 f"and pass --data.download true."
             ) from None
 
-    def train_source(self) -> CIFAR10:
+    def train_dataset(self) -> CIFAR10:
         """The 50,000 training images (torchvision's ``CIFAR10``/``CIFAR100``)."""
         return self._load(train=True)
 
-    def test_source(self) -> CIFAR10:
+    def test_dataset(self) -> CIFAR10:
         """The 10,000 test images."""
         return self._load(train=False)
 
-    def source_uint8(self, source: CIFAR10) -> torch.Tensor:
+    def uint8_images_of(self, dataset: CIFAR10) -> torch.Tensor:
         """Torchvision keeps the images as one (N, 32, 32, 3) uint8 array: taken as it is, channels first."""
-        return torch.from_numpy(source.data).permute(0, 3, 1, 2)
+        return torch.from_numpy(dataset.data).permute(0, 3, 1, 2)

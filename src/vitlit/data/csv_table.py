@@ -79,8 +79,8 @@ class CSVImageDataModule(ImageFolderDataModule):
             validation_count(len(self._files["train"]), self.val_size)  # fail now, not after the run folder exists
         return classes
 
-    def test_source(self) -> Any:
+    def test_dataset(self) -> Any:
         """The images of the ``test`` rows."""
         if "test" not in self._files:
             raise ConfigError(f"{self.root / self.table} has no test rows; test and predict need rows of split test.")
-        return super().test_source()
+        return super().test_dataset()

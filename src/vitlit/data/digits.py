@@ -1,15 +1,24 @@
-"""scikit-learn's digits as an image folder: 1,797 real 8x8 images, small enough to learn on a CPU offline.
+"""scikit-learn's digits: 1,797 real 8x8 images that ship with scikit-learn, small enough to learn on a CPU offline.
 
-Used by the tests, the quick-start notebook and ``benchmarks/digits.py`` as a stand-in for CIFAR where it cannot be
-downloaded. Needs scikit-learn (``pip install -e ".[dev]"``).
+`DigitsDataModule` is the first run on a machine without a GPU or network (``configs/digits.yaml``): it writes the
+images once as an image folder into a cache and reads them from there as `ImageFolderDataModule` reads any folder.
+The tests, notebooks and benchmarks write their own copies with `write_digits_folder`. Needs scikit-learn
+(``pip install -e ".[dev]"``).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
+
+from vitlit.data.folder import ImageFolderDataModule
+from vitlit.errors import ConfigError
 
 
 def write_digits_folder(root: str | Path, size: int = 32, test_fraction: float = 0.25, seed: int = 0) -> Path:
@@ -26,7 +35,11 @@ def write_digits_folder(root: str | Path, size: int = 32, test_fraction: float =
     Returns:
         ``root``, ready for ``ImageFolderDataModule(root)``.
     """
-    from sklearn.datasets import load_digits  # a dev dependency; only needed here
+    try:
+        from sklearn.datasets import load_digits  # a dev dependency; only needed here
+    except ImportError:
+        msg = "the digits come with scikit-learn, which is not installed: pip install scikit-learn."
+        raise ConfigError(msg) from None
 
     root = Path(root)
     digits = load_digits()
@@ -38,3 +51,41 @@ def write_digits_folder(root: str | Path, size: int = 32, test_fraction: float =
         pixels = (digits.images[i] * (255 / 16)).astype(np.uint8)  # the originals range over 0..16
         Image.fromarray(pixels).resize((size, size), Image.BILINEAR).convert("RGB").save(folder / f"{i}.png")
     return root
+
+
+def default_digits_root() -> Path:
+    """Where `DigitsDataModule` keeps its images: ``$XDG_CACHE_HOME/vitlit/digits`` (``~/.cache/vitlit/digits``)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vitlit" / "digits"
+
+
+class DigitsDataModule(ImageFolderDataModule):
+    """scikit-learn's digits as 32 px images (1,348 train, of which 10% validation; 449 test), written on first use.
+
+    Args:
+        root: ``None``: the folder in the user's cache (`default_digits_root`), where the images are written on
+            first use (whole or not at all: a process that starts meanwhile writes its own copy and keeps the
+            first). A folder given here is read as it is (any class-folder layout), never written to: a mistyped
+            path stops the run instead of filling a new folder with digits.
+        **kwargs: The options of `vitlit.data.ImageFolderDataModule` (``img_size``, ``batch_size``, ...).
+    """
+
+    def __init__(self, root: str | Path | None = None, **kwargs: Any) -> None:
+        if root is None:
+            root = default_digits_root()
+            if not root.exists():
+                _write_once(root)
+        super().__init__(root=root, **kwargs)
+
+
+def _write_once(folder: Path) -> None:
+    """Write the digits into a temporary folder beside ``folder`` and rename it: readers never see half a copy."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        write_digits_folder(tmp)
+        os.rename(tmp, folder)  # fails if another process's copy got there first: then that one is used
+    except OSError:
+        if not folder.exists():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -138,15 +138,15 @@ class ImageFolderDataModule(ImageClassificationDataModule):
                 logger.log_metrics({"data/skipped_images": float(len(self.skipped))}, step=0)
         rank_zero_warn(f"skipping {len(bad)} unreadable image(s) of {split}/{listed}")
 
-    def train_source(self) -> ImageFiles:
+    def train_dataset(self) -> ImageFiles:
         """The images of ``root/train``."""
         return self._split("train")
 
-    def val_source(self) -> ImageFiles | None:
+    def val_dataset(self) -> ImageFiles | None:
         """The images of ``root/val``, or ``None`` (validation is then carved from ``train``)."""
         return self._split("val")
 
-    def test_source(self) -> ImageFiles:
+    def test_dataset(self) -> ImageFiles:
         """The images of ``root/test``."""
         test = self._split("test")
         if test is None:

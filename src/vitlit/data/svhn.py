@@ -59,18 +59,18 @@ class SVHNDataModule(ImageClassificationDataModule):
             raise ConfigError(f"SVHN's {split}_32x32.mat is missing or damaged in {self.data_dir}; pass "
                               f"--data.download true, or copy the file there.") from None  # fmt: skip
 
-    def train_source(self) -> SVHN:
+    def train_dataset(self) -> SVHN:
         """The training split."""
         return self._split("train")
 
-    def test_source(self) -> SVHN:
+    def test_dataset(self) -> SVHN:
         """The test split."""
         return self._split("test")
 
-    def source_targets(self, source: SVHN) -> list[int]:
+    def targets_of(self, dataset: SVHN) -> list[int]:
         """Torchvision keeps SVHN's classes in ``labels``, not ``targets``."""
-        return source.labels.tolist()
+        return dataset.labels.tolist()
 
-    def source_uint8(self, source: SVHN) -> torch.Tensor:
+    def uint8_images_of(self, dataset: SVHN) -> torch.Tensor:
         """Torchvision keeps the images as one (N, 3, 32, 32) uint8 array: taken as it is."""
-        return torch.from_numpy(source.data)
+        return torch.from_numpy(dataset.data)

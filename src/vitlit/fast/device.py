@@ -27,14 +27,14 @@ from vitlit.data.transforms import ToNormalizedFloat, resize_steps
 from vitlit.fast.policies import BatchPolicy
 
 
-def decode_uint8(source: Dataset, img_size: int, in_chans: int, resize: bool) -> torch.Tensor:
-    """Decode every image of ``source`` once into one (N, in_chans, H, W) uint8 tensor.
+def decode_uint8(dataset: Dataset, img_size: int, in_chans: int, resize: bool) -> torch.Tensor:
+    """Decode every image of ``dataset`` once into one (N, in_chans, H, W) uint8 tensor.
 
     Images are resized and centre-cropped to ``img_size`` as the per-image pipeline does (``resize``). PIL images
     are converted to the mode of ``in_chans`` channels (``L``, ``RGB``, ``RGBA``); tensors must have that many.
 
     Args:
-        source: A data set of ``(PIL image or (C, H, W) uint8 tensor, class index)``, without transforms.
+        dataset: A data set of ``(PIL image or (C, H, W) uint8 tensor, class index)``, without transforms.
         img_size: Side of the images the model sees.
         in_chans: Channels the model takes.
         resize: Whether images must be resized to ``img_size`` (their stored size differs).
@@ -43,8 +43,8 @@ def decode_uint8(source: Dataset, img_size: int, in_chans: int, resize: bool) ->
     decode = v2.Compose(steps)
     mode = PIL_MODES.get(in_chans)
     images = []
-    for i in range(len(source)):
-        image = source[i][0]
+    for i in range(len(dataset)):
+        image = dataset[i][0]
         if isinstance(image, Image.Image) and mode is not None and image.mode != mode:
             image = image.convert(mode)
         tensor = decode(image).as_subclass(torch.Tensor)

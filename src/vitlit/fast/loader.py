@@ -56,14 +56,14 @@ class OnDevice:
     def __init__(self, use: bool | Literal["auto"] = "auto") -> None:
         self.use = use
         self._decided: bool | None = None if use == "auto" else bool(use)
-        self._uint8: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # per source: its decoded copy
+        self._uint8: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # per dataset: its decoded copy
 
     def make(self, data: ImageClassificationDataModule, split: TransformedSubset, train: bool) -> DeviceLoader | None:
         """The split's DeviceLoader, or ``None`` when the per-image DataLoader is to be used."""
         if not self.applies(data):
             return None
         device = data.trainer.strategy.root_device if data.trainer is not None else torch.device("cpu")
-        all_images, all_targets = self._source_as_uint8(data, split.source)
+        all_images, all_targets = self._uint8_of(data, split.dataset)
         index = torch.as_tensor(split.indices, dtype=torch.long)
         images, targets = all_images[index].to(device), all_targets[index].to(device)
         weights = class_balance_weights(targets.tolist()) if train and data.class_balanced else None
@@ -108,8 +108,8 @@ class OnDevice:
         """``use: auto``: the device path if the decoded images fit in `AUTO_DEVICE_FRACTION` of free memory."""
         device = data.trainer.strategy.root_device if data.trainer is not None else torch.device("cpu")
         splits = (data.train_set, data.val_set, data.test_set, data.predict_set)
-        sources = {id(split.source): split.source for split in splits if split is not None}
-        images = sum(len(source) for source in sources.values())
+        datasets = {id(split.dataset): split.dataset for split in splits if split is not None}
+        images = sum(len(dataset) for dataset in datasets.values())
         side = data.native_size or data.img_size  # stored size (resized per batch), else decoded at img_size
         need = images * data.in_chans * side * side
         if device.type == "cpu" and data.trainer is not None:
@@ -130,23 +130,21 @@ class OnDevice:
                            f"--data.on_device auto allows); --data.on_device true forces the device path")  # fmt: skip
         return fits
 
-    def _source_as_uint8(
-        self, data: ImageClassificationDataModule, source: Dataset
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``source`` as (N, C, H, W) uint8 images and (N,) class indices, once per source (train and val share)."""
-        key = id(source)
+    def _uint8_of(self, data: ImageClassificationDataModule, dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
+        """``dataset`` as (N, C, H, W) uint8 images and (N,) class indices, once per dataset (train and val share)."""
+        key = id(dataset)
         if key not in self._uint8:
-            # The hook knows the data module's own sources only; predict_dir's files are decoded here.
-            images = None if data.is_predict_folder(source) else data.source_uint8(source)
+            # The hook knows the data module's own datasets only; predict_dir's files are decoded here.
+            images = None if data.is_predict_folder(dataset) else data.uint8_images_of(dataset)
             if images is None:
-                rank_zero_info(f"vitlit: decoding {len(source)} images once for the device path")
-                images = decode_uint8(source, data.img_size, data.in_chans, data.needs_resize(source))
-            elif images.dtype != torch.uint8 or images.ndim != 4 or images.shape[:2] != (len(source), data.in_chans):
+                rank_zero_info(f"vitlit: decoding {len(dataset)} images once for the device path")
+                images = decode_uint8(dataset, data.img_size, data.in_chans, data.needs_resize(dataset))
+            elif images.dtype != torch.uint8 or images.ndim != 4 or images.shape[:2] != (len(dataset), data.in_chans):
                 raise ValueError(
-                    f"{type(data).__name__}.source_uint8 returned {images.dtype} images of shape "
-                    f"{tuple(images.shape)}; it must return uint8 of shape ({len(source)}, {data.in_chans}, H, W)."
+                    f"{type(data).__name__}.uint8_images_of returned {images.dtype} images of shape "
+                    f"{tuple(images.shape)}; it must return uint8 of shape ({len(dataset)}, {data.in_chans}, H, W)."
                 )
-            targets = torch.as_tensor(data.source_targets(source), dtype=torch.long)
+            targets = torch.as_tensor(data.targets_of(dataset), dtype=torch.long)
             self._uint8[key] = (images, targets)
         return self._uint8[key]
 

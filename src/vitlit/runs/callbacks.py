@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 from lightning.pytorch import LightningModule, Trainer
-from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 
 from vitlit.data import ImageClassificationDataModule
@@ -128,12 +128,16 @@ class Snapshots(ModelCheckpoint):
         return state_key(self, snapshots=self.filename, every_fraction=self.every_fraction)
 
 
-class PredictionWriter(BasePredictionWriter):
+class PredictionWriter(Callback):
     """Write what ``predict`` computes to ``<run>/predictions.csv``, one row per image, in data order.
+
+    A plain callback, not Lightning's ``BasePredictionWriter``: that one makes Lightning track the data indices of
+    every batch, which it can only do for a ``DataLoader`` (it warns for the device path's loader), and the rows are
+    in data order without them.
 
     Columns: ``index`` (position in what was predicted: ``--data.predict_dir``'s images or the test split),
     ``source`` (the image file, where the data module knows it:
-    `vitlit.data.ImageClassificationDataModule.source_files`), ``predicted`` (class name), ``confidence`` (its
+    `vitlit.data.ImageClassificationDataModule.files_of`), ``predicted`` (class name), ``confidence`` (its
     probability), then ``top2``, ``p_top2``, ... up to ``top_k``, then one ``p_<class>`` column per class. Class
     names are those the model was trained with (kept in its checkpoint). The file goes into the log folder of this
     ``predict`` (for a run's checkpoint, ``<run>/predict/version_K``), so earlier predictions are never overwritten.
@@ -145,15 +149,22 @@ class PredictionWriter(BasePredictionWriter):
     """
 
     def __init__(self, filename: str = "predictions.csv", probabilities: bool = True, top_k: PositiveInt = 3) -> None:
-        super().__init__(write_interval="epoch")
         self.filename = filename
         self.probabilities = probabilities
         self.top_k = int(top_k)
+        self._predictions: list[torch.Tensor] = []
 
-    def write_on_epoch_end(
-        self, trainer: Trainer, pl_module: LightningModule, predictions: list[Any], batch_indices: list[Any]
-    ) -> None:
-        probs = torch.cat([p.float().cpu() for p in predictions])
+    def on_predict_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._predictions = []
+
+    def on_predict_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
+        self._predictions.append(outputs.detach().float().cpu())
+
+    def on_predict_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        probs, self._predictions = torch.cat(self._predictions), []
         # Under DDP each process predicted its shard; the main process puts them back in data order and writes.
         # (Both calls are collectives: every process makes them.)
         probs = interleave(all_gather_objects(probs, trainer))

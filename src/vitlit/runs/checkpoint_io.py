@@ -10,16 +10,11 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from vitlit.checkpoints import (
-    UNREADABLE,
-    disk_full,
-    require_checkpoint_file,
-    require_lightning_checkpoint,
-    unreadable_checkpoint,
-)
+from vitlit.checkpoints import UNREADABLE, disk_full
 from vitlit.errors import ConfigError
 from vitlit.private import is_local_path
 from vitlit.runs.atomic import replacing
+from vitlit.runs.resume import require_checkpoint_file, require_lightning_checkpoint, unreadable_checkpoint
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -217,7 +217,7 @@ def own_files(run_dir: Path, before: set[Path], config_name: str | None) -> list
 
 
 @dataclass
-class Placement:
+class RunFolder:
     """The folder a run writes into (``save_dir/name/version``), and how to leave it as it was after a user error."""
 
     run_dir: Path
@@ -254,7 +254,7 @@ class Placement:
                 path.unlink(missing_ok=True)
 
 
-def place_run(save_dir: Path, name: str, subcommand: str, ckpt: Path | None) -> Placement:
+def place_run(save_dir: Path, name: str, subcommand: str, ckpt: Path | None) -> RunFolder:
     """Choose the folder of a ``fit``/``validate``/``test``/``predict`` and create it (atomically) if it is new.
 
     - ``fit`` from a run's checkpoint continues that run, wherever it is and whatever the current directory: one
@@ -277,7 +277,7 @@ def place_run(save_dir: Path, name: str, subcommand: str, ckpt: Path | None) -> 
         newer = newer_checkpoint(ckpt, run)
         if newer is None:
             lock = RunLock.acquire(run)  # before anything of the run is read or named: a second fit stops here
-            return Placement(run, False, run.parent.parent, run.parent.name, run.name, before=set(run.iterdir()),
+            return RunFolder(run, False, run.parent.parent, run.parent.name, run.name, before=set(run.iterdir()),
                              config_name=resume_config_name(run), lock=lock)  # fmt: skip
         save_dir, name = run.parent.parent, run.parent.name
         note = (
@@ -296,7 +296,7 @@ def place_run(save_dir: Path, name: str, subcommand: str, ckpt: Path | None) -> 
     version = allocate_version(save_dir / name)
     run_dir = save_dir / name / f"version_{version}"
     lock = RunLock.acquire(run_dir) if subcommand == "fit" else None
-    return Placement(run_dir, True, save_dir, name, version, note=note, lock=lock, made=made)
+    return RunFolder(run_dir, True, save_dir, name, version, note=note, lock=lock, made=made)
 
 
 def another_root(root: str | None, ckpt: Path) -> bool:

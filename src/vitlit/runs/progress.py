@@ -5,14 +5,19 @@ refresh rate or not, and on a GPU each conversion waits for all queued work: the
 cost is in `benchmarks/RESULTS.md`). So the model logs ``train/loss`` for
 TensorBoard only, and this bar reads it from ``trainer.callback_metrics`` at the logging steps
 (``--trainer.log_every_n_steps``), where the logger synchronises anyway. The CLI puts it in place of Lightning's
-default bar; a bar named in a config's callbacks is kept as it is.
+default bar; a bar named in a config's callbacks is kept as it is. Where the output is not a terminal (a batch job's
+log, ``nohup``, CI, a notebook), a bar would write escape codes or thousands of redraws: `EpochLines` writes one
+line per epoch instead.
 """
 
 from __future__ import annotations
 
+import sys
+import time
 from typing import Any
 
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 
 
@@ -43,8 +48,51 @@ class ProgressBar(RichProgressBar):
         return items
 
 
+class EpochLines(LightningProgressBar):
+    """Progress as one line per training epoch: ``epoch 3/25  train/loss 0.912  val/acc 0.874  1.9 s/epoch  ETA 42 s``.
+
+    The values are the last logged training loss and the epoch's validation metrics (``val/acc``, ``val/loss``);
+    the time per epoch is the mean since the fit (or the resume) started, and the ETA assumes it for the epochs left
+    to ``--trainer.max_epochs``. Printed by the main process only.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._enabled = True
+        self._started = time.monotonic()
+        self._first_epoch = 0
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    def disable(self) -> None:
+        self._enabled = False
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._started, self._first_epoch = time.monotonic(), trainer.current_epoch
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not self._enabled or not trainer.is_global_zero or trainer.sanity_checking:
+            return
+        print(epoch_line(trainer, time.monotonic() - self._started, trainer.current_epoch + 1 - self._first_epoch))
+        sys.stdout.flush()
+
+
+def epoch_line(trainer: Trainer, seconds: float, epochs_timed: int) -> str:
+    """`EpochLines`'s line for the epoch that just ended, ``epochs_timed`` of them having taken ``seconds``."""
+    epoch, total = trainer.current_epoch + 1, trainer.max_epochs
+    parts = [f"epoch {epoch}/{total}" if total and total > 0 else f"epoch {epoch}"]
+    metrics = trainer.callback_metrics
+    parts += [f"{name} {float(metrics[name]):.4f}" for name in ("train/loss", "val/loss", "val/acc") if name in metrics]
+    per_epoch = seconds / max(epochs_timed, 1)
+    parts.append(f"{per_epoch:.1f} s/epoch")
+    if total and total > epoch:
+        parts.append(f"ETA {per_epoch * (total - epoch):.0f} s")
+    return "  ".join(parts)
+
+
 class DefaultBar(Callback):
-    """Put `ProgressBar` in place of the bar Lightning adds by default; a bar a config names is kept as it is.
+    """Put `ProgressBar` (a terminal) or `EpochLines` (any other output) in place of Lightning's default bar.
 
     Why a swap and not a bar in the shared callbacks: Lightning refuses ``--trainer.enable_progress_bar false``
     while its callbacks hold a bar, and that flag must keep working for batch jobs. With it, there is no bar to swap.
@@ -53,4 +101,9 @@ class DefaultBar(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         bar = trainer.progress_bar_callback
         if type(bar) in (TQDMProgressBar, RichProgressBar):  # Lightning's default (also a config naming one of them)
-            trainer.callbacks[trainer.callbacks.index(bar)] = ProgressBar()
+            trainer.callbacks[trainer.callbacks.index(bar)] = ProgressBar() if on_terminal() else EpochLines()
+
+
+def on_terminal() -> bool:
+    """Whether the output is a terminal (else a file, a pipe, a notebook: no bar, a line per epoch)."""
+    return sys.stdout.isatty()

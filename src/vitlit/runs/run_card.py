@@ -117,6 +117,7 @@ def render_markdown(card: dict[str, Any]) -> str:
         ("effective batch", card.get("effective_batch")),
         ("precision", card.get("precision")),
         ("seed", card.get("seed")),
+        ("loggers", ", ".join(f"{g['logger']} {g['name']}/{g['run']}" for g in card.get("loggers") or []) or None),
         ("code", code),
         ("versions", ", ".join(f"{k} {v}" for k, v in (card.get("versions") or {}).items())),
     ]
@@ -178,6 +179,10 @@ class RunCard(Callback):
             "seed": _seed(),
             "model_name": hp.get("model_name"),
             "resumed_from": str(trainer.ckpt_path) if trainer.ckpt_path else earlier.get("resumed_from"),
+            # Where each logger put this run: for MLflow the experiment and run ids, for W&B the project and run id.
+            "loggers": [
+                {"logger": type(lg).__name__, "name": str(lg.name), "run": str(lg.version)} for lg in trainer.loggers
+            ],
             "exit_reason": "running",
         }
         self.card.setdefault("epochs_done", 0)

@@ -76,7 +76,8 @@ def env(compile_check: bool = True) -> dict[str, Any]:
     """Print this machine's versions, GPUs and capabilities, and the flags that suit it.
 
     Args:
-        compile_check: Also check that ``torch.compile`` works (compiling takes up to a minute on a CPU).
+        compile_check: Also check that ``torch.compile`` works (compiling takes up to two minutes on a CPU);
+            ``false`` is the quick check (a second or two).
     """
     gpus = []
     for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):
@@ -97,6 +98,8 @@ def env(compile_check: bool = True) -> dict[str, Any]:
         bf16 = "bf16: yes" if gpu["bf16"] else "bf16: no"
         print(f"gpu {i}: {gpu['name']}, {gpu['memory_gib']} GiB, compute capability {gpu['capability']}, {bf16}")
     if compile_check:
+        print("torch.compile: checking (compiles a tiny function in a new process; up to two minutes on a CPU; "
+              "--compile_check false skips it) ...", flush=True)  # fmt: skip
         works, detail = compile_works()
         report["torch_compile"] = works
         print(f"torch.compile: {'yes' if works else 'no'} ({detail})")

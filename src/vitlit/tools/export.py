@@ -29,11 +29,11 @@ import timm
 import torch
 from torch import nn
 
-from vitlit.checkpoints import read_checkpoint, require_checkpoint_file
 from vitlit.data.images import PIL_MODES, ImageFiles, image_files, image_problem
 from vitlit.data.transforms import eval_transform
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.runs.atomic import replacing, write_atomically
+from vitlit.runs.resume import read_checkpoint, require_checkpoint_file
 
 Format = Literal["onnx", "int8", "pt2"]
 #: Largest difference of a logit between PyTorch and the exported fp32 model that still counts as the same model.

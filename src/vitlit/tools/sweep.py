@@ -169,6 +169,11 @@ def _check_one_process(config: str, trainer: dict[str, Any]) -> None:
         )
 
 
+def _complete(study: Any) -> bool:
+    """Whether the study holds a finished trial (Optuna's ``best_trial`` raises without one)."""
+    return any(t.state.name == "COMPLETE" for t in study.trials)
+
+
 def sweep(
     config: str,
     search: str,
@@ -257,11 +262,31 @@ def sweep(
         return float(score)
 
     remaining = n_trials - sum(t.state in done_states for t in study.trials)
+    durations: list[float] = []
+
+    def report(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        """A line per ended trial: its outcome, the best so far, and an ETA from this process's trials."""
+        seconds = (trial.datetime_complete - trial.datetime_start).total_seconds()
+        durations.append(seconds)
+        done = sum(t.state in done_states for t in study.trials)
+        if trial.state == optuna.trial.TrialState.COMPLETE:
+            outcome = f"val/acc {trial.value:.4f}"
+        elif trial.state == optuna.trial.TrialState.PRUNED:
+            outcome = f"pruned after {len(trial.intermediate_values)} epochs"
+        else:
+            outcome = "failed"
+        line = f"vitlit: trial {trial.number} ({done} of {n_trials}): {outcome} in {seconds:.0f} s"
+        if _complete(study):
+            line += f"; best val/acc {study.best_value:.4f} (trial {study.best_trial.number})"
+        if done < n_trials:
+            line += f"; ETA {sum(durations) / len(durations) * (n_trials - done) / 60:.1f} min"
+        print(line, file=sys.stderr, flush=True)
+
     if remaining > 0:
         print(f"vitlit: sweep {study_name}: {n_trials - remaining} of {n_trials} trials done; running {remaining}",
               file=sys.stderr)  # fmt: skip
         try:
-            study.optimize(objective, n_trials=remaining, catch=(RuntimeError,))
+            study.optimize(objective, n_trials=remaining, catch=(RuntimeError,), callbacks=[report])
         except KeyboardInterrupt:
             print(f"vitlit: sweep interrupted; the same command continues it ({url})", file=sys.stderr)
             raise SystemExit(130) from None

@@ -1,0 +1,63 @@
+"""The loggers users expect, offline: CSV, MLflow (a local database) and W&B (offline mode, where installed).
+
+Whatever the logger, the run keeps its folder (config, checkpoints, run card), and the run card names the logger's
+own run, so the two can be matched.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from helpers.cli import DIGITS_CONFIG, run_cli
+
+SHORT = ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "1"]
+
+
+def _fit(digits: Path, root: Path, *logger: str):
+    return run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits, *SHORT, "--trainer.default_root_dir", root,
+                   *logger)  # fmt: skip
+
+
+def _card(fit) -> dict:
+    return json.loads((Path(fit.trainer.log_dir) / "run_card.json").read_text())
+
+
+def test_csv_logger_writes_the_metrics_into_the_run_folder(tmp_path: Path, digits_dir: Path) -> None:
+    fit = _fit(digits_dir, tmp_path, "--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", tmp_path / "csv")
+    run = Path(fit.trainer.log_dir)
+    assert run == tmp_path / "csv" / "lightning_logs" / "version_0" and (run / "config.yaml").is_file()
+    with (run / "metrics.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r.get("val/acc")]
+    assert len(rows) == 2  # one validation per epoch
+    assert _card(fit)["loggers"] == [{"logger": "CSVLogger", "name": "lightning_logs", "run": "0"}]
+
+
+def test_mlflow_logs_to_its_store_and_the_run_keeps_its_folder(tmp_path: Path, digits_dir: Path) -> None:
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    fit = _fit(digits_dir, tmp_path, "--trainer.logger", "MLFlowLogger", "--trainer.logger.tracking_uri", store,
+               "--trainer.logger.experiment_name", "digits")  # fmt: skip
+    run = Path(fit.trainer.log_dir)  # the folder a TensorBoardLogger in front of MLflow gave the run
+    assert run == tmp_path / "lightning_logs" / "version_0"
+    assert (run / "config.yaml").is_file() and (run / "checkpoints" / "last.ckpt").is_file()
+    mlflow = _card(fit)["loggers"][1]
+    assert mlflow["logger"] == "MLFlowLogger"
+    history = MlflowClient(tracking_uri=store).get_metric_history(mlflow["run"], "val/acc")
+    assert len(history) == 2 and 0 <= history[-1].value <= 1
+    # Resuming with the run's own config continues the run, MLflow logger and all.
+    resumed = run_cli("fit", "--config", run / "config.yaml", "--trainer.max_epochs", "3", "--ckpt_path", "last")
+    assert Path(resumed.trainer.log_dir) == run
+
+
+def test_wandb_offline_logs_beside_the_run(tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    fit = _fit(digits_dir, tmp_path, "--trainer.logger", "WandbLogger", "--trainer.logger.offline", "true",
+               "--trainer.logger.save_dir", tmp_path / "wandb", "--trainer.logger.project", "digits")  # fmt: skip
+    assert (Path(fit.trainer.log_dir) / "config.yaml").is_file()
+    assert _card(fit)["loggers"][1]["logger"] == "WandbLogger" and list((tmp_path / "wandb").rglob("*.wandb"))
