@@ -198,3 +198,14 @@ def test_a_saved_config_works_from_any_folder(
     test = run_cli("test", "--config", config, "--ckpt_path", best, "--trainer.limit_test_batches", "1")
     assert Path(test.trainer.log_dir).resolve().is_relative_to(config.parent)  # beside the run, not in ./runs
     assert not list(elsewhere.iterdir())
+
+
+def test_an_unwritable_cache_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", "/proc/no/such/cache")
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("fit", "--config", DIGITS_CONFIG, "--trainer.default_root_dir", tmp_path)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and err[-1].startswith("vitlit: error: the digits cannot be written into")
+    assert not list(tmp_path.iterdir())

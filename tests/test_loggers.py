@@ -61,3 +61,14 @@ def test_wandb_offline_logs_beside_the_run(tmp_path: Path, digits_dir: Path, mon
                "--trainer.logger.save_dir", tmp_path / "wandb", "--trainer.logger.project", "digits")  # fmt: skip
     assert (Path(fit.trainer.log_dir) / "config.yaml").is_file()
     assert _card(fit)["loggers"][1]["logger"] == "WandbLogger" and list((tmp_path / "wandb").rglob("*.wandb"))
+
+
+def test_a_logger_that_refuses_its_arguments_is_one_line(
+    tmp_path: Path, digits_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("mlflow")
+    with pytest.raises(SystemExit) as exit_info:
+        _fit(digits_dir, tmp_path, "--trainer.logger", "MLFlowLogger", "--trainer.logger.tracking_uri", "foo://bar")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1 and "MLFlowLogger refused its arguments: " in err[0]
+    assert not (tmp_path / "lightning_logs").exists()

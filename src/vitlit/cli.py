@@ -10,7 +10,6 @@ YAML. Under every ``--config`` lie the shared defaults: ``defaults.yaml`` here, 
 from __future__ import annotations
 
 import inspect
-import os
 import re
 import signal
 import sys
@@ -128,29 +127,16 @@ class VitLitCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]
         config["ckpt_path"] = self._ckpt_path  # as typed, in the saved config
-        for part in ("model", "data"):  # the saved config must work from any folder (the notebooks', a resume's)
-            cfg.absolute_paths(config[part]["init_args"])
-        root = config["trainer"].get("default_root_dir")
-        if isinstance(root, str) and "://" not in root:  # evaluations from another folder still go beside the run
-            config["trainer"]["default_root_dir"] = os.path.abspath(os.path.expanduser(root))
+        cfg.absolute_paths(config)  # the saved config must work from any folder (the notebooks', a resume's)
         fill_pretrained_normalization(config["model"]["init_args"], config["data"]["init_args"])
 
     def before_fit(self) -> None:
-        self._start("fit")
+        self._start()
         self.interrupts.install()
 
-    def before_validate(self) -> None:
-        self._start("validate")
-
-    def before_test(self) -> None:
-        self._start("test")
-
-    def before_predict(self) -> None:
-        self._start("predict")
-
-    def _start(self, subcommand: str) -> None:
+    def _start(self) -> None:
         """Let callbacks resolve ``--ckpt_path`` (``resolve_checkpoint``), then call their ``before_run``."""
-        trainer, ckpt = self.trainer, self._ckpt_path
+        subcommand, trainer, ckpt = self.subcommand, self.trainer, self._ckpt_path
         ckpt = None if ckpt is None or str(ckpt).lower() == "none" else ckpt  # none: evaluate the model as built
         for callback in [cb for cb in trainer.callbacks if callable(getattr(cb, "resolve_checkpoint", None))]:
             weights_only = self.config_init[subcommand].get("weights_only")
@@ -159,6 +145,8 @@ class VitLitCLI(LightningCLI):
         for callback in [cb for cb in trainer.callbacks if callable(getattr(cb, "before_run", None))]:
             self.started.append(callback)
             callback.before_run(trainer, self.model, subcommand, ckpt)
+
+    before_validate = before_test = before_predict = _start  # LightningCLI's hooks before each subcommand
 
 
 def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) -> VitLitCLI:
@@ -182,16 +170,8 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
             return _tool(argv[0], commands[argv[0]].load(), argv[1:])
         cfg.check_config_files(argv)
         with warnings.catch_warnings():
-            # main(args) from Python (a notebook's kernel, pytest) is exactly what Lightning's warning is about.
-            warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
-            # Short epochs: ViTClassifier.on_train_start lowers log_every_n_steps to the epoch's length instead.
-            warnings.filterwarnings("ignore", message=r"The number of training batches \(\d+\) is smaller than")
-            # The model summary's size estimate assumes fp32 under mixed precision and says so on every run.
-            warnings.filterwarnings("ignore", message=r"Precision .* is not supported by the model summary")
-            if argv and argv[0] != "fit":  # an evaluation saves no checkpoints: their folder's state is of no use
-                warnings.filterwarnings("ignore", message="The dirpath has changed from")
-            # Lightning's own use of a torch API that torch deprecated: nothing a user can change.
-            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+            for message in cfg.quiet_warnings(argv[0] if argv else ""):  # Lightning's notes nobody can act on
+                warnings.filterwarnings("ignore", message=message)
             defaults = {"default_config_files": cfg.default_configs()}
             return VitLitCLI(
                 LightningModule,  # --model: a class path; the shared defaults name vitlit.model.ViTClassifier

@@ -11,6 +11,7 @@ import errno
 import inspect
 import os
 import re
+import traceback
 from collections.abc import Mapping
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
@@ -71,6 +72,35 @@ def user_error(err: BaseException | None) -> BaseException | None:
             return err
         err = err.__cause__
     return None
+
+
+def refused_arguments(err: BaseException) -> ConfigError | None:
+    """One line for a configured class whose constructor refused its arguments (an MLflow store it cannot use, ...).
+
+    jsonargparse reports it as a value that fits none of the option's types, with the constructor's own error as
+    the context: vitlit's `ConfigError`, or another library's. An error raised in vitlit's own code that is not a
+    `ConfigError` is a bug, not the user's: it keeps its traceback.
+    """
+    inner, depth = err, 0
+    while (inner.__cause__ or inner.__context__) is not None and depth < 20:
+        inner, depth = inner.__cause__ or inner.__context__, depth + 1
+        if isinstance(inner, ConfigError):
+            return inner
+    frames = traceback.extract_tb(inner.__traceback__)
+    if inner is err or user_error(err) is not None or isinstance(inner, OSError):  # a path: `path_refused` says it
+        return None
+    if not frames or "/vitlit/" in Path(frames[-1].filename).as_posix():
+        return None
+    named = re.search(r"class_path='([\w.]+)'", str(err))
+    who = named.group(1).rsplit(".", 1)[-1] if named else "a class of the config"
+    sentences = " ".join(str(inner).split()).split(". ")
+    text = sentences[0] + "".join(
+        f". {s}" for i, s in enumerate(sentences[1:], 1) if len(". ".join(sentences[: i + 1])) < 300
+    )
+    return ConfigError(
+        f"{who} refused its arguments: {type(inner).__name__}: {text.rstrip('.')} (fix them in the config or on "
+        f"the command line)."
+    )
 
 
 #: Bounds on a YAML document vitlit reads: a recipe is a few KB and a few hundred values. Anchors and aliases let a
@@ -277,18 +307,38 @@ def tools() -> dict[str, EntryPoint]:
 PATH_ARGUMENTS = ("root", "data_dir", "predict_dir", "pretrained_file", "teacher")
 
 
-def absolute_paths(init_args: Any) -> None:
-    """Make the relative paths among a class's arguments (`PATH_ARGUMENTS`) absolute, in place.
+def absolute_paths(config: Any) -> None:
+    """Make the relative paths of a parsed run config absolute, in place: `PATH_ARGUMENTS` and the Trainer's root.
 
     A run saves its config for resuming, testing and the notebooks, which run from other folders: ``data/digits``
-    there would be another folder, or none.
+    there would be another folder, or none, and evaluations would not find their way beside the run.
     """
-    for key in PATH_ARGUMENTS:
-        value = init_args.get(key) if hasattr(init_args, "get") else None
-        if not isinstance(value, (str, Path)) or "://" in str(value) or Path(value).expanduser().is_absolute():
-            continue
-        if key != "teacher" or Path(value).exists():  # a teacher may be a timm model's name
-            init_args[key] = os.path.abspath(value)  # not resolve(): a symbolic link the user named stays
+    for init_args in (config["model"]["init_args"], config["data"]["init_args"]):
+        for key in PATH_ARGUMENTS:
+            value = init_args.get(key) if hasattr(init_args, "get") else None
+            if not isinstance(value, (str, Path)) or "://" in str(value) or Path(value).expanduser().is_absolute():
+                continue
+            if key != "teacher" or Path(value).exists():  # a teacher may be a timm model's name
+                init_args[key] = os.path.abspath(value)  # not resolve(): a symbolic link the user named stays
+    root = config["trainer"].get("default_root_dir")
+    if isinstance(root, str) and "://" not in root:
+        config["trainer"]["default_root_dir"] = os.path.abspath(os.path.expanduser(root))
+
+
+def quiet_warnings(subcommand: str) -> list[str]:
+    """Messages of Lightning's warnings that a user cannot act on, for ``warnings.filterwarnings`` during a run."""
+    return [
+        # main(args) from Python (a notebook's kernel, pytest) is exactly what Lightning's warning is about.
+        "LightningCLI's args parameter is intended",
+        # Short epochs: ViTClassifier.on_train_start lowers log_every_n_steps to the epoch's length instead.
+        r"The number of training batches \(\d+\) is smaller than",
+        # The model summary's size estimate assumes fp32 under mixed precision and says so on every run.
+        r"Precision .* is not supported by the model summary",
+        # Lightning's own use of a torch API that torch deprecated.
+        r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+        # An evaluation saves no checkpoints: the checkpoint callbacks' saved state is of no use to it.
+        *(["The dirpath has changed from"] if subcommand != "fit" else []),
+    ]
 
 
 def check_ckpt_path_given(subcommand: str, ckpt_path: str | None) -> None:
@@ -308,4 +358,5 @@ def one_line_error(err: BaseException) -> str | None:
     full = disk_full(err)
     if full is not None:
         return f"{full}: {message(err).splitlines()[0]}; free some space (or another folder) and run it again."
-    return path_refused(err)  # from any path a flag names, wherever it is first used
+    refused = refused_arguments(err)  # a configured class's constructor (a logger's, say) refused its arguments
+    return path_refused(err) or (str(refused) if refused is not None else None)  # a path: wherever first used

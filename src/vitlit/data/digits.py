@@ -79,10 +79,17 @@ class DigitsDataModule(ImageFolderDataModule):
 
 def _write_once(folder: Path) -> None:
     """Write the digits into a temporary folder beside ``folder`` and rename it: readers never see half a copy."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    except OSError as err:
+        raise ConfigError(
+            f"the digits cannot be written into {folder} ({err.strerror}); set XDG_CACHE_HOME to a folder you can "
+            f"write, or give --data.root a folder written with vitlit.data.digits.write_digits_folder."
+        ) from None
     try:
         write_digits_folder(tmp)
+        tmp.chmod(0o755)  # mkdtemp's folder is the owner's alone; a cache of public images need not be
         os.rename(tmp, folder)  # fails if another process's copy got there first: then that one is used
     except OSError:
         if not folder.exists():
