@@ -77,6 +77,7 @@ def test_a_misspelled_flag_suggests_the_nearest(typed: str, meant: str | None, c
     assert (f"did you mean {meant}?" in err) if meant else ("did you mean" not in err)
 
 
+@pytest.mark.slow  # a fit (or a fresh process): the default suite stays within its time
 def test_class_help_names_the_program() -> None:
     done = subprocess.run([sys.executable, "-m", "vitlit", "fit", "--data.help", "ImageFolderDataModule"],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
@@ -138,6 +139,7 @@ def test_a_run_starts_without_notes_nobody_can_act_on(
     assert not [w for w in caught if "LeafSpec" in str(w.message)]
 
 
+@pytest.mark.slow  # a fit (or a fresh process): the default suite stays within its time
 def test_evaluations_warn_nothing_nobody_can_act_on(tmp_path: Path, digits_dir: Path) -> None:
     """No "dirpath has changed" on test/predict; no "batch indices" on predict from the device path's loader."""
     fit = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.max_epochs", "1",
@@ -154,6 +156,7 @@ def test_evaluations_warn_nothing_nobody_can_act_on(tmp_path: Path, digits_dir: 
     assert len(rows) == 1 + 449  # every test image, in data order, without Lightning's batch indices
 
 
+@pytest.mark.slow  # a fit (or a fresh process): the default suite stays within its time
 def test_the_digits_recipe_needs_no_prior_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -177,6 +180,7 @@ def test_the_digits_recipe_needs_no_prior_step(
     assert not (tmp_path / "typo").exists()
 
 
+@pytest.mark.slow  # a fit (or a fresh process): the default suite stays within its time
 def test_a_saved_config_works_from_any_folder(
     tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -42,6 +42,7 @@ def test_the_bar_shows_the_loss_read_at_logging_steps(tmp_path: Path, cifar_dir:
     assert bar._read_at_step == 4  # the last logging step of the run
 
 
+@pytest.mark.slow  # a fit (or a fresh process): the default suite stays within its time
 def test_epoch_lines_read_nothing_back_between_epochs(
     tmp_path: Path, cifar_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -25,6 +25,7 @@ def _card(fit) -> dict:
     return json.loads((Path(fit.trainer.log_dir) / "run_card.json").read_text())
 
 
+@pytest.mark.slow  # a fit (or a fresh process): the default suite stays within its time
 def test_csv_logger_writes_the_metrics_into_the_run_folder(tmp_path: Path, digits_dir: Path) -> None:
     fit = _fit(digits_dir, tmp_path, "--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", tmp_path / "csv")
     run = Path(fit.trainer.log_dir)
@@ -35,6 +36,7 @@ def test_csv_logger_writes_the_metrics_into_the_run_folder(tmp_path: Path, digit
     assert _card(fit)["loggers"] == [{"logger": "CSVLogger", "name": "lightning_logs", "run": "0"}]
 
 
+@pytest.mark.slow  # a fit (or a fresh process): the default suite stays within its time
 def test_mlflow_logs_to_its_store_and_the_run_keeps_its_folder(tmp_path: Path, digits_dir: Path) -> None:
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient

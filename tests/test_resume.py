@@ -235,6 +235,7 @@ def test_resume_restores_ema_weights(tmp_path: Path, cifar_dir: Path) -> None:
     assert ema._average_model.n_averaged.item() == 16  # counted across the interruption
 
 
+@pytest.mark.slow  # a fit (or a fresh process): the default suite stays within its time
 def test_resume_with_more_epochs_keeps_the_schedule_and_says_so(
     tmp_path: Path, cifar_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
