@@ -93,10 +93,11 @@ def refused_arguments(err: BaseException) -> ConfigError | None:
         return None
     named = re.search(r"class_path='([\w.]+)'", str(err))
     who = named.group(1).rsplit(".", 1)[-1] if named else "a class of the config"
-    sentences = " ".join(str(inner).split()).split(". ")
-    text = sentences[0] + "".join(
-        f". {s}" for i, s in enumerate(sentences[1:], 1) if len(". ".join(sentences[: i + 1])) < 300
-    )
+    text = ""
+    for sentence in " ".join(str(inner).split()).split(". "):  # whole sentences, up to about 300 characters
+        if text and len(text) + len(sentence) > 300:
+            break
+        text = f"{text}. {sentence}" if text else sentence
     return ConfigError(
         f"{who} refused its arguments: {type(inner).__name__}: {text.rstrip('.')} (fix them in the config or on "
         f"the command line)."
