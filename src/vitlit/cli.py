@@ -22,11 +22,9 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit import __version__
-from vitlit import checkpoints as ckpts
 from vitlit import config as cfg
 from vitlit.data import ImageClassificationDataModule
-from vitlit.errors import CheckFailed, TrainingHalted
-from vitlit.interrupts import FirstInterruptAsSigterm, QuietInterruptionNotes
+from vitlit.errors import CheckFailed
 from vitlit.pretrained import fill_pretrained_normalization
 from vitlit.trainer import Trainer
 
@@ -62,12 +60,14 @@ class VitLitCLI(LightningCLI):
     ``before_run(trainer, pl_module, subcommand, ckpt)`` method is called once the checkpoint is chosen and before
     the run starts (Lightning's own hooks come after its logger has written), and its
     ``on_exception`` and ``teardown`` once the run is over, also when it failed before or inside Lightning (which
-    tears callbacks down only after a run that ended normally): `vitlit.runs.placement.RunFolders` places the run
-    this way.
+    tears callbacks down only after a run that ended normally; an error inside Lightning reaches ``on_exception``
+    twice): `vitlit.runs.placement.RunFolders` places the run this way, and `vitlit.runs.interrupts.ResumableStop`
+    ends an interrupted run with the command that resumes it.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.interrupts, self.started, notes = FirstInterruptAsSigterm(PROG), [], QuietInterruptionNotes()
+        self.started: list[Callback] = []
+        notes = cfg.QuietNotes()
         notes.install()
         try:
             super().__init__(*args, **kwargs)
@@ -75,25 +75,11 @@ class VitLitCLI(LightningCLI):
             for callback in self.started:
                 callback.on_exception(self.trainer, self.model, err)
                 callback.teardown(self.trainer, self.model, self.subcommand)
-            self._end(err)
+            if isinstance(err, SIGTERMException) and err.code is None:  # Lightning's stop would exit with status 0
+                err.code = 128 + signal.SIGTERM  # the shell's convention (a callback may have set another)
             raise
         finally:
-            self.interrupts.restore()
             notes.restore()
-
-    def _end(self, err: BaseException) -> None:
-        """An interrupted or halted run ends in one line with the command that resumes it, and an exit status."""
-        trainer = getattr(self, "trainer", None)
-        if isinstance(err, TrainingHalted):
-            if trainer.is_global_zero:
-                print(f"{PROG}: error: {err}; {ckpts.resume_hint(trainer, PROG)}", file=sys.stderr)
-            raise SystemExit(1) from None
-        if isinstance(err, SystemExit) and trainer is not None and trainer.interrupted:  # SIGTERM, or Ctrl-C twice
-            name = self.interrupts.signal_name or ("SIGTERM" if isinstance(err, SIGTERMException) else "SIGINT")
-            if trainer.is_global_zero:  # one line, not one per DDP process
-                where = f"interrupted by {name} at epoch {trainer.current_epoch}, step {trainer.global_step}"
-                print(f"{PROG}: {where}; {ckpts.resume_hint(trainer, PROG)}", file=sys.stderr)
-            raise SystemExit(128 + signal.Signals[name].value) from None  # the shell's convention: 130, 143
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         kwargs.setdefault("allow_abbrev", False)  # `--trainer.max_ep 5` must be an error, not --trainer.max_epochs
@@ -130,10 +116,6 @@ class VitLitCLI(LightningCLI):
         cfg.absolute_paths(config)  # the saved config must work from any folder (the notebooks', a resume's)
         fill_pretrained_normalization(config["model"]["init_args"], config["data"]["init_args"])
 
-    def before_fit(self) -> None:
-        self._start()
-        self.interrupts.install()
-
     def _start(self) -> None:
         """Let callbacks resolve ``--ckpt_path`` (``resolve_checkpoint``), then call their ``before_run``."""
         subcommand, trainer, ckpt = self.subcommand, self.trainer, self._ckpt_path
@@ -146,7 +128,7 @@ class VitLitCLI(LightningCLI):
             self.started.append(callback)
             callback.before_run(trainer, self.model, subcommand, ckpt)
 
-    before_validate = before_test = before_predict = _start  # LightningCLI's hooks before each subcommand
+    before_fit = before_validate = before_test = before_predict = _start  # LightningCLI's hooks before each subcommand
 
 
 def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) -> VitLitCLI:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import errno
 import inspect
+import logging
 import os
 import re
 import traceback
@@ -340,6 +341,29 @@ def quiet_warnings(subcommand: str) -> list[str]:
         # An evaluation saves no checkpoints: the checkpoint callbacks' saved state is of no use to it.
         *(["The dirpath has changed from"] if subcommand != "fit" else []),
     ]
+
+
+class QuietNotes(logging.Filter):
+    """Drop Lightning's log notes that a vitlit user cannot act on, while the CLI runs (`install`, `restore`).
+
+    Every run would start with Lightning's advertisements for its cloud services; a SIGTERM would add ``Received
+    SIGTERM: 15`` and ``An SIGTERMException was raised with message: ...`` (the runs part prints one line with the
+    resume command instead). Lightning's logging is left as it was outside the CLI.
+    """
+
+    LOGGERS = ("lightning.pytorch.trainer.connectors.signal_connector", "lightning.pytorch.utilities.rank_zero")
+    NOTES = ("💡 Tip:", "An SIGTERMException was raised", "Received SIGTERM")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(note in record.getMessage() for note in self.NOTES)
+
+    def install(self) -> None:
+        for name in self.LOGGERS:
+            logging.getLogger(name).addFilter(self)
+
+    def restore(self) -> None:
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeFilter(self)
 
 
 def check_ckpt_path_given(subcommand: str, ckpt_path: str | None) -> None:

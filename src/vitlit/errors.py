@@ -2,18 +2,13 @@
 
 `vitlit.cli.main` prints a `ConfigError` as a single line and exits with status 2, so a bad value never ends in a
 traceback. Raise it as early as the value is known (in `__init__` where possible), with the offending value and the
-fix in one sentence. A `TrainingHalted` is a run that stopped itself on purpose (see `vitlit.runs.nonfinite`); the CLI
-prints it with the command that resumes from the last good checkpoint and exits with status 1. A `CheckFailed` is a
-result that failed vitlit's own check of it (an export whose outputs differ from PyTorch's): one line, status 1.
+fix in one sentence. A `CheckFailed` is a result that failed vitlit's own check of it (an export whose outputs differ
+from PyTorch's): one line, status 1.
 """
 
 
 class ConfigError(ValueError):
     """A user-caused problem (bad value, bad path, incompatible options), reported without a traceback."""
-
-
-class TrainingHalted(RuntimeError):
-    """Training stopped deliberately because going on would waste the run (e.g. a non-finite loss)."""
 
 
 class CheckFailed(RuntimeError):

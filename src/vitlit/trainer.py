@@ -2,40 +2,26 @@
 
 LightningCLI builds ``fit``/``validate``/``test``/``predict`` and their ``--ckpt_path`` help from the Trainer
 methods' docstrings, whose wording (Lightning's keywords ``best``/``hpc``/``registry``, a cut-off first line)
-does not describe what vitlit's CLI does. The methods below only carry vitlit's docstrings; ``functools.wraps``
-keeps Lightning's signatures, so the subcommands take exactly Lightning's arguments.
+does not describe what vitlit's CLI does. The methods below only carry vitlit's docstrings; `_signature_of` gives
+them Lightning's signatures, so the subcommands take exactly Lightning's arguments.
 """
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from typing import Any
 
 import lightning as L
 
-_CKPT_PATH = """ckpt_path: Checkpoint to start from: a ``.ckpt`` file, ``last`` (the newest ``last.ckpt`` of any run
-                under ``--trainer.default_root_dir``){auto}. It is read with ``weights_only`` safety and must fit
-                the configured model and data (architecture and class names); pass the run's own config
-                (``--config <run>/config.yaml``).
-            weights_only: ``false`` loads checkpoints that hold Python objects besides tensors; only for files
-                whose origin you trust."""
 
+def _signature_of(method: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give the decorated method ``method``'s signature (``inspect.signature`` follows ``__wrapped__``)."""
 
-_EVALUATE_ARGS = f"""Args:
-            model: The LightningModule (``--model``).
-            dataloaders: Not used by the CLI; the data module supplies the loaders.
-            {_CKPT_PATH.format(auto="")}
-            verbose: Print the metrics.
-            datamodule: The data module (``--data``)."""
+    def decorate(wrapper: Callable[..., Any]) -> Callable[..., Any]:
+        wrapper.__wrapped__ = method  # type: ignore[attr-defined]
+        return wrapper
 
-
-def _documented(method: Any, doc: str) -> Any:
-    @functools.wraps(method)
-    def wrapper(self: L.Trainer, *args: Any, **kwargs: Any) -> Any:
-        return method(self, *args, **kwargs)
-
-    wrapper.__doc__ = doc
-    return wrapper
+    return decorate
 
 
 class Trainer(L.Trainer):
@@ -45,9 +31,9 @@ class Trainer(L.Trainer):
         **kwargs: Lightning's Trainer arguments (``--trainer.help`` lists them).
     """
 
-    fit = _documented(
-        L.Trainer.fit,
-        f"""Train the model, with checkpoints, early stopping and TensorBoard logs in <root>/lightning_logs/version_N.
+    @_signature_of(L.Trainer.fit)
+    def fit(self, *args: Any, **kwargs: Any) -> Any:  # noqa: D417 (the arguments documented are Lightning's)
+        """Train the model, with checkpoints, early stopping and TensorBoard logs in <root>/lightning_logs/version_N.
 
         Data options: ``--data.help CIFARDataModule`` or ``--data.help ImageFolderDataModule``; model options:
         ``--model.help ViTClassifier``.
@@ -57,32 +43,65 @@ class Trainer(L.Trainer):
             train_dataloaders: Not used by the CLI; the data module supplies the loaders.
             val_dataloaders: Not used by the CLI.
             datamodule: The data module (``--data``).
-            {_CKPT_PATH.format(auto=", or ``auto`` (resume from ``last`` if there is one, else start fresh)")}
-        """,
-    )
-    validate = _documented(
-        L.Trainer.validate,
-        f"""Evaluate a checkpoint on the validation split; writes into <run>/validate/version_K.
+            ckpt_path: Checkpoint to start from: a ``.ckpt`` file, ``last`` (the newest ``last.ckpt`` of any run
+                under ``--trainer.default_root_dir``), or ``auto`` (resume from ``last`` if there is one, else start
+                fresh). It is read with ``weights_only`` safety and must fit the configured model and data
+                (architecture and class names); pass the run's own config (``--config <run>/config.yaml``).
+            weights_only: ``false`` loads checkpoints that hold Python objects besides tensors; only for files
+                whose origin you trust.
+        """
+        return super().fit(*args, **kwargs)
 
-        {_EVALUATE_ARGS}
-        """,
-    )
-    test = _documented(
-        L.Trainer.test,
-        f"""Evaluate a checkpoint on the test split (never used for model selection); writes into <run>/test/version_K.
+    @_signature_of(L.Trainer.validate)
+    def validate(self, *args: Any, **kwargs: Any) -> Any:  # noqa: D417 (the arguments documented are Lightning's)
+        """Evaluate a checkpoint on the validation split; writes into <run>/validate/version_K.
 
-        {_EVALUATE_ARGS}
-        """,
-    )
-    predict = _documented(
-        L.Trainer.predict,
-        f"""Classify the test split with a checkpoint; writes <run>/predict/version_K/predictions.csv.
+        Args:
+            model: The LightningModule (``--model``).
+            dataloaders: Not used by the CLI; the data module supplies the loaders.
+            ckpt_path: Checkpoint to evaluate: a ``.ckpt`` file, or ``last`` (the newest ``last.ckpt`` of any run
+                under ``--trainer.default_root_dir``). It is read with ``weights_only`` safety and must fit the
+                configured model and data (architecture and class names); pass the run's own config (``--config
+                <run>/config.yaml``).
+            weights_only: ``false`` loads checkpoints that hold Python objects besides tensors; only for files
+                whose origin you trust.
+            verbose: Print the metrics.
+            datamodule: The data module (``--data``).
+        """
+        return super().validate(*args, **kwargs)
+
+    @_signature_of(L.Trainer.test)
+    def test(self, *args: Any, **kwargs: Any) -> Any:  # noqa: D417 (the arguments documented are Lightning's)
+        """Evaluate a checkpoint on the test split (never used for model selection); writes into <run>/test/version_K.
+
+        Args:
+            model: The LightningModule (``--model``).
+            dataloaders: Not used by the CLI; the data module supplies the loaders.
+            ckpt_path: Checkpoint to evaluate: a ``.ckpt`` file, or ``last`` (the newest ``last.ckpt`` of any run
+                under ``--trainer.default_root_dir``). It is read with ``weights_only`` safety and must fit the
+                configured model and data (architecture and class names); pass the run's own config (``--config
+                <run>/config.yaml``).
+            weights_only: ``false`` loads checkpoints that hold Python objects besides tensors; only for files
+                whose origin you trust.
+            verbose: Print the metrics.
+            datamodule: The data module (``--data``).
+        """
+        return super().test(*args, **kwargs)
+
+    @_signature_of(L.Trainer.predict)
+    def predict(self, *args: Any, **kwargs: Any) -> Any:  # noqa: D417 (the arguments documented are Lightning's)
+        """Classify the test split with a checkpoint; writes <run>/predict/version_K/predictions.csv.
 
         Args:
             model: The LightningModule (``--model``).
             dataloaders: Not used by the CLI; the data module supplies the loaders.
             datamodule: The data module (``--data``).
             return_predictions: Keep the predictions in memory as well.
-            {_CKPT_PATH.format(auto="")}
-        """,
-    )
+            ckpt_path: Checkpoint to classify with: a ``.ckpt`` file, or ``last`` (the newest ``last.ckpt`` of any
+                run under ``--trainer.default_root_dir``). It is read with ``weights_only`` safety and must fit the
+                configured model and data (architecture and class names); pass the run's own config (``--config
+                <run>/config.yaml``).
+            weights_only: ``false`` loads checkpoints that hold Python objects besides tensors; only for files
+                whose origin you trust.
+        """
+        return super().predict(*args, **kwargs)

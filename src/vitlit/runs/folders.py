@@ -19,10 +19,12 @@ from typing import Any
 
 import torch
 import yaml
-from lightning.pytorch.loggers import Logger
+from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import SaveConfigCallback
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from vitlit.checkpoints import run_of_checkpoint
 from vitlit.errors import ConfigError
 
 _VERSION = re.compile(r"version_(\d+)")
@@ -74,6 +76,34 @@ class RunLock:
             return
         os.close(self._fd)
         self._fd = -1
+
+
+def is_run_dir(folder: Path) -> bool:
+    """Whether ``folder`` is a run's folder (a logger wrote its config or hyperparameters there)."""
+    return (folder / "config.yaml").is_file() or (folder / "hparams.yaml").is_file()
+
+
+def run_of_checkpoint(ckpt_path: Path) -> Path | None:
+    """The run folder a checkpoint belongs to (``<run>/checkpoints/<file>.ckpt``), or ``None`` for a loose file."""
+    run_dir = ckpt_path.parent.parent
+    return run_dir if ckpt_path.parent.name == "checkpoints" and is_run_dir(run_dir) else None
+
+
+def logger_root(logger: Logger | None) -> Path | None:
+    """The folder whose ``version_*`` subfolders a TensorBoardLogger/CSVLogger writes (``save_dir/name``)."""
+    if isinstance(logger, (TensorBoardLogger, CSVLogger)):
+        return Path(logger.root_dir).expanduser().resolve()
+    return None
+
+
+def checkpoint_folders(trainer: Trainer) -> set[Path]:
+    """The folders the Trainer's ModelCheckpoints write to: set in the config, or resolved once fit started."""
+    return {Path(cb.dirpath) for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath}
+
+
+def config_saver(trainer: Trainer) -> SaveConfigCallback | None:
+    """The CLI's SaveConfigCallback of ``trainer``: the run's config as parsed, and the file it is saved under."""
+    return next((cb for cb in trainer.callbacks if isinstance(cb, SaveConfigCallback)), None)
 
 
 def _try_lock(fd: int) -> bool:

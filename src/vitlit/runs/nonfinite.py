@@ -19,9 +19,23 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.optim import Optimizer
 
-from vitlit.errors import TrainingHalted
 from vitlit.private import clear_skip_flags, skip_next_step_if, state_key, unscales_internally
 from vitlit.types import PositiveInt
+
+
+class TrainingHalted(SystemExit):
+    """Training stopped on purpose because going on would waste the run (a NaN/inf loss): exit status 1, no traceback.
+
+    A `SystemExit`, so that Lightning saves ``last.ckpt`` on the way out as for a signal and the process ends with
+    the one line of `vitlit.runs.interrupts.ResumeLine` (or, without it, this message).
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"vitlit: error: {message}")  # the exit code: Python prints it and exits with status 1
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class NonFiniteGuard(Callback):

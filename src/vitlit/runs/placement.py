@@ -14,9 +14,8 @@ from typing import Any
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from vitlit.checkpoints import config_saver, logger_root
 from vitlit.config import user_error
-from vitlit.runs.folders import RunFolder, another_root, place_run, relocated_logger
+from vitlit.runs.folders import RunFolder, another_root, config_saver, logger_root, place_run, relocated_logger
 
 
 class RunFolders(Callback):

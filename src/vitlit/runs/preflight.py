@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from vitlit.checkpoints import config_saver
 from vitlit.errors import ConfigError
+from vitlit.runs.folders import config_saver
 
 _PATH_MAX = 4096  # Linux's; macOS allows 1024, Windows (long paths on) more: the common bound
 

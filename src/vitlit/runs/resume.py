@@ -17,8 +17,9 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import nn
 
-from vitlit.checkpoints import UNREADABLE, checkpoint_folders, logger_root, run_of_checkpoint
+from vitlit.checkpoints import UNREADABLE
 from vitlit.errors import ConfigError
+from vitlit.runs.folders import checkpoint_folders, logger_root, run_of_checkpoint
 
 
 class CheckedResume(Callback):

@@ -28,11 +28,11 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 import vitlit
-from vitlit.checkpoints import run_of_checkpoint
-from vitlit.errors import TrainingHalted
 from vitlit.runs.atomic import write_atomically
 from vitlit.runs.distributed import effective_batch
+from vitlit.runs.folders import run_of_checkpoint
 from vitlit.runs.monitor import SpeedMonitor
+from vitlit.runs.nonfinite import TrainingHalted
 from vitlit.tools.env import versions
 
 CARD = "run_card.json"
