@@ -19,6 +19,7 @@ def _run(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: 
     return capsys.readouterr().out.strip().splitlines()[-1]
 
 
+@pytest.mark.slow  # a benchmark, not the package: with the other benchmarks' smoke runs
 def test_overhead_prints_the_ratio(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     # bf16-mixed: both loops clip the gradients of a fused AdamW under autocast, as on a GPU.
     args = "--batches 3 --batch-size 16 --epochs 3 --precision bf16-mixed".split()
@@ -55,6 +56,7 @@ def test_gpu_script_smoke_writes_json(
     assert result["images_per_sec"] > 0 and result["gflops_per_image"] > 0
 
 
+@pytest.mark.slow  # a benchmark, not the package: with the other benchmarks' smoke runs
 def test_export_prints_speedup_size_and_accuracy(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -62,6 +62,7 @@ def test_fit_then_validate_test_predict_on_cifar_files(tmp_path: Path, cifar_dir
     assert float(rows[5]["p_airplane"]) == pytest.approx(float(probs[5, 0]), abs=1e-6)
 
 
+@pytest.mark.slow  # three runs; the default tests fit image folders in test_device_data, test_forking, test_predict
 def test_image_folder_end_to_end(tmp_path: Path, digits_dir: Path) -> None:
     common = [
         "--config",

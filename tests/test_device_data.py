@@ -103,7 +103,8 @@ def _fit(cifar_dir: Path, root: Path, *extra: object):
     return tiny_cifar_fit(cifar_dir, root, *flags, *extra)
 
 
-@pytest.mark.parametrize("augment", ["none", "autoaugment"])  # the recipe's AutoAugment, batched on the device
+# The recipe's AutoAugment, batched on the device (its draws must resume too); without a policy with the slow tests.
+@pytest.mark.parametrize("augment", [pytest.param("none", marks=pytest.mark.slow), "autoaugment"])
 def test_on_device_fit_resumes_exactly(tmp_path: Path, cifar_dir: Path, augment: str) -> None:
     """Shuffle, crop, flip, policy, erasing, Mixup/CutMix on the device draw from generators the checkpoint restores."""
     # One schedule for both: the half run would otherwise size its cosine for one epoch (its own length).

@@ -67,6 +67,7 @@ def test_linear_probe_trains_the_head_alone(digits_dir: Path, weights: Path, tmp
     assert in_optimizer == sum(p.numel() for p in cli.model.net.head.parameters())
 
 
+@pytest.mark.slow  # two digits fits; exact resume is the slow tests' theme
 def test_unfreezing_schedule_survives_a_resume_exactly(digits_dir: Path, weights: Path, tmp_path: Path) -> None:
     schedule = tmp_path / "schedule.yaml"
     schedule.write_text(SCHEDULE)

@@ -52,7 +52,10 @@ def svhn_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         yield root
 
 
-@pytest.mark.parametrize("on_device", [True, False], ids=["on-device", "dataloader"])
+# The DataLoader path of the same recipe goes with the slow tests (the per-image path is trained by many others).
+@pytest.mark.parametrize(
+    "on_device", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["on-device", "dataloader"]
+)
 def test_svhn_recipe_trains_class_balanced_on_both_data_paths(svhn_dir: Path, tmp_path: Path, on_device: bool) -> None:
     cli = run_cli(
         "fit", "--config", SVHN_CONFIG, *SMALL, "--data.data_dir", svhn_dir, "--data.download", "false",

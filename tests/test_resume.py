@@ -217,6 +217,7 @@ def test_snapshots_are_periodic_and_keep_the_newest(every: list[str], tmp_path: 
     assert torch.load(folder / "snapshot-step0000006.ckpt", map_location="cpu", weights_only=True)["global_step"] == 6
 
 
+@pytest.mark.slow  # three fits; with the other exact-resume runs
 def test_resume_restores_ema_weights(tmp_path: Path, cifar_dir: Path) -> None:
     """EMAWeightAveraging's averaged weights and count come back on resume: 1 + 1 epochs equal 2 epochs."""
     flags = """

@@ -72,6 +72,7 @@ def test_a_run_logged_once_per_epoch_has_its_speed_and_the_files_modes_of_any_fi
         assert stat.S_IMODE((run / name).stat().st_mode) == 0o666 & ~umask, name
 
 
+@pytest.mark.slow  # two fits; with the other resume runs
 def test_a_resumed_run_carries_its_card_on(digits_dir: Path, tmp_path: Path) -> None:
     stop = ["--trainer.callbacks+=helpers.probes.StopAfterEpoch", "--trainer.callbacks.init_args.epoch", "0"]
     first = _fit(digits_dir, tmp_path, "--trainer.max_epochs", "3", *stop)
@@ -108,6 +109,7 @@ def test_markdown_of_a_card_without_results_has_placeholders() -> None:
     assert "| best val/acc | — (epoch —) |" in text and "| code | not in git |" in text
 
 
+@pytest.mark.slow  # a fit, then the commands its summary prints
 def test_a_fit_ends_with_a_summary_whose_commands_work(
     tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -124,6 +124,7 @@ def test_typed_flags_win_over_the_checkpoint_and_architecture_changes_are_refuse
         assert tree_digest(run.parent.parent) == before  # no config.resume-K.yaml, no event file, no new version
 
 
+@pytest.mark.slow  # two fits in fresh folders
 def test_a_resume_command_works_from_any_directory(
     tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
