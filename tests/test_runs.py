@@ -12,13 +12,17 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from helpers.cli import CPU, DIGITS_CONFIG, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit, tree_digest
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit.runs.folders import LOCK_FILE, allocate_version, relocated_logger
+from vitlit.runs.interrupts import ResumableStop
+from vitlit.runs.nonfinite import TrainingHalted
 
 
 @pytest.fixture(scope="module")
@@ -258,3 +262,45 @@ def test_a_run_killed_before_its_first_checkpoint_is_cleared_by_the_next(tmp_pat
     assert "removed version_0, left by a run killed before its first checkpoint" in done.stderr
     assert [p.name for p in (tmp_path / "lightning_logs").iterdir()] == ["version_0"]  # the new run took its place
     assert (stale / "checkpoints" / "last.ckpt").is_file() and not (stale / LOCK_FILE).exists()
+
+
+def _stopped_trainer(checkpoints: list[Path] = ()) -> SimpleNamespace:
+    """What `ResumableStop` reads of a Trainer that a signal stopped in epoch 2, step 30."""
+    callbacks = [SimpleNamespace(dirpath=str(p.parent)) for p in checkpoints]
+    return SimpleNamespace(interrupted=True, current_epoch=2, global_step=30, is_global_zero=True,
+                           checkpoint_callbacks=callbacks, logger=None)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("first", "routed", "status"),
+    [(KeyboardInterrupt(), "SIGINT", 130), (SIGTERMException(), None, 143), (SIGTERMException(), "SIGINT", 130)],
+    ids=["second-ctrl-c", "sigterm", "first-ctrl-c"],
+)
+def test_a_stopped_fit_says_one_line_and_exits_with_the_signals_status(
+    first: BaseException, routed: str | None, status: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stop, trainer = ResumableStop(), _stopped_trainer()
+    stop.interrupts.signal_name = routed  # the first Ctrl-C, routed as a SIGTERM
+    stop.on_exception(trainer, None, first)  # Lightning's call, inside the run
+    # What leaves Lightning: the same SIGTERMException, or (after a second Ctrl-C) its sys.exit(1).
+    leaving = first if isinstance(first, SystemExit) else SystemExit(1)
+    stop.on_exception(trainer, None, leaving)  # the CLI's call
+    stop.teardown(trainer, None, "fit")
+    assert leaving.code == status
+    name = "SIGINT" if status == 130 else "SIGTERM"
+    assert capsys.readouterr().err.splitlines() == [
+        f"vitlit: interrupted by {name} at epoch 2, step 30; no checkpoint was written, so there is nothing to resume."
+    ]
+
+
+def test_a_halted_fit_exits_with_status_1_and_the_guards_message(capsys: pytest.CaptureFixture[str]) -> None:
+    stop, trainer, halted = ResumableStop(), _stopped_trainer(), TrainingHalted("the loss became NaN at step 3")
+    assert halted.code == "vitlit: error: the loss became NaN at step 3"  # without ResumableStop: Python prints it
+    stop.on_exception(trainer, None, halted)
+    stop.on_exception(trainer, None, halted)
+    stop.teardown(trainer, None, "fit")
+    assert halted.code == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "vitlit: error: the loss became NaN at step 3; no checkpoint was written, so there is nothing to resume."
+    ]
