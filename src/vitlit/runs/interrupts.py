@@ -141,7 +141,7 @@ class ResumableStop(Callback):
         self._line: str | None = None
 
     def before_run(self, trainer: Trainer, pl_module: LightningModule, subcommand: str, ckpt: Any) -> None:
-        self._line = None
+        self._line, self.interrupts.signal_name = None, None
         if subcommand == "fit":
             self.interrupts.install()
 
