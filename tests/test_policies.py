@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from helpers.cli import DIGITS_CONFIG, run_cli
@@ -128,6 +129,49 @@ def test_autoaugment_draws_sub_policies_with_their_probabilities() -> None:
     translate = magnitudes[1][ops[1] == OP["TranslateY"]]
     assert torch.allclose(translate.abs(), torch.tensor(150 / 331 * 32, dtype=translate.dtype))
     assert binomtest(int((translate < 0).sum()), len(translate)).pvalue > 1e-3
+
+
+def _digits(n: int) -> torch.Tensor:
+    """The first ``n`` of scikit-learn's digits as 32 px RGB uint8 images, as DigitsDataModule writes them."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    pixels = (load_digits().images[:n] * (255 / 16)).astype("uint8")
+    images = [Image.fromarray(p).resize((32, 32), Image.BILINEAR).convert("RGB") for p in pixels]
+    return torch.stack([torch.from_numpy(np.array(image)).permute(2, 0, 1) for image in images])
+
+
+@pytest.mark.parametrize("name", ["autoaugment", "randaugment", "trivialaugment"])
+def test_the_device_loader_delivers_the_per_image_pipelines_distribution(name: str) -> None:
+    """Issue 25's candidates together: crop, flip, policy and normalisation in the device loader, in their order.
+
+    The same 300 real digits, 8 epochs each through the device loader and through torchvision's per-image pipeline
+    (`train_transform`): per image, the mean, the spread, the share of dark pixels and the distance from the plain
+    normalised image must come from one distribution (two-sample KS), and both must keep as many images unchanged.
+    """
+    from scipy.stats import ks_2samp
+
+    from vitlit.data.transforms import ToNormalizedFloat, policy_transform, train_transform
+
+    images, epochs, mean, std = _digits(200), 6, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+    torch.manual_seed(0)
+    policy = BatchPolicy(name, num_ops=1, magnitude=5)
+    loader = DeviceLoader(images, torch.zeros(len(images), dtype=torch.long), 100, img_size=32, mean=mean, std=std,
+                          shuffle=False, crop_padding=4, hflip=True, policy=policy)  # fmt: skip
+    device = torch.cat([batch for _ in range(epochs) for batch, _ in loader])
+    pipeline = train_transform(32, mean, std, resize=False, crop_padding=4, hflip=True,
+                               policy=policy_transform(name, num_ops=1, magnitude=5))  # fmt: skip
+    per_image = torch.stack([pipeline(image) for _ in range(epochs) for image in images])
+    plain = ToNormalizedFloat(mean, std)(images).repeat(epochs, 1, 1, 1)
+    for statistic in (
+        lambda x: x.mean((1, 2, 3)),
+        lambda x: x.std((1, 2, 3)),
+        lambda x: (x < -1.5).float().mean((1, 2, 3)),  # dark pixels (the digits' background)
+        lambda x: (x - plain).abs().mean((1, 2, 3)),  # how far the augmentation moved each image
+    ):
+        assert ks_2samp(statistic(device).numpy(), statistic(per_image).numpy()).pvalue > 1e-3
+    unchanged = [float((x == plain).flatten(1).all(1).float().mean()) for x in (device, per_image)]
+    assert abs(unchanged[0] - unchanged[1]) < 0.02, unchanged
 
 
 @pytest.mark.slow  # 12 epochs each, 15 s: with the long checks, to keep the default suite under four minutes
