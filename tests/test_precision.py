@@ -63,7 +63,15 @@ def _assert_trained_as_shipped(cli, config: Path, precision: str) -> None:
     assert (Path(trainer.log_dir) / "checkpoints" / "last.ckpt").is_file()
 
 
-@pytest.mark.parametrize("config", CIFAR_RECIPES, ids=[c.stem for c in CIFAR_RECIPES])
+# The two heaviest recipes (8 s each) run with the slow tests, to keep the default suite under four minutes.
+_HEAVY = ("cifar100_vit_base_224", "cifar10_vit_small_finetune")
+
+
+@pytest.mark.parametrize(
+    "config",
+    [pytest.param(c, marks=pytest.mark.slow) if c.stem in _HEAVY else c for c in CIFAR_RECIPES],
+    ids=[c.stem for c in CIFAR_RECIPES],
+)
 def test_every_recipe_trains_in_its_mixed_precision_on_cpu(config: Path, tmp_path: Path, cifar_dir: Path) -> None:
     shipped = _shipped(config)["trainer"]["precision"]
     precision = "bf16-mixed" if shipped == "16-mixed" else shipped
