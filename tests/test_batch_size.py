@@ -11,7 +11,10 @@ import pytest
 from helpers.cli import DIGITS_CONFIG, ROOT, run_cli
 
 
-@pytest.mark.parametrize("on_device", ["false", "true"], ids=["dataloader", "on-device"])
+# The DataLoader path goes with the slow tests: its batches come from the same data module, which many tests train.
+@pytest.mark.parametrize(
+    "on_device", [pytest.param("false", marks=pytest.mark.slow), "true"], ids=["dataloader", "on-device"]
+)
 def test_the_batch_size_finder_grows_the_batch_on_both_data_paths(
     on_device: str, digits_dir: Path, tmp_path: Path
 ) -> None:

@@ -131,7 +131,7 @@ def test_autoaugment_draws_sub_policies_with_their_probabilities() -> None:
     assert binomtest(int((translate < 0).sum()), len(translate)).pvalue > 1e-3
 
 
-def _images(folder: Path, n: int) -> torch.Tensor:
+def _spread_digits(folder: Path, n: int) -> torch.Tensor:
     """``n`` images spread over ``folder`` (every class) as (n, 3, H, W) uint8, decoded as vitlit's data sets do."""
     from vitlit.data.images import image_files, load_image
 
@@ -153,7 +153,7 @@ def test_the_device_loader_delivers_the_per_image_pipelines_distribution(name: s
 
     from vitlit.data.transforms import ToNormalizedFloat, policy_transform, train_transform
 
-    images, epochs, mean, std = _images(digits_dir / "train", 200), 6, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+    images, epochs, mean, std = _spread_digits(digits_dir / "train", 200), 6, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
     torch.manual_seed(0)
     policy = BatchPolicy(name, num_ops=1, magnitude=5)
     loader = DeviceLoader(images, torch.zeros(len(images), dtype=torch.long), 100, img_size=32, mean=mean, std=std,

@@ -85,7 +85,9 @@ def test_a_folder_without_readable_images_is_one_line(
     assert not (digits_run / "predict" / "version_1").exists()  # nothing left behind but the first test's run
 
 
-@pytest.mark.parametrize("on_device", ["false", "true"])
+# The DataLoader path goes with the slow tests, as the second data path of the fork tests does; its per-image
+# evaluation transform is what many default tests validate and test with.
+@pytest.mark.parametrize("on_device", [pytest.param("false", marks=pytest.mark.slow), "true"])
 def test_a_cifar_run_predicts_images_of_any_size_on_both_data_paths(
     on_device: str, cifar_dir: Path, tmp_path: Path
 ) -> None:

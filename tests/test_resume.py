@@ -205,7 +205,12 @@ def test_kill_while_saving_keeps_last_ckpt_and_auto_resume_continues_the_run(
     assert not list(last.parent.glob(".*.tmp"))  # the next save of last.ckpt removed the partial file
 
 
-@pytest.mark.parametrize("every", [["every_fraction", "0.25"], ["every_n_steps", "2"]], ids=["fraction", "steps"])
+# Every n steps is Lightning's own ModelCheckpoint argument; vitlit's fraction of the run is the default test.
+@pytest.mark.parametrize(
+    "every",
+    [["every_fraction", "0.25"], pytest.param(["every_n_steps", "2"], marks=pytest.mark.slow)],
+    ids=["fraction", "steps"],
+)
 def test_snapshots_are_periodic_and_keep_the_newest(every: list[str], tmp_path: Path, digits_dir: Path) -> None:
     snapshots = ["--trainer.callbacks+=vitlit.runs.callbacks.Snapshots", "--trainer.callbacks.init_args.keep", "2"]
     snapshots += [f"--trainer.callbacks.init_args.{every[0]}", every[1]]
