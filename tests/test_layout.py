@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import ast
+import io
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -83,3 +86,41 @@ def test_the_code_size_script_counts_every_module() -> None:
     counted = {name for modules in table.values() for name in modules}
     assert counted == {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")}
     assert table["core"]["model.py"] > 100  # counts code, not nothing
+
+
+#: What rots in a comment or docstring: a measured speed or duration, a date, a library's version, a GPU's name.
+_ROTS = re.compile(
+    r"\d[\d,.]*\s*k?\s*(images?/s|img/s|it/s|images per second|ms\b|seconds?\b|minutes?\b|x faster|GB/s|MB/s)"
+    r"|\b20\d\d-\d\d-\d\d\b"
+    r"|\b(torch|lightning|timm|torchvision|jsonargparse|onnxruntime|PyTorch|Lightning)\s*(==|>=|<=|>|<)?\s*\(?\d+\.\d+"
+    r"|\b(A100|H100|H200|V100|RTX|T4|L4)\b"
+)
+#: Where such words are the subject: the private-API module records the versions it was checked against (issue 23),
+#: and the throughput monitor's table of chip peaks is keyed by chip.
+_ROT_EXEMPT = {"private.py", "runs/monitor.py"}
+
+
+def _comments_and_docstrings(path: Path) -> list[tuple[int, str]]:
+    """``(line, text)`` of every comment and docstring of a module."""
+    found = []
+    for tok in tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline):
+        if tok.type == tokenize.COMMENT:
+            found.append((tok.start[0], tok.string))
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                found.extend((node.body[0].lineno + i, line) for i, line in enumerate(doc.splitlines()))
+    return found
+
+
+def test_comments_and_docstrings_hold_no_figures_dates_versions_or_gpu_names() -> None:
+    """Those belong in benchmarks/RESULTS.md and the README, which are dated; in the code they go stale unseen."""
+    stale = [
+        f"{path.relative_to(PACKAGE)}:{line}: {text.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if str(path.relative_to(PACKAGE)) not in _ROT_EXEMPT
+        for line, text in _comments_and_docstrings(path)
+        if _ROTS.search(text)
+    ]
+    assert not stale, "\n".join(stale)

@@ -1,9 +1,9 @@
 """The device-side data path: a whole split as one uint8 tensor on the training device, augmented batch by batch.
 
-A CPU DataLoader with per-image PIL/tensor transforms delivers a few thousand CIFAR images per second per core; a
-small ViT on one GPU consumes tens of thousands. Keeping the 50,000 training images on the GPU (150 MB as uint8) and
-cropping, flipping and normalising whole batches there removes the worker processes and the bottleneck. Random
-erasing and Mixup/CutMix already run on the device (`vitlit.fast.batch_augment`), after this.
+A CPU DataLoader with per-image PIL/tensor transforms delivers far fewer images per second than a small ViT on one
+GPU consumes (benchmarks/RESULTS.md has the figures). Keeping the 50,000 training images on the GPU (150 MB as
+uint8) and cropping, flipping and normalising whole batches there removes the worker processes and the bottleneck.
+Random erasing and Mixup/CutMix already run on the device (`vitlit.fast.batch_augment`), after this.
 
 Semantics match the per-image pipeline of `vitlit.data.transforms` (tested statistically): [resize] -> random crop
 of ``img_size`` from the image zero-padded by ``crop_padding`` on each side (offsets uniform in 0..2*padding) ->

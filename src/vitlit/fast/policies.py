@@ -1,9 +1,9 @@
 """AutoAugment, RandAugment and TrivialAugmentWide on whole uint8 batches, each image with its own operations.
 
-torchvision's policies transform one image at a time on the CPU, about 1,350 images/s per core at 32 px, while a
-small ViT on one GPU trains on tens of thousands. Here a policy draws, for every image of a batch at once and on
-the batch's device, which operation(s) it gets, with which magnitude and sign, exactly as torchvision draws them
-for one image (`torchvision.transforms.v2.AutoAugment` with the CIFAR-10 policy, ``RandAugment``,
+torchvision's policies transform one image at a time on the CPU, far fewer images per second than a small ViT
+trains on with one GPU (benchmarks/RESULTS.md has the figures). Here a policy draws, for every image of a batch at
+once and on the batch's device, which operation(s) it gets, with which magnitude and sign, exactly as torchvision
+draws them for one image (`torchvision.transforms.v2.AutoAugment` with the CIFAR-10 policy, ``RandAugment``,
 ``TrivialAugmentWide``: the same operation set, magnitude bins and signs), and then applies them batched:
 
 - rotate, shear and translate as one affine resampling (``grid_sample``, nearest, zero fill) with a matrix per
@@ -51,7 +51,7 @@ def _none(n: int, h: int, w: int) -> None:
 
 
 _SOLARIZE: Bins = lambda n, h, w: torch.linspace(1.0, 0.0, n)  # noqa: E731
-# The spaces of torchvision.transforms.v2 (0.2x): operation -> (bins, signed). tests/test_policies.py compares them.
+# The spaces of torchvision.transforms.v2: operation -> (bins, signed). tests/test_policies.py compares them.
 _AUTOAUGMENT_SPACE: dict[str, tuple[Bins, bool]] = {
     "ShearX": (_linspace(0.3), True),
     "ShearY": (_linspace(0.3), True),

@@ -20,7 +20,7 @@ from vitlit.runs.resume import require_checkpoint_file, require_lightning_checkp
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's TorchCheckpointIO, with saves that are atomic on the checkpoint's own file system.
 
-    Lightning (2.6) serialises the checkpoint into memory, writes it to a temporary file in the system's temp
+    Lightning serialises the checkpoint into memory, writes it to a temporary file in the system's temp
     directory and moves it into place. Where that directory lies on another file system (a tmpfs ``/tmp``, a scratch
     disk), the move is a copy, and a kill during the copy leaves a truncated ``last.ckpt``: the one file a resume
     needs. Here the temporary file sits next to its target, is flushed to disk, and ``os.replace`` swaps it in, so a

@@ -165,6 +165,6 @@ def _is_fused(optimizer: Optimizer) -> bool:
 
 def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     """The global L2 norm of ``grads`` (inf or NaN if any entry is), in one fused kernel where torch has it."""
-    if hasattr(torch.nn.utils, "get_total_norm"):  # torch >= 2.6
+    if hasattr(torch.nn.utils, "get_total_norm"):  # newer torch releases; the loop below for older ones
         return torch.nn.utils.get_total_norm(grads)
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))

@@ -63,7 +63,7 @@ def require_checkpoint_file(path: str | Path) -> Path:
             head = f.read(4)
     except OSError as err:
         raise ConfigError(f"checkpoint {path} cannot be opened ({err.strerror}); check its permissions.") from None
-    # torch.save writes a zip archive (PK..); files of torch < 1.6 are a bare pickle (protocol 2+: 0x80).
+    # torch.save writes a zip archive (PK..); files from releases before that format are a bare pickle (0x80...).
     if not (head.startswith(ZIP_HEAD) or is_legacy(head)):
         raise ConfigError(
             f"checkpoint {path} is not a PyTorch checkpoint (it is {'empty' if not head else 'another kind of file'}); "
