@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.cli import ROOT
+from helpers.cli import DIGITS_CONFIG, ROOT, run_cli
 
 
 def _run(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> str:
@@ -76,3 +76,22 @@ def test_model_choice_prints_a_row_per_choice_and_the_table() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
     assert lines[-1].startswith("| vit_tiny, 32 px, patch 8 | 17 | 5.6 M |"), lines
+
+
+@pytest.mark.slow  # a benchmark, not the package: with the other benchmarks' smoke runs
+@pytest.mark.parametrize("mode", [[], ["--pipeline"]], ids=["policies", "pipelines"])
+def test_policy_hardness_prints_a_paired_difference_per_checkpoint(
+    mode: list[str],
+    digits_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fit = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.max_epochs", "1",
+                  "--trainer.limit_train_batches", "2", "--trainer.default_root_dir", tmp_path)  # fmt: skip
+    capsys.readouterr()
+    last = _run("policy_hardness.py", [fit.trainer.checkpoint_callback.best_model_path, "--repeats", "2", *mode],
+                monkeypatch, capsys)  # fmt: skip
+    number = r"\d\.\d{4}"
+    row = rf"\| all \| {number} \| {number} \| [+-]{number} \({number}\) \| {number} \| {number} \|"
+    assert re.fullmatch(row, last), last
