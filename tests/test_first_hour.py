@@ -64,6 +64,26 @@ def test_version_help_and_no_abbreviations(capsys: pytest.CaptureFixture[str]) -
     assert "unrecognized arguments: --trainer.max_ep" in capsys.readouterr().err
 
 
+def test_every_subcommand_documents_its_checkpoint_and_stripped_docstrings_still_import() -> None:
+    """The checkpoint arguments are written once and appended to each subcommand's help (vitlit.trainer)."""
+    import inspect
+
+    import lightning as L
+
+    from vitlit.trainer import Trainer, _signature_of
+
+    for name, verb in (("fit", "start from"), ("validate", "evaluate"), ("test", "evaluate"), ("predict", "classify")):
+        method = getattr(Trainer, name)
+        assert f"ckpt_path: Checkpoint to {verb}" in method.__doc__ and "weights_only: ``false``" in method.__doc__
+        assert inspect.signature(method) == inspect.signature(getattr(L.Trainer, name))  # Lightning's arguments
+    assert ("``auto``" in Trainer.fit.__doc__) and ("``auto``" not in Trainer.test.__doc__)
+
+    def stripped(self: L.Trainer) -> None:  # as under python -OO, which drops every docstring
+        pass
+
+    assert _signature_of(L.Trainer.fit, "start from")(stripped).__doc__ is None
+
+
 @pytest.mark.parametrize(
     ("typed", "meant"),
     [("--trainer.max_epoch", "--trainer.max_epochs"), ("--model.label_smothing", "--model.label_smoothing"),

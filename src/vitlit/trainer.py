@@ -36,7 +36,8 @@ def _signature_of(method: Callable[..., Any], verb: str, auto: str = "") -> Call
     def decorate(wrapper: Callable[..., Any]) -> Callable[..., Any]:
         wrapper.__wrapped__ = method  # type: ignore[attr-defined]
         either = "" if auto else "or "  # "a file, last, or auto" / "a file, or last"
-        wrapper.__doc__ = wrapper.__doc__.rstrip() + _CHECKPOINT_ARGS.format(verb=verb, auto=auto, either=either)
+        if wrapper.__doc__:  # None under python -OO, which strips docstrings
+            wrapper.__doc__ = wrapper.__doc__.rstrip() + _CHECKPOINT_ARGS.format(verb=verb, auto=auto, either=either)
         return wrapper
 
     return decorate
