@@ -22,24 +22,22 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from vitlit.data.digits import write_digits_folder
-from vitlit.data.images import image_files, load_image
+from vitlit.data.images import ImageFiles, image_files
 from vitlit.data.transforms import ToNormalizedFloat, policy_transform, train_transform
-from vitlit.fast.device import DeviceLoader
+from vitlit.fast.device import DeviceLoader, decode_uint8
 from vitlit.fast.policies import BatchPolicy
 from vitlit.tools.export import load_classifier
 
 
 def digits(root: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """The training images of policy_parity.py's split as (N, 3, 32, 32) uint8, and their labels."""
+    """The training images of policy_parity.py's split as (N, 3, 32, 32) uint8 (decoded as the device path does)."""
     folder = write_digits_folder(root, test_fraction=0.2, seed=7) / "train"
-    files = list(image_files(folder))
-    images = torch.stack([torch.from_numpy(np.array(load_image(p))).permute(2, 0, 1) for p in files])
-    return images, torch.tensor([int(p.parent.name) for p in files])
+    files = ImageFiles([(str(p), int(p.parent.name)) for p in image_files(folder)], [str(d) for d in range(10)])
+    return decode_uint8(files, 32, 3, resize=False), torch.tensor(files.targets)
 
 
 def only_sub_policy(batched: BatchPolicy, torchvision_policy: torch.nn.Module, row: int) -> None:

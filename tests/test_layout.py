@@ -102,11 +102,12 @@ _ROT_EXEMPT = {"private.py", "runs/monitor.py"}
 
 def _comments_and_docstrings(path: Path) -> list[tuple[int, str]]:
     """``(line, text)`` of every comment and docstring of a module."""
+    source = path.read_text(encoding="utf-8")
     found = []
-    for tok in tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline):
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
             found.append((tok.start[0], tok.string))
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             doc = ast.get_docstring(node, clean=False)
             if doc:

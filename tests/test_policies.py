@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from helpers.cli import DIGITS_CONFIG, run_cli
@@ -132,12 +131,13 @@ def test_autoaugment_draws_sub_policies_with_their_probabilities() -> None:
 
 
 def _spread_digits(folder: Path, n: int) -> torch.Tensor:
-    """``n`` images spread over ``folder`` (every class) as (n, 3, H, W) uint8, decoded as vitlit's data sets do."""
-    from vitlit.data.images import image_files, load_image
+    """``n`` images spread over ``folder`` (every class) as (n, 3, H, W) uint8, decoded as the device path does."""
+    from vitlit.data.images import ImageFiles, image_files
+    from vitlit.fast.device import decode_uint8
 
     files = list(image_files(folder))
     files = files[:: len(files) // n][:n]
-    return torch.stack([torch.from_numpy(np.array(load_image(path))).permute(2, 0, 1) for path in files])
+    return decode_uint8(ImageFiles([(str(p), 0) for p in files], ["digit"]), 32, 3, resize=False)
 
 
 @pytest.mark.parametrize("name", ["autoaugment", "randaugment", "trivialaugment"])
