@@ -1,7 +1,8 @@
 """Print vitlit's code lines (without blanks, comments and docstrings) per module and per part.
 
 The core is what a fork reads (model, data contract and data sets, the CLI); the opt-in parts are the subpackages
-fast/, runs/, tools/ and transfer/. The README states these counts; tests/test_layout.py keeps them within bounds.
+checks/, fast/, runs/, tools/ and transfer/. The README states these counts; tests/test_layout.py keeps them within
+bounds.
 
     python scripts/code_size.py
 """
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "vitlit"
-PARTS = ("fast", "runs", "tools", "transfer")
+PARTS = ("checks", "fast", "runs", "tools", "transfer")
 
 
 def code_lines(path: Path) -> int:

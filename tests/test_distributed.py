@@ -21,7 +21,7 @@ import torch
 from helpers.cli import DIGITS_CONFIG, ROOT, TINY_CONFIG, TINY_MODEL, run_cli
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 
-from vitlit.config import check_seed_shared
+from vitlit.checks.hooks import check_seed_shared
 from vitlit.data import ImageFolderDataModule
 from vitlit.errors import ConfigError
 from vitlit.fast.device import DeviceLoader

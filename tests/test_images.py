@@ -12,7 +12,8 @@ from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tree_digest
 from PIL import Image
 
 from vitlit import ImageFolderDataModule
-from vitlit.data.images import image_problem, load_image
+from vitlit.data import images
+from vitlit.data.images import image_problem, open_image
 from vitlit.runs.folders import read_scalars
 
 
@@ -47,7 +48,7 @@ def test_sixteen_bit_images_are_scaled_not_clipped(tmp_path: Path) -> None:
     grey = np.linspace(0, 65535, 64 * 64).reshape(64, 64).astype(np.uint16)
     Image.fromarray(grey).save(tmp_path / "g16.png")
     assert Image.open(tmp_path / "g16.png").mode == "I;16"
-    pixels = np.asarray(load_image(tmp_path / "g16.png"))
+    pixels = np.asarray(open_image(tmp_path / "g16.png"))
     assert pixels.shape == (64, 64, 3) and (pixels == 255).mean() < 0.01  # clipping made 99.6% of them 255
     np.testing.assert_allclose(pixels[..., 0], grey / 257, atol=0.51)
     for name in ("a", "b"):  # and so does the data module that reads them
@@ -211,3 +212,15 @@ def test_an_image_that_fails_to_decode_in_a_worker_is_named_and_leaves_no_run(
     assert exit_info.value.code == 2
     assert f"vitlit: error: image {broken} cannot be decoded" in _one_error_line(capsys)
     assert not list((tmp_path / "out").rglob("*.ckpt"))  # no half-trained run for --ckpt_path last to prefer
+
+
+def test_without_a_checks_part_every_image_is_decoded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A copy of the core alone: no cheap header-and-ending check, so image_problem decodes (and still finds damage).
+    good = tmp_path / "good.png"
+    Image.new("RGB", (16, 16), (200, 10, 10)).save(good)
+    cut = tmp_path / "cut.png"
+    cut.write_bytes(good.read_bytes()[:-30])
+    monkeypatch.setattr(images, "hooks", lambda name: [])
+    assert images.image_problem(good) is None
+    assert images.image_problem(cut).startswith("damaged: PIL cannot decode it")
+    assert images.image_problem(tmp_path / "missing.png").startswith("damaged")

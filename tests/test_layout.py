@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import io
 import os
 import re
@@ -17,7 +18,7 @@ import torch
 from helpers.cli import DIGITS_CONFIG, ROOT
 
 PACKAGE = ROOT / "src" / "vitlit"
-PARTS = ("fast", "runs", "tools", "transfer")
+PARTS = ("checks", "fast", "runs", "tools", "transfer")
 sys.path.insert(0, str(ROOT / "scripts"))
 import code_size  # noqa: E402
 
@@ -86,6 +87,32 @@ def test_the_code_size_script_counts_every_module() -> None:
     counted = {name for modules in table.values() for name in modules}
     assert counted == {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")}
     assert table["core"]["model.py"] > 100  # counts code, not nothing
+
+
+def test_the_core_stays_within_the_sizes_a_reader_can_hold() -> None:
+    core = code_size.sizes()["core"]
+    assert sum(core.values()) <= 1600, "move the new code into an opt-in part, or make room in the core"
+    assert core["model.py"] <= 250 and core["data/base.py"] <= 250 and core["cli.py"] <= 150, core
+
+
+def test_the_hooks_skip_a_part_deleted_from_the_copy_but_not_a_broken_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from importlib.metadata import EntryPoint
+
+    from vitlit.config import load_parts
+
+    def parts(*values: str) -> tuple:
+        return load_parts([EntryPoint(f"p{i}", value, "vitlit.hooks") for i, value in enumerate(values)])
+
+    # A part deleted from a fork whose installed metadata still names it: skipped.
+    checks = importlib.import_module("vitlit.checks.hooks")
+    assert parts("vitlit.checks.hooks", "vitlit.deleted_part.hooks") == (checks,)
+    # A part that is there but needs a package that is not: the error is the user's to see.
+    (tmp_path / "part_with_a_missing_dependency.py").write_text("import a_package_nobody_installed\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError, match="a_package_nobody_installed"):
+        parts("part_with_a_missing_dependency")
 
 
 #: What rots in a comment or docstring: a measured speed or duration, a date, a library's version, a GPU's name.

@@ -10,11 +10,11 @@ def run() -> None:
     if sys.argv[1:] == ["--version"]:
         print(f"vitlit {__version__}")
         return
-    from vitlit.cli import entry_point
+    from vitlit.cli import main
 
     # Help texts made by new parsers (``--data.help CLASS``) name the program after sys.argv[0]: not __main__.py.
     sys.argv[0] = "vitlit"
-    entry_point()
+    main()  # its CLI object is not an exit status: the console script exits 0 after a run
 
 
 if __name__ == "__main__":

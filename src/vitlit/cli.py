@@ -9,11 +9,11 @@ YAML. Under every ``--config`` lie the shared defaults: ``defaults.yaml`` here, 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 import signal
 import sys
-import warnings
 from collections.abc import Sequence
 from typing import Any, ClassVar, NoReturn
 
@@ -67,8 +67,6 @@ class VitLitCLI(LightningCLI):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.started: list[Callback] = []
-        notes = cfg.QuietNotes()
-        notes.install()
         try:
             super().__init__(*args, **kwargs)
         except BaseException as err:
@@ -78,8 +76,6 @@ class VitLitCLI(LightningCLI):
             if isinstance(err, SIGTERMException) and err.code is None:  # Lightning's stop would exit with status 0
                 err.code = 128 + signal.SIGTERM  # the shell's convention (a callback may have set another)
             raise
-        finally:
-            notes.restore()
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         kwargs.setdefault("allow_abbrev", False)  # `--trainer.max_ep 5` must be an error, not --trainer.max_epochs
@@ -102,10 +98,8 @@ class VitLitCLI(LightningCLI):
         super().parse_arguments(parser, args)
         subcommand = self.config["subcommand"]
         config = self.config[subcommand]
-        cfg.check_seed(config.get("seed_everything"))  # before Lightning would silently replace it
-        if subcommand == "fit":
-            cfg.check_seed_shared(config.get("seed_everything"))
-        cfg.check_ckpt_path_given(subcommand, config.get("ckpt_path"))
+        for check in cfg.hooks("after_parsing"):  # seeds, evaluations without a checkpoint (vitlit.checks)
+            check(subcommand, config)
         # Kept from LightningCLI until the classes are built: given a checkpoint, it copies the checkpoint's
         # hyperparameters over the parsed config (flags typed on the command line could vanish without a word).
         self._ckpt_path, config["ckpt_path"] = config.get("ckpt_path"), None
@@ -150,10 +144,11 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         commands = cfg.tools()
         if argv and argv[0] in commands:
             return _tool(argv[0], commands[argv[0]].load(), argv[1:])
-        cfg.check_config_files(argv)
-        with warnings.catch_warnings():
-            for message in cfg.quiet_warnings(argv[0] if argv else ""):  # Lightning's notes nobody can act on
-                warnings.filterwarnings("ignore", message=message)
+        for check in cfg.hooks("before_parsing"):  # config files jsonargparse would misread (vitlit.checks)
+            check(argv)
+        with contextlib.ExitStack() as around:
+            for hook in cfg.hooks("around_run"):  # e.g. Lightning's notes nobody can act on (vitlit.runs.quiet)
+                around.enter_context(hook(argv[0] if argv else ""))
             defaults = {"default_config_files": cfg.default_configs()}
             return VitLitCLI(
                 LightningModule,  # --model: a class path; the shared defaults name vitlit.model.ViTClassifier
@@ -191,8 +186,3 @@ def _tool(name: str, run: Any, argv: list[str]) -> Any:
     # Options may be spelled with dashes too (--n-trials for --n_trials), as most command-line tools take them.
     argv = [re.sub(r"^--([\w-]+)", lambda m: "--" + m.group(1).replace("-", "_"), a) for a in argv]
     return run(**parser.parse_args(argv).as_dict())
-
-
-def entry_point() -> None:
-    """The ``vitlit`` console script: `main`, with exit status 0 on success (it returns the CLI object)."""
-    main()

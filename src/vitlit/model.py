@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -148,13 +147,8 @@ class ViTClassifier(LightningModule):
     def net_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``timm.create_model`` for this model's architecture."""
         hp = self.hparams
-        kwargs: dict[str, Any] = {
-            "num_classes": hp.num_classes,
-            "img_size": hp.img_size,
-            "in_chans": hp.in_chans,
-            "drop_path_rate": hp.drop_path_rate,
-            "drop_rate": hp.drop_rate,
-        }
+        names = ("num_classes", "img_size", "in_chans", "drop_path_rate", "drop_rate")
+        kwargs: dict[str, Any] = {name: hp[name] for name in names}
         if hp.patch_size is not None:
             kwargs["patch_size"] = hp.patch_size
         return kwargs
@@ -305,7 +299,7 @@ class ViTClassifier(LightningModule):
             note = set_total(total) if callable(set_total) else None
             if not callable(set_total):
                 scheduler.total_steps = total
-            # A resumed run's schedule is replaced by the checkpoint's (on_train_start says so if its length differs).
+            # A resumed run's schedule is replaced by the checkpoint's (the runs part says so if its length differs).
             if note and self.trainer.is_global_zero and self.trainer.ckpt_path is None:
                 print(f"vitlit: {note}", file=sys.stderr)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
@@ -326,20 +320,6 @@ class ViTClassifier(LightningModule):
         norm = clip_true_gradients(optimizer, self.trainer.precision_plugin, gradient_clip_val, gradient_clip_algorithm)
         if norm is not None:
             self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
-
-    def on_train_start(self) -> None:
-        # Lightning logs every log_every_n_steps optimizer steps (50); a run whose epochs are shorter would show its
-        # loss, learning-rate and throughput curves only every few epochs, or not at all.
-        trainer = self.trainer
-        kept, total = getattr(self.lr_schedulers(), "total_steps", None), total_steps(trainer)
-        if trainer.ckpt_path is not None and kept and total and kept != total and trainer.is_global_zero:
-            print(f"vitlit: resumed with the learning-rate schedule of the checkpoint's run ({kept} steps; this run "
-                  f"has {total}); steps after its end keep the final learning rate", file=sys.stderr)  # fmt: skip
-        if math.isinf(trainer.num_training_batches):
-            return
-        steps_per_epoch = max(1, int(trainer.num_training_batches) // trainer.accumulate_grad_batches)
-        if trainer.log_every_n_steps > steps_per_epoch:
-            trainer.log_every_n_steps = steps_per_epoch
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuse a checkpoint whose architecture or classes differ, with the reason, before any weights are copied."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_warn
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from vitlit.data.base import ImageClassificationDataModule
@@ -39,8 +39,8 @@ class ImageFolderDataModule(ImageClassificationDataModule):
             (float in (0, 1)); a fraction suits data sets of any size.
         bad_images: What to do with files that cannot be read as images (empty, truncated, not an image, a
             dangling link, over PIL's size limit): ``error`` stops before training and names the first one;
-            ``skip`` trains without them, lists them in the run's ``skipped_images.txt`` and logs their count as
-            ``data/skipped_images``.
+            ``skip`` trains without them and lists them in ``skipped`` (the runs part writes them into the run's
+            ``skipped_images.txt`` and logs their count as ``data/skipped_images``).
         **kwargs: The common options of `vitlit.data.ImageClassificationDataModule` (``img_size``,
             ``batch_size``, ``val_size``, ``mean``, ``std``, ...). ``mean``/``std`` default to ImageNet's.
     """
@@ -124,19 +124,10 @@ class ImageFolderDataModule(ImageClassificationDataModule):
             self._report_skipped(name, bad)
         return ImageFiles(without_bad(files, bad), self.class_names, PIL_MODES[self.in_chans], self.img_size)
 
-    @rank_zero_only
     def _report_skipped(self, split: str, bad: list[BadImage]) -> None:
+        # The runs part lists them in the run's skipped_images.txt and logs their count (`vitlit.runs.callbacks`).
         self.skipped += bad
-        where = Path(self.trainer.log_dir) if self.trainer is not None and self.trainer.log_dir else None
-        listed = ""
-        if where is not None:
-            where.mkdir(parents=True, exist_ok=True)
-            with (where / "skipped_images.txt").open("a") as f:
-                f.writelines(f"{b.path}\t{b.problem}\n" for b in bad)
-            listed = f", listed in {where / 'skipped_images.txt'}"
-            for logger in self.trainer.loggers:
-                logger.log_metrics({"data/skipped_images": float(len(self.skipped))}, step=0)
-        rank_zero_warn(f"skipping {len(bad)} unreadable image(s) of {split}/{listed}")
+        rank_zero_warn(f"skipping {len(bad)} unreadable image(s) of {split}/")
 
     def train_dataset(self) -> ImageFiles:
         """The images of ``root/train``."""

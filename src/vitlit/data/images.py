@@ -15,7 +15,6 @@ one 4,000,000 x 1, which the resize to the model's size would blow up to billion
 from __future__ import annotations
 
 import os
-import stat
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
@@ -29,10 +28,9 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
+from vitlit.config import hooks
 from vitlit.errors import ConfigError
 
-_PNG_END = b"IEND\xaeB`\x82"  # the last chunk of every complete PNG file
-_JPEG_END = b"\xff\xd9"  # the end-of-image marker; some writers add padding after it
 _SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N", "I")
 #: PIL's mode for images of each channel count vitlit reads from files: grey, RGB, RGBA.
 PIL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
@@ -130,61 +128,24 @@ def image_files(top: Path) -> Iterator[Path]:
 def image_problem(path: Path, img_size: int | None = None, decode: bool = False) -> str | None:
     """Why ``path`` cannot be trained on or classified, in a few words, or ``None`` if it looks like a complete image.
 
-    By default reads the header and the last 64 bytes only: missing, empty or unreadable files, dangling links, files
-    that are no image, images over `MAX_PIXELS` (also once resized to ``img_size``), float images, and PNG/JPEG files
-    cut short are found here. ``decode`` also decodes the image, which finds damage inside the compressed pixels; it
-    costs a full read, so it is for files read once (``predict_dir``, ``export --images``), not for training sets.
+    A checks part's ``image_problem(path, img_size)`` (`vitlit.checks.images`) reads the header and the last bytes
+    only, about as cheap as listing the folder. ``decode`` also decodes the image, which finds damage inside the
+    compressed pixels; it costs a full read, so it is for files read once (``predict_dir``, ``export --images``), not
+    for training sets. Without a checks part every image is decoded.
     """
+    checks = hooks("image_problem")
+    problem = next((found for check in checks if (found := check(path, img_size))), None)
+    if problem is not None or (checks and not decode):
+        return problem
     try:
-        status = os.stat(path)  # follows links
-    except FileNotFoundError:
-        return "a dangling symbolic link" if path.is_symlink() else "missing"
-    except OSError as err:
-        return f"not readable ({err.strerror or type(err).__name__})"
-    if not stat.S_ISREG(status.st_mode):  # a pipe or a device would block or never end
-        return "not a regular file (a pipe or a device)"
-    size = status.st_size
-    if size == 0:
-        return "empty (0 bytes)"
-    try:
-        f = path.open("rb")
-    except OSError as err:  # permission denied, a folder named like an image, ...
-        return f"not readable ({err.strerror or type(err).__name__})"
-    with f:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the bound below is stricter
-                image = Image.open(f)
-                mode, image_format, (width, height) = image.mode, image.format, image.size
-        except Image.DecompressionBombError:
-            return f"over PIL's decompression-bomb limit of {Image.MAX_IMAGE_PIXELS:,} pixels"
-        except (OSError, SyntaxError, ValueError):
-            return "not an image PIL can read"
-        too_large = size_problem(width, height, img_size)
-        if too_large is not None:
-            return f"too large to decode safely ({too_large}); downscale it"
-        if mode == "F":
-            return "32-bit float pixels of unknown range; save it as an 8- or 16-bit image"
-        if image_format in ("PNG", "JPEG"):  # other formats end without a marker to look for
-            f.seek(max(0, size - 64))
-            tail = f.read()
-            if not (tail.endswith(_PNG_END) if image_format == "PNG" else _JPEG_END in tail):
-                return f"a truncated {image_format} file"
-    if decode:
-        try:
-            open_image(path, "RGB", img_size)
-        except (OSError, SyntaxError, ValueError) as err:
-            return f"damaged: PIL cannot decode it ({_first_line(err)})"
+        open_image(path, "RGB", img_size)
+    except (OSError, SyntaxError, ValueError) as err:
+        return f"damaged: PIL cannot decode it ({_first_line(err)})"
     return None
 
 
 def _first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0][:120]
-
-
-def load_image(path: str | Path, mode: str = "RGB", img_size: int | None = None) -> Image.Image:
-    """`open_image` of a file: what every data set of image files decodes with."""
-    return open_image(path, mode, img_size)
 
 
 @dataclass
@@ -207,7 +168,7 @@ def without_bad(samples: Sequence[tuple[Path, int]], bad: Sequence[BadImage]) ->
 
 
 class ImageFiles(Dataset):
-    """``(PIL image, class index)`` for a list of ``(path, class index)``, decoded with `load_image`.
+    """``(PIL image, class index)`` for a list of ``(path, class index)``, decoded with `open_image`.
 
     Shaped like torchvision's ImageFolder (``samples``, ``targets``, ``classes``), so the data modules' default
     hooks read its targets and file names without decoding.
@@ -234,7 +195,7 @@ class ImageFiles(Dataset):
     def __getitem__(self, i: int) -> tuple[Image.Image, int]:
         path, target = self.samples[i]
         try:
-            return load_image(path, self.mode, self.img_size), target
+            return open_image(path, self.mode, self.img_size), target
         except (OSError, SyntaxError, ValueError) as err:  # what the start-up check cannot see without decoding
             raise ConfigError(f"image {path} cannot be decoded ({err}); remove or replace the file.") from None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import numpy as np
 import torch
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import ConfigError
@@ -201,3 +202,43 @@ def _class_names(trainer: Trainer, pl_module: LightningModule, n: int) -> list[s
     if not names and isinstance(trainer.datamodule, ImageClassificationDataModule):
         names = trainer.datamodule.class_names
     return list(names) if names and len(names) == n else [str(i) for i in range(n)]
+
+
+class LogEveryEpoch(Callback):
+    """Lower Lightning's ``log_every_n_steps`` (50) to an epoch's optimizer steps where epochs are shorter.
+
+    A run of short epochs would otherwise show its loss, learning-rate and throughput curves only every few epochs,
+    or not at all.
+    """
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if math.isinf(trainer.num_training_batches):
+            return
+        steps_per_epoch = max(1, int(trainer.num_training_batches) // trainer.accumulate_grad_batches)
+        if trainer.log_every_n_steps > steps_per_epoch:
+            trainer.log_every_n_steps = steps_per_epoch
+
+
+class SkippedImages(Callback):
+    """List the images a data module left out (``--data.bad_images skip``) in the run's ``skipped_images.txt``.
+
+    Reads the data module's ``skipped`` list (`vitlit.data.ImageFolderDataModule`) after each setup, appends the new
+    entries (path and problem) and logs their count as ``data/skipped_images``.
+    """
+
+    def __init__(self) -> None:
+        self.listed = 0
+
+    @rank_zero_only
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        skipped = getattr(trainer.datamodule, "skipped", None) or []
+        if len(skipped) <= self.listed or not trainer.log_dir:
+            return
+        where = Path(trainer.log_dir)
+        where.mkdir(parents=True, exist_ok=True)
+        with (where / "skipped_images.txt").open("a") as f:
+            f.writelines(f"{bad.path}\t{bad.problem}\n" for bad in skipped[self.listed :])
+        self.listed = len(skipped)
+        for logger in trainer.loggers:
+            logger.log_metrics({"data/skipped_images": float(len(skipped))}, step=0)
+        rank_zero_info(f"vitlit: {len(skipped)} skipped image(s) listed in {where / 'skipped_images.txt'}")

@@ -9,6 +9,7 @@ Listed in this part's shared defaults; the vitlit CLI calls its `CheckedResume.r
 from __future__ import annotations
 
 import pickle
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from torch import nn
 from vitlit.checkpoints import UNREADABLE
 from vitlit.errors import ConfigError
 from vitlit.runs.folders import checkpoint_folders, logger_root, run_of_checkpoint
+from vitlit.schedule import total_steps
 
 
 class CheckedResume(Callback):
@@ -45,6 +47,13 @@ class CheckedResume(Callback):
         if ckpt is not None:
             read_for_run(pl_module, ckpt, weights_only, resume=subcommand == "fit")
         return ckpt
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Say so when a resumed run keeps the learning-rate schedule of a run of another length (the checkpoint's)."""
+        kept, total = getattr(pl_module.lr_schedulers(), "total_steps", None), total_steps(trainer)
+        if trainer.ckpt_path is not None and kept and total and kept != total and trainer.is_global_zero:
+            print(f"vitlit: resumed with the learning-rate schedule of the checkpoint's run ({kept} steps; this run "
+                  f"has {total}); steps after its end keep the final learning rate", file=sys.stderr)  # fmt: skip
 
 
 def require_checkpoint_file(path: str | Path) -> Path:
