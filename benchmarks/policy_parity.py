@@ -97,7 +97,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         # 1,437 train (144 of them validation) / 360 test: another split than the tests' (test_fraction 0.25).
         data = write_digits_folder(Path(tmp) / "digits", test_fraction=0.2, seed=7)
-        grid = list(itertools.product(args.policies, args.paths, args.seeds))
+        # Seed by seed, both paths together: a run stopped early leaves paired seeds.
+        grid = [(p, d, s) for p, s, d in itertools.product(args.policies, args.seeds, args.paths)]
         started = time.time()
         with ThreadPoolExecutor(args.parallel) as pool:
             futures = [pool.submit(run_once, p, d, s, args.epochs, data, Path(tmp)) for p, d, s in grid]

@@ -1,7 +1,7 @@
 """The checks part's hooks, named by pyproject.toml's ``vitlit.hooks`` entry points; `vitlit.cli` calls each one.
 
-A fork may add its own checks the same way: a module (or object) with any of these four functions, named by an
-entry point of that group.
+A fork may add its own checks the same way: a module (or object) with any of the hooks `vitlit.config.hooks` lists,
+named by an entry point of that group.
 """
 
 from __future__ import annotations
