@@ -159,6 +159,81 @@ def test_every_operation_of_the_cifar10_policy_equals_torchvision_on_real_digits
             assert difference.max() <= 1 and (difference > 0).float().mean() < 0.005, (op, magnitude)
 
 
+def _torchvision_steps(space: dict, bins: int, op: str, chance: float, magnitude_bin: int | None) -> list[tuple]:
+    """One operation as torchvision draws it: its (operation, signed magnitude, probability) outcomes."""
+    values = space[op][0](bins, 32, 32)
+    if values is None:
+        return [(op, 0.0, chance)]
+    chosen = range(bins) if magnitude_bin is None else [magnitude_bin]
+    signs = (1, -1) if space[op][1] else (1,)
+    return [(op, s * float(values[b]), chance / len(chosen) / len(signs)) for b in chosen for s in signs]
+
+
+def _torchvision_rounds(name: str, magnitude: int) -> list[tuple[float, list[list[tuple]]]]:
+    """A policy's draws as branches: (chance, rounds), each round a list of (operation, magnitude, chance)."""
+    if name == "autoaugment":  # a sub-policy (1/25), then each of its two operations with its own probability
+        return [
+            (1 / len(CIFAR10_POLICY), [[("Identity", 0.0, 1 - p), *_torchvision_steps(_AUTOAUGMENT_SPACE, 10, op, p, b)]
+                                       for op, p, b in sub])
+            for sub in CIFAR10_POLICY
+        ]  # fmt: skip
+    # RandAugment: each round a uniform operation of the space at the magnitude bin, either sign where signed
+    chance = 1 / len(_RANDAUGMENT_SPACE)
+    return [(1.0, [[s for op in _RANDAUGMENT_SPACE for s in _torchvision_steps(_RANDAUGMENT_SPACE, 31, op, chance,
+                                                                               magnitude)]])]  # fmt: skip
+
+
+def _torchvision_outcomes(image: torch.Tensor, name: str, num_ops: int, magnitude: int) -> tuple[torch.Tensor, ...]:
+    """Every image torchvision's policy can make of ``image``, with its probability, by enumerating its draws."""
+    outcomes: dict[bytes, tuple[torch.Tensor, float]] = {}
+    for chance, rounds in _torchvision_rounds(name, magnitude):
+        states = [(image, chance)]
+        for choices in rounds if name == "autoaugment" else rounds * num_ops:
+            states = [
+                (x if op == "Identity" else _torchvision(x, op, m), p * q) for x, p in states for op, m, q in choices
+            ]
+        for x, p in states:
+            key = x.numpy().tobytes()
+            outcomes[key] = (x, outcomes.get(key, (x, 0.0))[1] + p)
+    images, chances = zip(*outcomes.values(), strict=True)
+    return torch.stack(images), torch.tensor(chances, dtype=torch.float64)
+
+
+@pytest.mark.parametrize(("name", "num_ops", "magnitude"), [("autoaugment", 2, 9), ("randaugment", 2, 9)])
+def test_every_image_of_a_fixed_batch_gets_torchvisions_distribution_of_outputs(
+    name: str, num_ops: int, magnitude: int, digits_dir: Path
+) -> None:
+    """Issue 25's first candidate, exactly: what each image of a batch becomes, not one statistic of it.
+
+    torchvision's policy is enumerated on each of 8 real cropped digits (AutoAugment: 92 distinct outputs each; the
+    sub-policy, both operations and their signs together), the batched policy is drawn 1,500 times for the batch,
+    each of its outputs is matched to the nearest enumerated one (within rounding), and the counts are tested
+    against the enumerated probabilities (chi-square over all 8 positions). A draw that mismatched operations,
+    magnitudes, signs, rounds or batch positions fails it (checked: rounds from different sub-policies, no signs).
+    """
+    from scipy.stats import chi2
+
+    from vitlit.fast.device import random_crop
+
+    torch.manual_seed(0)
+    images, repeats = random_crop(_spread_digits(digits_dir / "train", 8), 4), 1500
+    outputs = BatchPolicy(name, num_ops, magnitude)(images.repeat(repeats, 1, 1, 1))
+    statistic, dof = 0.0, 0
+    for k, image in enumerate(images):
+        possible, chances = _torchvision_outcomes(image, name, num_ops, magnitude)
+        drawn, known = outputs[k :: len(images)].flatten(1).float(), possible.flatten(1).float()
+        distance = (drawn**2).sum(1, keepdim=True) - 2 * drawn @ known.T + (known**2).sum(1)  # squared, in levels
+        nearest = distance.min(1)
+        assert nearest.values.max() <= 100, "a batched output is none of torchvision's (beyond rounding)"
+        counts, expected = torch.bincount(nearest.indices, minlength=len(known)).double(), chances * repeats
+        rare = expected < 5  # pooled into one cell, as chi-square needs
+        counts = torch.cat([counts[~rare], counts[rare].sum().view(1)])
+        expected = torch.cat([expected[~rare], expected[rare].sum().view(1)])
+        statistic += float(((counts - expected) ** 2 / expected.clamp(min=1e-12)).sum())
+        dof += len(counts) - 1 - int(not rare.any())
+    assert chi2.sf(statistic, dof) > 1e-3, (statistic, dof)
+
+
 @pytest.mark.parametrize("name", ["autoaugment", "randaugment", "trivialaugment"])
 def test_the_device_loader_delivers_the_per_image_pipelines_distribution(name: str, digits_dir: Path) -> None:
     """Issue 25's candidates together: crop, flip, policy and normalisation in the device loader, in their order.
