@@ -95,3 +95,21 @@ def test_policy_hardness_prints_a_paired_difference_per_checkpoint(
     number = r"\d\.\d{4}"
     row = rf"\| all \| {number} \| {number} \| [+-]{number} \({number}\) \| {number} \| {number} \|"
     assert re.fullmatch(row, last), last
+
+
+def test_policy_parity_summarizes_logged_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The pooled figures of benchmarks/RESULTS.md come from --summarize over benchmarks/policy_parity_runs.jsonl.
+    rows = [("device", 0.96, 0.97, 100.0), ("device", 0.98, 0.99, 120.0), ("per-image", 0.97, 0.975, 200.0),
+            ("per-image", 0.99, 0.985, None), ("per-image", 0.98, None, None)]  # fmt: skip
+    log = tmp_path / "runs.jsonl"
+    log.write_text("".join(
+        json.dumps({"policy": "autoaugment", "path": path, "seed": i, "test_acc": best, "test_acc_last": last,
+                    "fit_seconds": seconds}) + "\n" for i, (path, best, last, seconds) in enumerate(rows)
+    ))  # fmt: skip
+    last_line = _run("policy_parity.py", ["--summarize", str(log)], monkeypatch, capsys)
+    # best: 0.97 - 0.98 = -1.00 points, Welch's SE sqrt(2e-4/2 + 1e-4/3) = 1.15; last: 0.98 - 0.98 = 0, SE
+    # sqrt(2e-4/2 + 5e-5/2) = 1.12 (the run without one is left out); time: 110 s / 200 s (only one run timed it).
+    assert last_line.startswith("autoaugment: device - per-image, in points: best checkpoint -1.00 (SE 1.15), "
+                                "last checkpoint +0.00 (SE 1.12); fit time ratio 0.55"), last_line  # fmt: skip
