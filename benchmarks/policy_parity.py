@@ -12,9 +12,11 @@ accuracy minus the per-image path's (at least -0.003 to pass) and the ratio of t
     python benchmarks/policy_parity.py --policies autoaugment --paths device-torchvision   # the A/B below
     python benchmarks/policy_parity.py --summarize benchmarks/policy_parity_runs.jsonl  # every run so far
 
-``--paths device-torchvision`` is a diagnosis, not a data path vitlit offers: the device loader with torchvision's
-own policy applied image by image in place of the batched one (`vitlit.fast.policies.BatchPolicy`). If it learns
-like the per-image path, the batched policy is the cause; if like the device path, the loader around it is.
+``--paths device-torchvision`` and ``per-image-batched`` are diagnoses, not data paths vitlit offers: the device
+loader with torchvision's own policy applied image by image in place of the batched one
+(`vitlit.fast.policies.BatchPolicy`), and the reverse, the per-image DataLoader with the batched policy applied to
+one image at a time. If the policy is the cause, each learns like the path whose policy it has; if the loader is,
+like the path whose loader it has.
 """
 
 from __future__ import annotations
@@ -50,6 +52,13 @@ if os.environ.get("POLICY_PARITY_TORCHVISION"):  # the A/B: torchvision's policy
         policy = policy_transform(self.name, self.num_ops, self.magnitude)
         return torch.stack([policy(image) for image in images])
     BatchPolicy.__call__ = per_image
+if os.environ.get("POLICY_PARITY_BATCHED"):  # the reverse: the batched policy, one image at a time, in the DataLoader
+    import vitlit.data.base
+    from vitlit.fast.policies import BatchPolicy
+    def batched(name, num_ops=2, magnitude=9):
+        policy = BatchPolicy(name, num_ops, magnitude)
+        return None if name == "none" else lambda image: policy(image[None])[0]
+    vitlit.data.base.policy_transform = batched
 args = sys.argv[1:]
 start = time.time()
 fit = main(["fit", *args])
@@ -63,20 +72,23 @@ print("RESULT " + json.dumps({**acc, "fit_seconds": seconds}))
 """
 
 
-#: The data paths compared: name -> --data.on_device, and whether torchvision's policy replaces the batched one.
-PATHS = {"device": ("true", False), "per-image": ("false", False), "device-torchvision": ("true", True)}
+#: The data paths compared: name -> --data.on_device, and the environment of the diagnoses (see the docstring).
+PATHS = {
+    "device": ("true", {}),
+    "per-image": ("false", {}),
+    "device-torchvision": ("true", {"POLICY_PARITY_TORCHVISION": "1"}),
+    "per-image-batched": ("false", {"POLICY_PARITY_BATCHED": "1"}),
+}
 
 
 def run_once(policy: str, path: str, seed: int, epochs: int, data: Path, work: Path) -> dict:
     """One fit and test in a fresh process with one torch thread; returns the test accuracy and the fit time."""
     root = work / f"{policy}-{path}-{seed}"
-    on_device, torchvision_policy = PATHS[path]
+    on_device, diagnosis = PATHS[path]
     args = ["--config", str(ROOT / "configs" / "digits.yaml"), "--data.root", str(data), *RECIPE,
             "--data.augment", policy, "--data.on_device", on_device, "--trainer.max_epochs", str(epochs),
             "--seed_everything", str(seed), "--trainer.default_root_dir", str(root)]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    if torchvision_policy:
-        env["POLICY_PARITY_TORCHVISION"] = "1"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", **diagnosis}
     done = subprocess.run([sys.executable, "-c", _RUN, *args], capture_output=True, text=True, env=env, check=False)
     line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
