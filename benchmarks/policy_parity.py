@@ -150,10 +150,13 @@ def main() -> None:
     parser.add_argument("--paths", nargs="+", default=["device", "per-image"], choices=list(PATHS))
     parser.add_argument("--parallel", type=int, default=2, help="runs at a time (one torch thread each)")
     parser.add_argument("--log", type=Path, help="append each run's JSON line to this file as it finishes")
-    parser.add_argument("--summarize", type=Path, nargs="+", metavar="LOG", help="no runs: summarize these logs")
+    parser.add_argument("--summarize", type=Path, nargs="+", metavar="LOG",
+                        help="no runs: summarize these --log files or printed outputs")  # fmt: skip
     args = parser.parse_args()
     if args.summarize:
-        rows = [json.loads(line) for log in args.summarize for line in log.read_text().splitlines()]
+        # A --log file, or a run's printed output (its JSON lines; the table after them is skipped).
+        lines = [line for log in args.summarize for line in log.read_text().splitlines() if line.startswith("{")]
+        rows = [json.loads(line) for line in lines]
         summarize([r for r in rows if r["policy"] in args.policies])
         return
     from vitlit.data.digits import write_digits_folder
