@@ -56,8 +56,10 @@ if os.environ.get("POLICY_PARITY_BATCHED"):  # the reverse: the batched policy, 
     import vitlit.data.base
     from vitlit.fast.policies import BatchPolicy
     def batched(name, num_ops=2, magnitude=9):
+        if name == "none":
+            return None
         policy = BatchPolicy(name, num_ops, magnitude)
-        return None if name == "none" else lambda image: policy(image[None])[0]
+        return lambda image: policy(image[None])[0]
     vitlit.data.base.policy_transform = batched
 args = sys.argv[1:]
 start = time.time()

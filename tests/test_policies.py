@@ -159,36 +159,39 @@ def test_every_operation_of_the_cifar10_policy_equals_torchvision_on_real_digits
             assert difference.max() <= 1 and (difference > 0).float().mean() < 0.005, (op, magnitude)
 
 
-def _torchvision_steps(space: dict, bins: int, op: str, chance: float, magnitude_bin: int | None) -> list[tuple]:
-    """One operation as torchvision draws it: its (operation, signed magnitude, probability) outcomes."""
-    values = space[op][0](bins, 32, 32)
+def _torchvision_steps(cls: type, op: str, chance: float, magnitude_bin: int | None) -> list[tuple]:
+    """One operation as torchvision's ``cls`` draws it at 32 px: its (operation, signed magnitude, chance) outcomes."""
+    bins = 10 if cls is v2.AutoAugment else 31
+    values_of, signed = cls._AUGMENTATION_SPACE[op]
+    values = values_of(bins, 32, 32)
     if values is None:
         return [(op, 0.0, chance)]
     chosen = range(bins) if magnitude_bin is None else [magnitude_bin]
-    signs = (1, -1) if space[op][1] else (1,)
+    signs = (1, -1) if signed else (1,)
     return [(op, s * float(values[b]), chance / len(chosen) / len(signs)) for b in chosen for s in signs]
 
 
-def _torchvision_rounds(name: str, magnitude: int) -> list[tuple[float, list[list[tuple]]]]:
-    """A policy's draws as branches: (chance, rounds), each round a list of (operation, magnitude, chance)."""
+def _torchvision_rounds(name: str, num_ops: int, magnitude: int) -> list[tuple[float, list[list[tuple]]]]:
+    """torchvision's draws as branches: (chance, rounds), each round a list of (operation, magnitude, chance)."""
     if name == "autoaugment":  # a sub-policy (1/25), then each of its two operations with its own probability
+        sub_policies = v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10)._policies
         return [
-            (1 / len(CIFAR10_POLICY), [[("Identity", 0.0, 1 - p), *_torchvision_steps(_AUTOAUGMENT_SPACE, 10, op, p, b)]
-                                       for op, p, b in sub])
-            for sub in CIFAR10_POLICY
+            (1 / len(sub_policies), [[("Identity", 0.0, 1 - p), *_torchvision_steps(v2.AutoAugment, op, p, b)]
+                                     for op, p, b in sub])
+            for sub in sub_policies
         ]  # fmt: skip
-    # RandAugment: each round a uniform operation of the space at the magnitude bin, either sign where signed
-    chance = 1 / len(_RANDAUGMENT_SPACE)
-    return [(1.0, [[s for op in _RANDAUGMENT_SPACE for s in _torchvision_steps(_RANDAUGMENT_SPACE, 31, op, chance,
-                                                                               magnitude)]])]  # fmt: skip
+    # RandAugment: num_ops rounds, each a uniform operation of the space at the magnitude bin, either sign if signed
+    space = v2.RandAugment._AUGMENTATION_SPACE
+    one = [s for op in space for s in _torchvision_steps(v2.RandAugment, op, 1 / len(space), magnitude)]
+    return [(1.0, [one] * num_ops)]
 
 
 def _torchvision_outcomes(image: torch.Tensor, name: str, num_ops: int, magnitude: int) -> tuple[torch.Tensor, ...]:
     """Every image torchvision's policy can make of ``image``, with its probability, by enumerating its draws."""
     outcomes: dict[bytes, tuple[torch.Tensor, float]] = {}
-    for chance, rounds in _torchvision_rounds(name, magnitude):
+    for chance, rounds in _torchvision_rounds(name, num_ops, magnitude):
         states = [(image, chance)]
-        for choices in rounds if name == "autoaugment" else rounds * num_ops:
+        for choices in rounds:
             states = [
                 (x if op == "Identity" else _torchvision(x, op, m), p * q) for x, p in states for op, m, q in choices
             ]
