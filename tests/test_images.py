@@ -64,7 +64,7 @@ def test_sixteen_bit_images_are_scaled_not_clipped(tmp_path: Path) -> None:
 BAD_FILES = {
     "truncated.png": ("a truncated PNG file", lambda p, good: p.write_bytes(good.read_bytes()[:-40])),
     "empty.png": ("empty (0 bytes)", lambda p, good: p.write_bytes(b"")),
-    "fake.png": ("not an image PIL can read", lambda p, good: p.write_text("<html>not an image</html>")),
+    "fake.png": ("not an image of the formats vitlit reads", lambda p, good: p.write_text("<html>not an image</html>")),
     "dangling.png": ("a dangling symbolic link", lambda p, good: p.symlink_to(p.parent / "gone.png")),
     # 20 KB of PNG holding 144 million pixels: refused from its header, before decoding (seconds and gigabytes).
     "huge.png": (

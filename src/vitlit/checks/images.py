@@ -13,7 +13,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from vitlit.data.images import size_problem
+from vitlit.data.images import RASTER_FORMATS, open_raster, size_problem
 
 _PNG_END = b"IEND\xaeB`\x82"  # the last chunk of every complete PNG file
 _JPEG_END = b"\xff\xd9"  # the end-of-image marker; some writers add padding after it
@@ -46,12 +46,12 @@ def image_problem(path: Path, img_size: int | None = None) -> str | None:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the bound below is stricter
-                image = Image.open(f)
+                image = open_raster(f)
                 mode, image_format, (width, height) = image.mode, image.format, image.size
         except Image.DecompressionBombError:
             return f"over PIL's decompression-bomb limit of {Image.MAX_IMAGE_PIXELS:,} pixels"
         except (OSError, SyntaxError, ValueError):
-            return "not an image PIL can read"
+            return f"not an image of the formats vitlit reads ({', '.join(RASTER_FORMATS)})"
         too_large = size_problem(width, height, img_size)
         if too_large is not None:
             return f"too large to decode safely ({too_large}); downscale it"

@@ -7,9 +7,12 @@ folders refused, each file's header and ending are checked before training start
 folder; the figure is in the README), and 16-bit images are scaled to 8 bits.
 
 `open_image` is the one way vitlit decodes an image, for every entry point (fit, predict, export, serve): the same
-file gives the same pixels everywhere. It reads the size from the header and refuses an image that would take too
-much memory or time before decoding it (`MAX_PIXELS`): a 20 KB PNG can hold 13,000 x 13,000 pixels, and a 4 KB
-one 4,000,000 x 1, which the resize to the model's size would blow up to billions of pixels.
+file gives the same pixels everywhere. Every file or upload meets PIL through `open_raster`, which lets only the raster
+formats of `RASTER_FORMATS` look at the bytes: PIL's EPS plugin would hand a file named ``x.png`` that holds
+PostScript to Ghostscript, a program, and its other plugins read formats nobody trains on. `open_image` reads the size
+from the header and refuses an image that would take too much memory or time before decoding it (`MAX_PIXELS`): a
+20 KB PNG can hold 13,000 x 13,000 pixels, and a 4 KB one 4,000,000 x 1, which the resize to the model's size would
+blow up to billions of pixels.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ from vitlit.config import hooks
 from vitlit.errors import ConfigError
 
 _SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+#: The PIL formats vitlit decodes (PIL's names; ``PPM`` covers ``.pgm``). Any other bytes are "not an image", whatever
+#: the file is called.
+RASTER_FORMATS = ("PNG", "JPEG", "BMP", "GIF", "TIFF", "WEBP", "PPM")
 #: PIL's mode for images of each channel count vitlit reads from files: grey, RGB, RGBA.
 PIL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 #: The most pixels an image may have, as stored and after its shorter side is resized to the model's size: a
@@ -65,6 +71,15 @@ def size_problem(width: int, height: int, img_size: int | None = None, max_pixel
     return None
 
 
+def open_raster(source: str | Path | BinaryIO) -> Image.Image:
+    """PIL's ``Image.open`` with only `RASTER_FORMATS`' plugins: the one place where vitlit hands bytes to PIL.
+
+    Raises:
+        PIL.UnidentifiedImageError: An ``OSError``, for bytes of any other format (PostScript among them).
+    """
+    return Image.open(source, formats=RASTER_FORMATS)
+
+
 def open_image(
     source: str | Path | BinaryIO, mode: str = "RGB", img_size: int | None = None, max_pixels: int = MAX_PIXELS
 ) -> Image.Image:
@@ -85,7 +100,7 @@ def open_image(
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the bound below is stricter
-        with Image.open(source) as image:
+        with open_raster(source) as image:
             problem = size_problem(*image.size, img_size, max_pixels)
             if problem is not None:
                 raise ImageTooLarge(problem)

@@ -315,7 +315,9 @@ def export(
     report: dict[str, Any] = {"format": format, "output": str(output), "batch": len(batch)}
     with replacing(output) as staged:
         if format == "pt2":
-            program = torch.export.export(net, (batch,), dynamic_shapes=({0: torch.export.Dim("batch", min=1)},))
+            # Traced on two images at least: torch.export specialises a batch dimension of 1 to a constant.
+            example = batch if len(batch) > 1 else batch.repeat(2, 1, 1, 1)
+            program = torch.export.export(net, (example,), dynamic_shapes=({0: torch.export.Dim("batch", min=1)},))
             torch.export.save(program, str(staged))
             with torch.no_grad():
                 got = torch.export.load(str(staged)).module()(batch)

@@ -33,9 +33,9 @@ import litserve as ls
 import torch
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
-from vitlit.data.images import MAX_PIXELS, PIL_MODES, ImageTooLarge, open_image
+from vitlit.data.images import MAX_PIXELS, PIL_MODES, RASTER_FORMATS, ImageTooLarge, open_image
 from vitlit.errors import ConfigError
 from vitlit.tools.export import load_classifier
 from vitlit.types import PositiveFloat, PositiveInt
@@ -69,8 +69,12 @@ def decode_image(request: Any, mode: str, img_size: int, max_pixels: int = MAX_P
         return open_image(io.BytesIO(data), mode, img_size, max_pixels)
     except ImageTooLarge as err:
         raise ValueError(f"the image is too large: {err}; downscale it before sending") from None
+    except UnidentifiedImageError:  # PostScript and every other format outside the allow-list land here
+        raise ValueError(
+            f"the upload is not an image of the formats vitlit reads ({', '.join(RASTER_FORMATS)})"
+        ) from None
     except (OSError, SyntaxError, ValueError) as err:
-        raise ValueError(f"the upload is not an image PIL can read ({type(err).__name__})") from None
+        raise ValueError(f"the upload is a damaged image ({type(err).__name__})") from None
 
 
 def top_classes(probabilities: torch.Tensor, class_names: list[str], k: int) -> list[dict[str, Any]]:
