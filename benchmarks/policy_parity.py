@@ -35,11 +35,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The issue's recipe on top of configs/digits.yaml: EMA weights, one RandAugment operation at magnitude 5.
+# The issues' recipe on top of configs/digits.yaml: EMA weights; the policy's settings and the crop are flags.
 RECIPE = """--model.patch_size 8 --model.optimizer.init_args.lr 2e-3 --model.optimizer.init_args.weight_decay 0.05
 --model.scheduler.init_args.warmup_steps 100 --model.label_smoothing 0.1 --data.hflip false
---trainer.callbacks+=EMAWeightAveraging --trainer.callbacks.decay 0.998 --data.randaugment_num_ops 1
---data.randaugment_magnitude 5 --data.val_size 144 --data.num_workers 0 --trainer.enable_progress_bar false""".split()
+--trainer.callbacks+=EMAWeightAveraging --trainer.callbacks.decay 0.998 --data.num_workers 0
+--trainer.enable_progress_bar false""".split()
 
 _RUN = """
 import json, os, sys, time
@@ -65,9 +65,10 @@ args = sys.argv[1:]
 start = time.time()
 fit = main(["fit", *args])
 seconds = time.time() - start
-best = fit.trainer.checkpoint_callback.best_model_path
+chosen = fit.trainer.checkpoint_callback
+best = chosen.best_model_path
 last = next(c.last_model_path or c.best_model_path for c in fit.trainer.checkpoint_callbacks if c.monitor is None)
-acc = {}
+acc = {"best_epoch": int(os.path.basename(best)[5:8]), "best_val_acc": float(chosen.best_model_score)}
 for name, path in (("test_acc", best), ("test_acc_last", last)):
     acc[name] = float(main(["test", *args, "--ckpt_path", path]).trainer.callback_metrics["test/acc"])
 print("RESULT " + json.dumps({**acc, "fit_seconds": seconds}))
@@ -83,19 +84,26 @@ PATHS = {
 }
 
 
-def run_once(policy: str, path: str, seed: int, epochs: int, data: Path, work: Path) -> dict:
+def run_once(policy: str, path: str, seed: int, split: int, data: Path, work: Path, args: argparse.Namespace) -> dict:
     """One fit and test in a fresh process with one torch thread; returns the test accuracy and the fit time."""
-    root = work / f"{policy}-{path}-{seed}"
+    root = work / f"{policy}-{path}-{split}-{seed}"
     on_device, diagnosis = PATHS[path]
-    args = ["--config", str(ROOT / "configs" / "digits.yaml"), "--data.root", str(data), *RECIPE,
-            "--data.augment", policy, "--data.on_device", on_device, "--trainer.max_epochs", str(epochs),
-            "--seed_everything", str(seed), "--trainer.default_root_dir", str(root)]  # fmt: skip
+    setting = {"num_ops": args.num_ops, "magnitude": args.magnitude, "crop_padding": args.crop_padding}
+    flags = ["--config", str(ROOT / "configs" / "digits.yaml"), "--data.root", str(data), *RECIPE,
+             "--data.augment", policy, "--data.on_device", on_device, "--trainer.max_epochs", str(args.epochs),
+             "--data.randaugment_num_ops", str(args.num_ops), "--data.randaugment_magnitude", str(args.magnitude),
+             "--seed_everything", str(seed), "--trainer.default_root_dir", str(root)]  # fmt: skip
+    if args.crop_padding is not None:
+        flags += ["--data.crop_padding", str(args.crop_padding)]
+    if not args.val_folder:
+        flags += ["--data.val_size", "144"]  # carved from train/ (the figures of issue 25)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", **diagnosis}
-    done = subprocess.run([sys.executable, "-c", _RUN, *args], capture_output=True, text=True, env=env, check=False)
+    done = subprocess.run([sys.executable, "-c", _RUN, *flags], capture_output=True, text=True, env=env, check=False)
     line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
-        raise RuntimeError(f"{policy} {path} seed {seed} failed:\n{done.stderr[-2000:]}")
-    return {"policy": policy, "path": path, "seed": seed, **json.loads(line[len("RESULT ") :])}
+        raise RuntimeError(f"{policy} {path} split {split} seed {seed} failed:\n{done.stderr[-2000:]}")
+    result = {"policy": policy, "path": path, "split": split, "seed": seed, **setting}
+    return {**result, "epochs": args.epochs, **json.loads(line[len("RESULT ") :])}
 
 
 def summarize(results: list[dict]) -> None:
@@ -148,6 +156,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=120)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--splits", type=int, nargs="+", default=[7],
+                        help="seeds of write_digits_folder: each a split of its own (7: issue 25's)")  # fmt: skip
+    parser.add_argument(
+        "--val-folder",
+        action="store_true",
+        help="write 8%% of the images as val/ (issue 35's layout) instead of carving 144 from train/",
+    )
+    parser.add_argument("--num-ops", type=int, default=1, help="RandAugment's operations per image")
+    parser.add_argument("--magnitude", type=int, default=5, help="RandAugment's magnitude (of 31 bins)")
+    parser.add_argument("--crop-padding", type=int, help="--data.crop_padding (default: the recipe's, 4 px)")
     parser.add_argument("--policies", nargs="+", default=["autoaugment", "randaugment", "trivialaugment"])
     parser.add_argument("--paths", nargs="+", default=["device", "per-image"], choices=list(PATHS))
     parser.add_argument("--parallel", type=int, default=2, help="runs at a time (one torch thread each)")
@@ -164,13 +182,16 @@ def main() -> None:
     from vitlit.data.digits import write_digits_folder
 
     with tempfile.TemporaryDirectory() as tmp:
-        # 1,437 train (144 of them validation) / 360 test: another split than the tests' (test_fraction 0.25).
-        data = write_digits_folder(Path(tmp) / "digits", test_fraction=0.2, seed=7)
-        # Seed by seed, both paths together: a run stopped early leaves paired seeds.
-        grid = [(p, d, s) for p, s, d in itertools.product(args.policies, args.seeds, args.paths)]
+        # Split 7: 1,437 train (144 of them validation) / 359 test, another split than the tests' (test_fraction 0.25);
+        # with --val-folder: 1,295 train / 143 val / 359 test.
+        val = 0.08 if args.val_folder else 0.0
+        folders = {k: write_digits_folder(Path(tmp) / f"digits-{k}", test_fraction=0.2, seed=k, val_fraction=val)
+                   for k in args.splits}  # fmt: skip
+        # Seed by seed, every path together: a run stopped early leaves paired seeds.
+        grid = [(p, d, k, s) for p, s, k, d in itertools.product(args.policies, args.seeds, args.splits, args.paths)]
         started = time.time()
         with ThreadPoolExecutor(args.parallel) as pool:
-            futures = [pool.submit(run_once, p, d, s, args.epochs, data, Path(tmp)) for p, d, s in grid]
+            futures = [pool.submit(run_once, p, d, s, k, folders[k], Path(tmp), args) for p, d, k, s in grid]
             results = []
             for future in futures:
                 result = future.result()

@@ -21,16 +21,19 @@ from vitlit.data.folder import ImageFolderDataModule
 from vitlit.errors import ConfigError
 
 
-def write_digits_folder(root: str | Path, size: int = 32, test_fraction: float = 0.25, seed: int = 0) -> Path:
-    """Save the digits, upsampled to ``size`` px RGB, as ``root/{train,test}/<digit>/<index>.png``.
+def write_digits_folder(
+    root: str | Path, size: int = 32, test_fraction: float = 0.25, seed: int = 0, val_fraction: float = 0.0
+) -> Path:
+    """Save the digits, upsampled to ``size`` px RGB, as ``root/{train,val,test}/<digit>/<index>.png``.
 
-    The train/test split is a seeded permutation, so every caller with the same seed sees the same test images.
+    The split is a seeded permutation, so every caller with the same seed sees the same test images.
 
     Args:
         root: Folder to write into (created if missing).
         size: Side of the saved images in pixels (bilinear upsampling of the 8x8 originals).
         test_fraction: Fraction of the images held out in ``test/``.
         seed: Seed of the split.
+        val_fraction: Fraction of the images written to ``val/`` (0: none; the data module then carves its own).
 
     Returns:
         ``root``, ready for ``ImageFolderDataModule(root)``.
@@ -45,8 +48,10 @@ def write_digits_folder(root: str | Path, size: int = 32, test_fraction: float =
     digits = load_digits()
     order = np.random.default_rng(seed).permutation(len(digits.images))
     n_test = int(len(order) * test_fraction)
+    n_val = int(len(order) * val_fraction)
     for rank, i in enumerate(order):
-        folder = root / ("test" if rank < n_test else "train") / str(digits.target[i])
+        split = "test" if rank < n_test else "val" if rank < n_test + n_val else "train"
+        folder = root / split / str(digits.target[i])
         folder.mkdir(parents=True, exist_ok=True)
         pixels = (digits.images[i] * (255 / 16)).astype(np.uint8)  # the originals range over 0..16
         Image.fromarray(pixels).resize((size, size), Image.BILINEAR).convert("RGB").save(folder / f"{i}.png")
