@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from vitlit.data.base import TransformedSubset
 from vitlit.data.transforms import policy_transform, train_transform
@@ -155,8 +155,8 @@ def main() -> None:
             persistent_workers=args.workers > 0,
         )
         batched = DeviceLoader(
-            images, targets, args.batch_size, img_size=32, mean=MEAN, std=STD, shuffle=True, drop_last=True,
-            crop_padding=4, hflip=True, policy=policy and BatchPolicy(policy),
+            images, targets, args.batch_size, img_size=32, mean=MEAN, std=STD, sampler=RandomSampler(targets),
+            drop_last=True, crop_padding=4, hflip=True, policy=policy and BatchPolicy(policy),
         )  # fmt: skip
         fast = images_per_second(batched, args.epochs)  # first, while no worker process of the other is alive
         speeds[policy] = (images_per_second(per_image, args.epochs), fast)

@@ -26,7 +26,8 @@ import torch
 from vitlit.cli import main
 from vitlit.data.digits import write_digits_folder
 from vitlit.data.images import image_files
-from vitlit.tools.export import export, export_onnx, load_classifier, quantize_int8
+from vitlit.tools.export import export, export_onnx, quantize_int8
+from vitlit.trained import load_classifier
 
 CONFIG = Path(__file__).parents[1] / "configs" / "digits.yaml"
 

@@ -28,11 +28,12 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from torch.utils.data import RandomSampler
 
 from vitlit.fast.device import DeviceLoader
 from vitlit.model import ViTClassifier
 from vitlit.optim import WarmupCosineLR
-from vitlit.runs.monitor import COMPUTE_DTYPE, available_flops, flops_per_image
+from vitlit.runs.flops import COMPUTE_DTYPE, available_flops, flops_per_image
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
@@ -124,8 +125,8 @@ def run_case(case: Case, compiled: bool, args: argparse.Namespace) -> dict[str, 
     images = torch.randint(0, 256, (n, 3, case.stored_size, case.stored_size), dtype=torch.uint8, device=device)
     targets = torch.randint(0, 100, (n,), device=device)
     loader = DeviceLoader(
-        images, targets, case.batch_size, img_size=case.img_size, mean=CIFAR_MEAN, std=CIFAR_STD, shuffle=True,
-        drop_last=True, crop_padding=case.img_size // 8, hflip=True,
+        images, targets, case.batch_size, img_size=case.img_size, mean=CIFAR_MEAN, std=CIFAR_STD,
+        sampler=RandomSampler(targets), drop_last=True, crop_padding=case.img_size // 8, hflip=True,
     )  # fmt: skip
     clock = Clock(args.warmup)
     trainer = L.Trainer(

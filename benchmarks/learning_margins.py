@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from helpers.learning import CASES, DIGITS  # noqa: E402
+from helpers.learning import CASES, DIGITS, write_digits_npz  # noqa: E402
 
 # One run, in a fresh process (the thread count and kernels are fixed at start-up): fit, then the metric as JSON.
 _RUN = """
@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 torch.set_num_threads(int(sys.argv[1]))
 from vitlit.cli import main
-from vitlit.runs.folders import read_scalars
+from vitlit.runs.logs import read_scalars
 metric, args = sys.argv[2], sys.argv[3:]
 fit = main(["fit", *args])
 curve = [v for _, v in read_scalars(fit.trainer.log_dir)["val/acc"]]
@@ -53,10 +53,14 @@ print("RESULT " + json.dumps(result))
 """
 
 
-def run_once(flags: list[str], metric: str, seed: int, threads: int, kernel: str, work: Path, data: Path) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "ATEN_CPU_CAPABILITY": kernel, "PYTHONWARNINGS": "ignore"}
+def run_once(
+    flags: list[str], metric: str, seed: int, threads: int, kernel: str, work: Path, data: Path, config: Path
+) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "ATEN_CPU_CAPABILITY": kernel, "PYTHONWARNINGS": "ignore",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "examples"), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
     root = work / f"s{seed}-t{threads}-{kernel}"
-    args = ["--config", str(DIGITS), "--data.root", str(data), "--trainer.default_root_dir", str(root),
+    where = "--data.path" if data.suffix == ".npz" else "--data.root"
+    args = ["--config", str(config), where, str(data), "--trainer.default_root_dir", str(root),
             "--seed_everything", str(seed), *flags]  # fmt: skip
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", _RUN, str(threads), metric, *args], env=env, capture_output=True,
@@ -89,9 +93,11 @@ def main() -> None:
     values = []
     with tempfile.TemporaryDirectory(prefix="vitlit-margins-") as tmp:
         work = Path(tmp)
-        data = write_digits_folder(work / "digits")
+        npz = case is not None and case.npz
+        data = write_digits_npz(work / "digits.npz") if npz else write_digits_folder(work / "digits")
+        config = case.config if case is not None else DIGITS
         for seed, threads, kernel in itertools.product(args.seeds, args.threads, args.kernels):
-            result = run_once(flags, metric, seed, threads, kernel, work, data)
+            result = run_once(flags, metric, seed, threads, kernel, work, data, config)
             values.append(result[metric])
             print(f"seed={seed} threads={threads} kernel={kernel} {metric}={result[metric]:.4f} "
                   f"seconds={result['seconds']:.0f} val/acc per epoch={result['curve']}", flush=True)  # fmt: skip

@@ -27,10 +27,10 @@ import torch.nn.functional as F
 
 from vitlit.data.digits import write_digits_folder
 from vitlit.data.images import ImageFiles, image_files
-from vitlit.data.transforms import ToNormalizedFloat, policy_transform, train_transform
+from vitlit.data.transforms import eval_transform, policy_transform, train_transform
 from vitlit.fast.device import DeviceLoader, decode_uint8
 from vitlit.fast.policies import BatchPolicy
-from vitlit.tools.export import load_classifier
+from vitlit.trained import load_classifier
 
 
 def digits(root: Path) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,6 +49,12 @@ def only_sub_policy(batched: BatchPolicy, torchvision_policy: torch.nn.Module, r
     torchvision_policy._policies = [torchvision_policy._policies[row]]
 
 
+def _normalize(card):
+    """uint8 (B, C, H, W) batches to the model's normalised floats, as the evaluation pipeline does each image."""
+    transform = eval_transform(32, card.mean, card.std, resize=False)
+    return lambda images: torch.stack([transform(image) for image in images])
+
+
 @torch.no_grad()
 def loss_and_accuracy(net: torch.nn.Module, normalize, images: torch.Tensor, labels: torch.Tensor):
     """Mean cross-entropy and accuracy of ``net`` on a batch (uint8, or already normalised with ``normalize=None``)."""
@@ -60,7 +66,7 @@ def compare(
     net, card, images, labels, policy: str, repeats: int, row: int | None, pipeline: bool = False
 ) -> dict[str, float]:
     """Loss and accuracy under each implementation, ``repeats`` fresh augmentations of every image each."""
-    normalize = ToNormalizedFloat(card.mean, card.std)
+    normalize = _normalize(card)
     batched, per_image = BatchPolicy(policy, num_ops=1, magnitude=5), policy_transform(policy, 1, 5)
     if row is not None:
         only_sub_policy(batched, per_image, row)
@@ -115,7 +121,7 @@ def main() -> None:
     rows = range(25) if args.per_sub_policy else [None]
     for ckpt in args.checkpoints:
         net, card = load_classifier(ckpt)
-        plain = loss_and_accuracy(net, ToNormalizedFloat(card.mean, card.std), images, labels)
+        plain = loss_and_accuracy(net, _normalize(card), images, labels)
         print(f"\n{ckpt}: without augmentation loss {plain[0]:.4f}, accuracy {plain[1]:.4f}")
         print("| sub-policy | loss batched | loss torchvision | batched - torchvision (SE) | acc batched | acc tv |")
         print("| --- | --- | --- | --- | --- | --- |")

@@ -1,9 +1,11 @@
-"""Rewrite a run's config.yaml saved by vitlit 0.1 for vitlit 0.2, so that the run can be resumed or evaluated.
+"""Rewrite a run's config.yaml saved by vitlit 0.1 or 0.2 for vitlit 0.3, so that the run can be resumed or evaluated.
 
-0.2 moved the opt-in parts into subpackages (class paths such as ``vitlit.monitor.SpeedMonitor`` became
-``vitlit.runs.monitor.SpeedMonitor``), made the model a ``class_path`` (``vitlit.model.ViTClassifier``), replaced
-``trainer.nonfinite`` by the NonFiniteGuard callback's ``action``, and added callbacks of the parts (run folders,
-preflight, the device path) that a 0.1 config's callback list lacks. The old file is kept as ``<name>.v0.1``.
+A saved config lists every class a run used by its path. 0.2 moved the parts into subpackages and 0.3 names each
+callback by its module (``vitlit.runs.callbacks.Snapshots`` became ``vitlit.runs.snapshots.Snapshots``), does in the
+CLI what four callbacks did (run folders, checked resume, preflight, the resume line), and lists every callback of a
+default run in ``src/vitlit/defaults.yaml``, whose entries a saved list lacks are added. 0.1 configs also get the model
+as a ``class_path`` and ``trainer.nonfinite`` as the NonFiniteGuard's ``action``. The old file is kept beside it as
+``<name>.old``.
 
     python scripts/upgrade_config.py lightning_logs/version_0/config.yaml [more files ...]
 """
@@ -16,32 +18,65 @@ from pathlib import Path
 
 import yaml
 
+#: Class paths of 0.1 and 0.2 -> 0.3 (None: the CLI does it now, the callback is dropped).
 MOVED = {
-    "atomic": "runs.atomic", "callbacks": "runs.callbacks", "checkpoint_io": "runs.checkpoint_io",
-    "distributed": "runs.distributed", "interrupts": "runs.interrupts", "monitor": "runs.monitor",
-    "nonfinite": "runs.nonfinite", "progress": "runs.progress", "run_card": "runs.run_card",
-    "attention": "tools.attention", "env": "tools.env", "export": "tools.export", "serve": "tools.serve",
-    "sweep": "tools.sweep", "distill": "transfer.distill", "finetune": "transfer.finetune",
-    "data.batch_augment": "fast.batch_augment", "data.device": "fast.device", "data.policies": "fast.policies",
-    "data.BatchAugment": "fast.BatchAugment",
-}  # fmt: skip
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "vitlit"
-_OLD = re.compile(r"\bvitlit\.(" + "|".join(re.escape(k) for k in sorted(MOVED, key=len, reverse=True)) + r")\b")
+    "vitlit.callbacks.PredictionWriter": "vitlit.runs.predictions.PredictionWriter",
+    "vitlit.runs.callbacks.PredictionWriter": "vitlit.runs.predictions.PredictionWriter",
+    "vitlit.callbacks.RNGStateCheckpoint": "vitlit.runs.resume.RNGStateCheckpoint",
+    "vitlit.runs.callbacks.RNGStateCheckpoint": "vitlit.runs.resume.RNGStateCheckpoint",
+    "vitlit.callbacks.Snapshots": "vitlit.runs.snapshots.Snapshots",
+    "vitlit.runs.callbacks.Snapshots": "vitlit.runs.snapshots.Snapshots",
+    "vitlit.runs.callbacks.SkippedImages": "vitlit.runs.logs.SkippedImages",
+    "vitlit.monitor.SpeedMonitor": "vitlit.runs.monitor.SpeedMonitor",
+    "vitlit.monitor.WeightHistograms": "vitlit.runs.histograms.WeightHistograms",
+    "vitlit.runs.monitor.WeightHistograms": "vitlit.runs.histograms.WeightHistograms",
+    "vitlit.run_card.RunCard": "vitlit.runs.run_card.RunCard",
+    "vitlit.nonfinite.NonFiniteGuard": "vitlit.runs.nonfinite.NonFiniteGuard",
+    "vitlit.runs.NonFiniteGuard": "vitlit.runs.nonfinite.NonFiniteGuard",
+    "vitlit.progress.DefaultBar": "vitlit.runs.progress.DefaultBar",
+    "vitlit.interrupts.StopTogetherOnSigterm": "vitlit.runs.ddp.StopTogetherOnSigterm",
+    "vitlit.runs.interrupts.StopTogetherOnSigterm": "vitlit.runs.ddp.StopTogetherOnSigterm",
+    "vitlit.checkpoint_io.AtomicCheckpointIO": "vitlit.runs.checkpoint_io.AtomicCheckpointIO",
+    "vitlit.fast.DeviceData": "vitlit.fast.loader.DeviceData",
+    "vitlit.data.DeviceData": "vitlit.fast.loader.DeviceData",
+    "vitlit.fast.BatchAugment": "vitlit.fast.batch_augment.BatchAugment",
+    "vitlit.data.BatchAugment": "vitlit.fast.batch_augment.BatchAugment",
+    "vitlit.data.batch_augment.BatchAugment": "vitlit.fast.batch_augment.BatchAugment",
+    "vitlit.distill.Distillation": "vitlit.transfer.distill.Distillation",
+    "vitlit.distill.DistilledViTClassifier": "vitlit.transfer.distill.DistilledViTClassifier",
+    "vitlit.finetune.FreezeSchedule": "vitlit.transfer.finetune.FreezeSchedule",
+    "vitlit.runs.resume.CheckedResume": None,
+    "vitlit.runs.preflight.Preflight": None,
+    "vitlit.runs.placement.RunFolders": None,
+    "vitlit.runs.interrupts.ResumableStop": None,
+    "vitlit.runs.callbacks.LogEveryEpoch": None,
+}
+DEFAULTS = Path(__file__).resolve().parents[1] / "src" / "vitlit" / "defaults.yaml"
+
+
+def _path(entry: object) -> str | None:
+    return entry if isinstance(entry, str) else entry.get("class_path") if isinstance(entry, dict) else None
 
 
 def upgrade(config: dict) -> dict:
-    """The 0.2 form of a 0.1 config (a parsed YAML mapping); a 0.2 config comes back unchanged."""
-    text = _OLD.sub(lambda m: "vitlit." + MOVED[m.group(1)], yaml.safe_dump(config, sort_keys=False))
+    """The 0.3 form of a 0.1 or 0.2 config (a parsed YAML mapping); a 0.3 config comes back unchanged."""
+    text = yaml.safe_dump(config, sort_keys=False)
+    for old, new in MOVED.items():
+        if new is not None:
+            text = re.sub(rf"\b{re.escape(old)}\b", new, text)
     config = yaml.safe_load(text)
     trainer = config.get("trainer") or {}
-    if "nonfinite" in trainer:  # a 0.1 config: it lists the callbacks without those the 0.2 parts add
-        listed = {cb.get("class_path") for cb in trainer.get("callbacks") or [] if isinstance(cb, dict)}
-        for part in sorted(PACKAGE.glob("*/defaults.yaml")):
-            shared = (yaml.safe_load(part.read_text(encoding="utf-8")) or {}).get("trainer") or {}
-            added = [cb for cb in shared.get("callbacks+") or [] if cb["class_path"] not in listed]
-            trainer["callbacks"] = [*(trainer.get("callbacks") or []), *added]
-            if shared.get("plugins") and not trainer.get("plugins"):
-                trainer["plugins"] = shared["plugins"]
+    callbacks = [c for c in trainer.get("callbacks") or [] if _path(c) not in MOVED]  # what the CLI does now
+    if "callbacks" in trainer:
+        trainer["callbacks"] = callbacks
+    if callbacks and any(str(_path(c)).startswith("vitlit.") for c in callbacks):  # a saved list: add what 0.3 adds
+        shared = yaml.safe_load(DEFAULTS.read_text(encoding="utf-8"))["trainer"]
+        listed = {_path(c) for c in callbacks}
+        added = [c for c in shared["callbacks"] if str(c).startswith("vitlit.") and _path(c) not in listed]
+        if added:
+            trainer["callbacks"] = [*callbacks, *added]
+        if not trainer.get("plugins"):
+            trainer["plugins"] = shared["plugins"]
     action = trainer.pop("nonfinite", None)
     if action not in (None, "stop"):  # the shared guard stops; another action is a guard of its own
         guard = {"class_path": "vitlit.runs.nonfinite.NonFiniteGuard", "init_args": {"action": action}}
@@ -64,11 +99,11 @@ def main(paths: list[str]) -> None:
         old = yaml.safe_load(path.read_text(encoding="utf-8"))
         new = upgrade(old)
         if new == old:
-            print(f"{path}: already in 0.2's form")
+            print(f"{path}: already in 0.3's form")
             continue
-        path.with_name(path.name + ".v0.1").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+        path.with_name(path.name + ".old").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
         path.write_text(yaml.safe_dump(new, sort_keys=False), encoding="utf-8")
-        print(f"{path}: upgraded (the 0.1 file is {path.name}.v0.1)")
+        print(f"{path}: upgraded (the old file is {path.name}.old)")
 
 
 if __name__ == "__main__":

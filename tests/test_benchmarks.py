@@ -1,4 +1,9 @@
-"""The benchmark scripts run and end with their figure line (tiny settings; the figures themselves are not tested)."""
+"""The benchmark scripts run at tiny settings, and each figure has the property a regression would break.
+
+The figures themselves, at full size, are benchmarks/RESULTS.md's; here each is checked where a regression would show
+even at tiny size: a batched path slower than the per-image one, an int8 file that is not smaller, FLOPs that
+disagree with the model, a summary whose arithmetic is wrong.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,9 @@ from pathlib import Path
 
 import pytest
 from helpers.cli import DIGITS_CONFIG, ROOT, run_cli
+
+from vitlit.model import ViTClassifier
+from vitlit.runs.flops import flops_per_image
 
 
 def _run(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> str:
@@ -25,6 +33,8 @@ def test_overhead_prints_the_ratio(monkeypatch: pytest.MonkeyPatch, capsys: pyte
     args = "--batches 3 --batch-size 16 --epochs 3 --precision bf16-mixed".split()
     last = _run("overhead.py", args, monkeypatch, capsys)
     assert re.fullmatch(r"overhead ratio=\d+\.\d{3}", last), last
+    # vitlit's fit against the plain loop: equal within noise at full size; twice as slow would be a regression.
+    assert 0.5 < float(last.split("=")[1]) < 2.0, last
 
 
 def test_data_pipeline_prints_the_speedup(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -34,6 +44,8 @@ def test_data_pipeline_prints_the_speedup(monkeypatch: pytest.MonkeyPatch, capsy
     *_, data, policy = capsys.readouterr().out.strip().splitlines()
     assert re.fullmatch(r"data speedup=\d+\.\d", data), data
     assert re.fullmatch(r"policy speedup=\d+\.\d", policy), policy
+    # The batched path is the faster one, with a policy and without (20-40x and 10-13x at full size).
+    assert float(data.split("=")[1]) > 2 and float(policy.split("=")[1]) > 2, (data, policy)
 
 
 def test_data_pipeline_times_the_per_image_path_against_timm(
@@ -44,6 +56,7 @@ def test_data_pipeline_times_the_per_image_path_against_timm(
     *_, times, ratio = capsys.readouterr().out.strip().splitlines()
     assert re.fullmatch(r"per-image training batch of 64, .*: vitlit \d+\.\d\d ms, timm \d+\.\d\d ms", times), times
     assert re.fullmatch(r"timm cost ratio=\d+\.\d\d", ratio), ratio
+    assert float(ratio.split("=")[1]) < 4, ratio  # torchvision's per-image transforms, timm's order of cost
 
 
 def test_gpu_script_smoke_writes_json(
@@ -53,7 +66,10 @@ def test_gpu_script_smoke_writes_json(
     last = _run("gpu.py", ["--smoke", "--out", str(out)], monkeypatch, capsys)
     assert last.startswith("gpu test_vit/4@32 images_per_sec=")
     (result,) = json.loads(out.read_text())["results"]
-    assert result["images_per_sec"] > 0 and result["gflops_per_image"] > 0
+    assert result["images_per_sec"] > 0
+    # FLOPs per image are the monitor's for the same model: three forward passes of timm's test_vit at 32 px, patch 4.
+    model = ViTClassifier("test_vit", num_classes=100, img_size=32, patch_size=4)
+    assert result["gflops_per_image"] == pytest.approx(flops_per_image(model) / 1e9, abs=1e-3)
 
 
 @pytest.mark.slow  # a benchmark, not the package: with the other benchmarks' smoke runs
@@ -64,6 +80,8 @@ def test_export_prints_speedup_size_and_accuracy(
     args = "--model test_vit --img-size 32 --repeats 2 --epochs 1".split()
     last = _run("export.py", args, monkeypatch, capsys)
     assert re.fullmatch(r"int8 speedup=\d+\.\d\d size_ratio=\d\.\d{3} acc_drop=-?\d\.\d{4}", last), last
+    figures = dict(item.split("=") for item in last.split()[1:])
+    assert float(figures["size_ratio"]) < 0.6  # int8 weights: a quarter of the fp32 file, plus what stays fp32
 
 
 @pytest.mark.slow  # about 16 s: six models built, timed and measured
@@ -75,7 +93,7 @@ def test_model_choice_prints_a_row_per_choice_and_the_table() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
-    assert lines[-1].startswith("| vit_tiny, 32 px, patch 8 | 17 | 5.6 M |"), lines
+    assert lines[-1].startswith("| vit_tiny, 32 px, patch 8 | 17 | 5.6 M |"), lines  # (32/8)^2 + 1 tokens, timm's size
 
 
 @pytest.mark.slow  # a benchmark, not the package: with the other benchmarks' smoke runs
@@ -93,8 +111,11 @@ def test_policy_hardness_prints_a_paired_difference_per_checkpoint(
     last = _run("policy_hardness.py", [fit.trainer.checkpoint_callback.best_model_path, "--repeats", "2", *mode],
                 monkeypatch, capsys)  # fmt: skip
     number = r"\d\.\d{4}"
-    row = rf"\| all \| {number} \| {number} \| [+-]{number} \({number}\) \| {number} \| {number} \|"
-    assert re.fullmatch(row, last), last
+    row = rf"\| all \| ({number}) \| ({number}) \| ([+-]{number}) \(({number})\) \| {number} \| {number} \|"
+    found = re.fullmatch(row, last)
+    assert found, last
+    batched, torchvision, difference, _ = (float(v) for v in found.groups())
+    assert difference == pytest.approx(batched - torchvision, abs=2e-4)  # the paired difference of the two losses
 
 
 def test_policy_parity_summarizes_logged_runs(

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from helpers.cli import ALL_CONFIGS, CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli
 
-from vitlit.runs.folders import read_scalars
+from vitlit.config import DEFAULTS
+from vitlit.runs.logs import read_scalars
 
 
 def _metrics(cli, *names: str) -> dict[str, float]:
@@ -122,8 +124,10 @@ def test_print_config_is_complete_and_reparses_to_the_same_config(
     assert exit_info.value.code in (0, None)
     printed = capsys.readouterr().out
     assert "max_epochs: 5" in printed and "batch_size: 256" in printed
-    # The shared settings (src/vitlit/defaults.yaml, then the parts') are part of it, the recipe's callbacks after them.
-    assert "filename: last" in printed and "vitlit.runs.monitor.SpeedMonitor" in printed and "action: stop" in printed
+    # The shared settings (src/vitlit/defaults.yaml) are part of it, every callback it names, the recipe's after them.
+    shared = yaml.safe_load(DEFAULTS.read_text())["trainer"]["callbacks"]
+    names = [c if isinstance(c, str) else c["class_path"] for c in shared]
+    assert all(name in printed for name in names) and "filename: last" in printed and "action: stop" in printed
     saved = tmp_path / "my.yaml"
     saved.write_text(printed)
     with pytest.raises(SystemExit):

@@ -7,18 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 from PIL import Image
-from torchvision.transforms import v2
 
-from vitlit.data import CIFARDataModule, ImageFolderDataModule
+from vitlit.data import ImageFolderDataModule
+from vitlit.data.cifar import CIFARDataModule
 from vitlit.data.split import split_indices
-from vitlit.data.transforms import (
-    PaddedRandomCrop,
-    ResizeIfNeeded,
-    ToNormalizedFloat,
-    eval_transform,
-    resize_steps,
-    train_transform,
-)
+from vitlit.data.transforms import eval_transform, train_transform
 from vitlit.errors import ConfigError
 
 
@@ -61,30 +54,6 @@ def test_cifar100_and_resizing_for_patch16_models(cifar_dir: Path) -> None:
     data.setup("fit")
     assert data.train_set[0][0].shape == (3, 64, 64) and data.val_set[0][0].shape == (3, 64, 64)
     assert len(data.class_names) == 100
-
-
-@pytest.mark.parametrize("shape", [(3, 32, 32), (1, 32, 32), (3, 40, 36), (3, 26, 26)])
-def test_padded_random_crop_is_torchvisions_random_crop_pixel_for_pixel(shape: tuple[int, int, int]) -> None:
-    image = torch.randint(0, 256, shape, dtype=torch.uint8)
-    ours, theirs = PaddedRandomCrop(32, 4), v2.RandomCrop(32, padding=4)
-    for seed in range(50):  # the same draws, so the same window: every offset of the padded image is reached
-        torch.manual_seed(seed)
-        expected = theirs(image)
-        torch.manual_seed(seed)
-        assert torch.equal(ours(image), expected)
-    with pytest.raises(ValueError, match="a 32 px crop does not fit into a 20x20 image padded by 4"):
-        ours(torch.zeros(3, 20, 20, dtype=torch.uint8))
-
-
-def test_normalisation_and_resize_steps_match_torchvisions() -> None:
-    image = torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8)
-    mean, std = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
-    reference = v2.Normalize(mean, std)(v2.ToDtype(torch.float32, scale=True)(image))
-    assert torch.allclose(ToNormalizedFloat(mean, std)(image), reference, atol=1e-5)
-    resize = ResizeIfNeeded(32)
-    assert resize(image) is image  # already the size: nothing to do, nothing copied
-    other = torch.randint(0, 256, (3, 48, 40), dtype=torch.uint8)
-    assert torch.equal(resize(other), v2.Compose(resize_steps(32))(other))
 
 
 def test_train_transform_crops_and_flips_eval_is_deterministic() -> None:

@@ -26,7 +26,8 @@ from PIL import Image
 from vitlit import ImageFolderDataModule
 from vitlit.data.digits import write_digits_folder
 from vitlit.data.images import image_files
-from vitlit.tools.export import export, load_classifier
+from vitlit.tools.export import export
+from vitlit.trained import load_classifier
 
 # The digits recipe, long enough to be confident: int8 agreement means little on a model whose logits are all
 # alike. Patch 16 (4 tokens + the class token): half the time of the recipe's patch 8, and on these upsampled 8x8
@@ -282,8 +283,8 @@ def _crafted(trained_ckpt: Path, path: Path, **changes: object) -> Path:
         ({"model_name": "hf-hub:attacker/x"}, "not one of timm's built-in models"),
         ({"num_classes": 1_000_000_000}, "num_classes=1000000000"),
         ({"img_size": 400_000}, "img_size=400000"),
-        ({"num_classes": 20, "class_names": [str(i) for i in range(20)]}, "its weights do not fit"),
-        ({"patch_size": 5}, "its weights do not fit"),
+        ({"num_classes": 20, "class_names": [str(i) for i in range(20)]}, "does not fit this model (head.weight"),
+        ({"patch_size": 5}, "does not fit this model"),
     ],
     ids=["hub-name", "huge-head", "huge-image", "head-of-other-size", "bad-geometry"],
 )
@@ -295,17 +296,6 @@ def test_a_crafted_checkpoint_is_refused_before_anything_is_allocated(
         line = _refused(capsys, command, "--ckpt_path", ckpt, *extra)
         assert said in line, line
     assert not (tmp_path / "x.onnx").exists()
-
-
-def test_a_checkpoint_with_flipped_bytes_is_refused(
-    trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    data = bytearray(trained[0].read_bytes())
-    data[len(data) // 2] ^= 0x20  # inside the tensors: torch.load would read a different weight without a word
-    damaged = tmp_path / "damaged.ckpt"
-    damaged.write_bytes(bytes(data))
-    line = _refused(capsys, "export", "--ckpt_path", damaged, "--output", tmp_path / "x.onnx")
-    assert "is damaged: its record" in line and "does not match the checksum" in line
 
 
 @pytest.mark.parametrize(

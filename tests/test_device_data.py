@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, RandomSampler
 from torchvision.transforms import v2
 
-from vitlit.data import CIFARDataModule, ImageClassificationDataModule
+from vitlit.data import ImageClassificationDataModule
+from vitlit.data.cifar import CIFARDataModule
 from vitlit.fast import loader as loader_module
 from vitlit.fast.device import DeviceLoader, random_crop, random_flip
 from vitlit.fast.loader import OnDevice
@@ -41,7 +42,7 @@ def test_batched_crop_and_flip_match_the_per_image_pipeline() -> None:
     # The loader's path (crops straight out of a pre-padded copy) and the batch functions (pad per batch).
     loader = DeviceLoader(
         image.expand(N, -1, -1, -1).contiguous(), torch.zeros(N, dtype=torch.long), 500, img_size=32,
-        mean=(0, 0, 0), std=(1, 1, 1), shuffle=True, crop_padding=4, hflip=True,
+        mean=(0, 0, 0), std=(1, 1, 1), sampler=RandomSampler(range(N)), crop_padding=4, hflip=True,
     )  # fmt: skip
     loader_rows, loader_cols = _marker_positions(torch.cat([images for images, _ in loader]))
     batch_rows, batch_cols = _marker_positions(random_flip(random_crop(image.expand(N, -1, -1, -1), 4)))
@@ -76,8 +77,8 @@ def test_a_policy_works_on_images_resized_on_the_device(policy: str) -> None:
     # (posterize, solarize) need the uint8 images the per-image path gives them.
     images = torch.randint(0, 256, (32, 3, 16, 16), dtype=torch.uint8)
     targets, grey = torch.zeros(32, dtype=torch.long), {"mean": [0.5] * 3, "std": [0.5] * 3}
-    loader = DeviceLoader(images, targets, 16, img_size=24, **grey, shuffle=True, drop_last=True, crop_padding=3,
-                          hflip=True, policy=BatchPolicy(policy))  # fmt: skip
+    loader = DeviceLoader(images, targets, 16, img_size=24, **grey, sampler=RandomSampler(images), drop_last=True,
+                          crop_padding=3, hflip=True, policy=BatchPolicy(policy))  # fmt: skip
     batches = [batch for batch, _ in loader]
     assert len(batches) == 2 and all(b.shape == (16, 3, 24, 24) and b.dtype == torch.float32 for b in batches)
     plain = DeviceLoader(images, torch.zeros(32, dtype=torch.long), 32, img_size=24, mean=[0.0] * 3, std=[1.0] * 3)

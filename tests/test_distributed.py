@@ -20,15 +20,16 @@ import pytest
 import torch
 from helpers.cli import DIGITS_CONFIG, ROOT, TINY_CONFIG, TINY_MODEL, run_cli
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+from torch.utils.data import DistributedSampler
 
-from vitlit.checks.hooks import check_seed_shared
+from vitlit.config import check_run
 from vitlit.data import ImageFolderDataModule
 from vitlit.errors import ConfigError
 from vitlit.fast.device import DeviceLoader
 from vitlit.fast.policies import BatchPolicy
 from vitlit.model import ViTClassifier
-from vitlit.runs.distributed import effective_batch, interleave
-from vitlit.runs.folders import read_scalars
+from vitlit.runs.ddp import interleave
+from vitlit.runs.logs import read_scalars
 from vitlit.transfer.finetune import FreezeSchedule
 
 DDP_CONFIG = ROOT / "configs" / "scale" / "ddp.yaml"
@@ -43,10 +44,14 @@ def _loader(rank: int, world_size: int, train: bool, batch_size: int = 8, n: int
     # Image i is filled with i (and a gradient, so crops and flips show), its target is i: batches name their images.
     ramp = torch.arange(12, dtype=torch.uint8).view(1, 1, 1, 12).expand(n, 3, 12, 12)
     images = (torch.arange(n, dtype=torch.uint8).view(n, 1, 1, 1) + ramp).contiguous()
-    return DeviceLoader(images, torch.arange(n), batch_size, img_size=12, mean=[0.0] * 3, std=[1 / 255] * 3,
-                        shuffle=train, drop_last=train, crop_padding=2 if train else 0, hflip=train,
-                        policy=BatchPolicy("autoaugment") if train else None, rank=rank,
-                        world_size=world_size)  # fmt: skip
+    # The samplers the data module gives both data paths (`ImageClassificationDataModule.sampler`).
+    if train:
+        sampler = DistributedSampler(range(n), num_replicas=world_size, rank=rank, seed=7, drop_last=True)
+    else:
+        sampler = UnrepeatedDistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=False)
+    return DeviceLoader(images, torch.arange(n), batch_size, sampler=sampler, img_size=12, mean=[0.0] * 3,
+                        std=[1 / 255] * 3, drop_last=train, crop_padding=2 if train else 0, hflip=train,
+                        policy=BatchPolicy("autoaugment") if train else None)  # fmt: skip
 
 
 def _batches(loader: DeviceLoader) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -68,8 +73,8 @@ def test_device_path_training_shards_are_one_big_batch_split_between_the_process
     single = _batches(_loader(0, 1, train=True, batch_size=24))
     assert len(single) == 4
     for step, (images, targets) in enumerate(single):
-        assert torch.equal(torch.cat([shard[step][1] for shard in shards]), targets)
-        assert torch.equal(torch.cat([shard[step][0] for shard in shards]), images)
+        assert torch.equal(interleave([shard[step][1] for shard in shards]), targets)
+        assert torch.equal(interleave([shard[step][0] for shard in shards]), images)
 
 
 def test_device_path_evaluation_shards_cover_every_image_once_and_interleave_back() -> None:
@@ -87,7 +92,8 @@ def test_evaluation_dataloaders_shard_without_repeats(digits_dir: Path) -> None:
     val = data.val_dataloader()
     assert isinstance(val.sampler, UnrepeatedDistributedSampler)  # Lightning leaves a DistributedSampler alone
     assert list(val.sampler) == list(range(1, len(data.val_set), 2))
-    assert data.train_dataloader().sampler.__class__.__name__ == "RandomSampler"  # Lightning shards it itself
+    train = data.train_dataloader().sampler  # the same shards for the device path (DeviceLoader takes the sampler)
+    assert isinstance(train, DistributedSampler) and (train.rank, train.num_replicas, train.drop_last) == (1, 2, True)
 
 
 def test_evaluation_loss_is_the_mean_over_images_whatever_the_batches() -> None:
@@ -103,19 +109,17 @@ def test_evaluation_loss_is_the_mean_over_images_whatever_the_batches() -> None:
     assert model.val_loss.compute() == pytest.approx(float(expected), abs=1e-6)
 
 
-def test_a_random_seed_per_process_is_refused_where_torchrun_or_slurm_start_them() -> None:
+def test_a_random_seed_per_process_is_refused_where_torchrun_or_slurm_start_them(tmp_path: Path) -> None:
+    def check(seed: object, environ: dict[str, str]) -> None:
+        check_run("fit", {"seed_everything": seed, "trainer": {"default_root_dir": str(tmp_path)}}, environ)
+
     with pytest.raises(ConfigError, match=r"each of the 4 processes its own random seed.*--seed_everything 42"):
-        check_seed_shared(True, {"WORLD_SIZE": "4"})
+        check(True, {"WORLD_SIZE": "4"})
     with pytest.raises(ConfigError, match="each of the 8 processes"):
-        check_seed_shared(True, {"SLURM_NTASKS": "8"})
-    check_seed_shared(True, {"WORLD_SIZE": "4", "PL_GLOBAL_SEED": "7"})  # Lightning's launcher passed its seed on
-    check_seed_shared(42, {"WORLD_SIZE": "4"})
-    check_seed_shared(True, {})
-
-
-def test_effective_batch_counts_every_factor() -> None:
-    trainer = SimpleNamespace(accumulate_grad_batches=2, num_devices=4, num_nodes=2)
-    assert effective_batch(trainer, 64) == (1024, "64 per device x 2 accumulated x 4 devices x 2 nodes")
+        check(True, {"SLURM_NTASKS": "8"})
+    check(True, {"WORLD_SIZE": "4", "PL_GLOBAL_SEED": "7"})  # Lightning's launcher passed its seed on
+    check(42, {"WORLD_SIZE": "4"})
+    check(True, {})
 
 
 def test_unfreezing_during_the_run_is_refused_under_ddp() -> None:
@@ -170,8 +174,8 @@ def test_ddp_run_has_one_writer_and_evaluates_as_one_process(tmp_path: Path, dig
     assert sorted(p.name for p in run.glob("config*.yaml")) == ["config.yaml"]
     assert len(list(run.glob("events.out.tfevents.*"))) == 1
     card = json.loads((run / "run_card.json").read_text())
-    assert (card["devices"], card["num_nodes"], card["effective_batch"]) == (2, 1, 128)
-    assert fit.stderr.count("vitlit: effective batch 128 (64 per device x 1 accumulated x 2 devices x 1 node)") == 1
+    assert (card["processes"], card["effective_batch"]) == (2, 128)
+    assert fit.stderr.count("vitlit: effective batch 128 (64 per device x 1 accumulated x 2 procs)") == 1
 
     # The accuracy the 2-process run logged for its best epoch is that of one process evaluating the checkpoint
     # (135 validation images: shards of 68 and 67, nothing counted twice).
@@ -226,7 +230,7 @@ def test_ddp_device_path_resumes_exactly_and_stops_together_on_sigterm(tmp_path:
     found = re.search(r"at epoch 1, step (\d+); resume with: python -m vitlit fit --config", lines[0])
     assert len(lines) == 1 and found and int(found.group(1)) in (12, 13), lines
     run = root / "lightning_logs" / "version_0"
-    assert json.loads((run / "run_card.json").read_text())["exit_reason"] == "SIGTERM"
+    assert json.loads((run / "run_card.json").read_text())["exit_reason"] == "SIGTERMException"
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == int(found.group(1))
     resumed = _vitlit("fit", *common, "--ckpt_path", "auto")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -248,7 +252,7 @@ def test_the_tiny_recipe_as_shipped_trains_in_two_processes(on_device: str, tmp_
         "--trainer.default_root_dir", root,
     )  # fmt: skip
     assert fit.returncode == 0, fit.stderr[-3000:]
-    assert "effective batch 32 (16 per device x 1 accumulated x 2 devices x 1 node)" in fit.stderr
+    assert "effective batch 32 (16 per device x 1 accumulated x 2 procs)" in fit.stderr
     run = root / "lightning_logs" / "version_0"
     assert sorted(p.name for p in (root / "lightning_logs").iterdir()) == ["version_0"]
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)

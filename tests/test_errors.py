@@ -13,7 +13,7 @@ import torch
 from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli, tiny_cifar_fit, tree_digest
 from torchvision.datasets import CIFAR10
 
-from vitlit.runs import preflight
+from vitlit import config
 
 
 @pytest.fixture(scope="module")
@@ -60,14 +60,6 @@ def _empty_class_folder(tmp: Path) -> Path:
     return tmp
 
 
-def _flipped(tmp: Path, source: Path, name: str) -> Path:
-    """``source`` with one bit flipped inside its tensors: torch.load alone reads it without a word."""
-    data = bytearray(source.read_bytes())
-    data[len(data) // 2] ^= 0x04
-    (tmp / name).write_bytes(bytes(data))
-    return tmp / name
-
-
 def _legacy(tmp: Path, name: str, obj: object) -> Path:
     """``obj`` saved in PyTorch's format from before 1.6 (a bare pickle, no zip archive)."""
     torch.save(obj, tmp / name, _use_new_zipfile_serialization=False)
@@ -102,11 +94,6 @@ CASES = [
     ),
     ("config alias bomb", lambda tmp, run: ["--config", _alias_bomb(tmp)], ["bomb.yaml expands to more than 100,000"]),
     (
-        "checkpoint with a flipped bit",
-        lambda tmp, run: ["--ckpt_path", _flipped(tmp, _last(run), "flipped.ckpt")],
-        ["flipped.ckpt is damaged", "does not match the checksum"],
-    ),
-    (
         "legacy-format plain weights",
         lambda tmp, run: ["--ckpt_path", _legacy(tmp, "old.ckpt", {"weight": torch.zeros(2)})],
         ["old.ckpt is not a Lightning checkpoint"],
@@ -126,7 +113,7 @@ CASES = [
     (
         "root name too long",
         lambda tmp, run: ["--trainer.default_root_dir", tmp / ("r" * 300)],
-        ["has a name of 300 characters"],
+        ["has a name of over 255 characters"],
     ),
     (
         "root path too long",
@@ -143,7 +130,7 @@ CASES = [
         lambda tmp, run: ["--trainer.default_root_dir", _dangling(tmp)],
         ["is a symbolic link to", "which does not exist"],
     ),
-    ("unknown key", lambda tmp, run: ["--model.not_an_option", "1"], ["--model.not_an_option"]),
+    ("unknown key", lambda tmp, run: ["--model.not_an_option", "1"], ["not_an_option"]),
     ("wrong type", lambda tmp, run: ["--data.batch_size", "many"], ["batch_size", "many"]),
     ("no data without download", lambda tmp, run: ["--data.data_dir", tmp], ["is not in", "--data.download true"]),
     (
@@ -163,43 +150,47 @@ CASES = [
     ("missing weights file", lambda tmp, run: ["--model.pretrained_file", tmp / "w.pth"], ["w.pth"]),
     ("empty checkpoint path", lambda tmp, run: ["--ckpt_path", ""], ["--ckpt_path is empty", "leave the flag out"]),
     ("unknown augmentation", lambda tmp, run: ["--data.augment", "cutout"], ["augment", "cutout"]),
-    ("negative mixup alpha", lambda tmp, run: ["--data.batch_augment.mixup_alpha", "-0.2"], ["mixup_alpha=-0.2"]),
+    ("negative mixup alpha", lambda tmp, run: ["--data.batch_augment.mixup_alpha", "-0.2"], ["mixup_alpha", "-0.2"]),
     (
         "erasing probability",
         lambda tmp, run: ["--data.batch_augment.random_erasing", "1.5"],
-        ["random_erasing=1.5", "v>=0 and v<=1"],
+        ["random_erasing", "1.5", "v>=0 and v<=1"],
     ),
     (
         "erasing end probability",
         lambda tmp, run: ["--data.batch_augment.random_erasing_end", "-0.1"],
-        ["random_erasing_end=-0.1", "v>=0 and v<=1"],
+        ["random_erasing_end", "-0.1", "v>=0 and v<=1"],
     ),
-    ("batch size zero", lambda tmp, run: ["--data.batch_size", "0"], ["batch_size=0", "v>0"]),
-    ("RandAugment magnitude", lambda tmp, run: ["--data.randaugment_magnitude", "31"], ["randaugment_magnitude=31"]),
+    ("batch size zero", lambda tmp, run: ["--data.batch_size", "0"], ["batch_size", "0", "v>0"]),
+    ("RandAugment magnitude", lambda tmp, run: ["--data.randaugment_magnitude", "31"], ["randaugment_magnitude", "31"]),
     (
         "odd batch with mixup",
         lambda tmp, run: ["--data.batch_augment.cutmix_alpha", "1.0", "--data.batch_size", "7"],
         ["odd"],
     ),
-    ("layer decay zero", lambda tmp, run: ["--model.layer_decay", "0"], ["layer_decay=0"]),
-    ("label smoothing one", lambda tmp, run: ["--model.label_smoothing", "1.0"], ["label_smoothing=1.0", "v<1"]),
+    ("layer decay zero", lambda tmp, run: ["--model.layer_decay", "0"], ["layer_decay", "0"]),
+    ("label smoothing one", lambda tmp, run: ["--model.label_smoothing", "1.0"], ["label_smoothing", "1.0", "v<1"]),
     (
         "negative warmup",
         lambda tmp, run: ["--model.scheduler.init_args.warmup_steps", "-1"],
-        ["warmup_steps=-1", "v>=0"],
+        ["warmup_steps", "-1", "v>=0"],
     ),
-    ("zero total steps", lambda tmp, run: ["--model.scheduler.init_args.total_steps", "0"], ["total_steps=0", "v>0"]),
+    ("zero total steps", lambda tmp, run: ["--model.scheduler.init_args.total_steps", "0"], ["total_steps", "v>0"]),
     (
         "learning-rate floor above one",
         lambda tmp, run: ["--model.scheduler.init_args.min_lr_ratio", "2.0"],
-        ["min_lr_ratio=2.0", "v<=1"],
+        ["min_lr_ratio", "2.0", "v<=1"],
     ),
     (
         "unknown non-finite action",
-        lambda tmp, run: ["--trainer.callbacks+=vitlit.runs.NonFiniteGuard", "--trainer.callbacks.action", "ignore"],
+        lambda tmp, run: [
+            "--trainer.callbacks+=vitlit.runs.nonfinite.NonFiniteGuard",
+            "--trainer.callbacks.action",
+            "ignore",
+        ],
         ["action", "ignore"],
     ),
-    ("layer decay above one", lambda tmp, run: ["--model.layer_decay", "1.2"], ["layer_decay=1.2"]),
+    ("layer decay above one", lambda tmp, run: ["--model.layer_decay", "1.2"], ["layer_decay", "1.2"]),
     ("checkpoint missing", lambda tmp, run: ["--ckpt_path", tmp / "none.ckpt"], ["none.ckpt does not exist"]),
     (
         "checkpoint truncated",
@@ -228,8 +219,8 @@ CASES = [
     ),
     ("checkpoint is a folder", lambda tmp, run: ["--ckpt_path", run], ["is a folder", "last.ckpt"]),
     ("negative learning rate", lambda tmp, run: ["--model.optimizer.init_args.lr", "-1"], ["learning rate: -1.0"]),
-    ("patch size zero", lambda tmp, run: ["--model.patch_size", "0"], ["patch_size=0"]),
-    ("negative patch size", lambda tmp, run: ["--model.patch_size", "-4"], ["patch_size=-4"]),
+    ("patch size zero", lambda tmp, run: ["--model.patch_size", "0"], ["patch_size", "0"]),
+    ("negative patch size", lambda tmp, run: ["--model.patch_size", "-4"], ["patch_size", "-4"]),
     ("no accumulation", lambda tmp, run: ["--trainer.accumulate_grad_batches", "0"], ["accumulate_grad_batches=0"]),
     ("log every 0 steps", lambda tmp, run: ["--trainer.log_every_n_steps", "0"], ["log_every_n_steps=0"]),
     ("negative seed", lambda tmp, run: ["--seed_everything", "-5"], ["seed_everything=-5", "0..4294967295"]),
@@ -399,7 +390,7 @@ def test_a_root_that_cannot_be_written_is_refused(
     tmp_path: Path, cifar_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Tests run as root, for whom every folder is writable: the permission check is made to say no.
-    monkeypatch.setattr(preflight, "_writable", lambda folder: False)
+    monkeypatch.setattr(config, "_writable", lambda folder: False)
     with pytest.raises(SystemExit) as exit_info:
         tiny_cifar_fit(cifar_dir, tmp_path / "runs")
     assert exit_info.value.code == 2

@@ -17,7 +17,6 @@ from helpers.cli import CPU, DIGITS_CONFIG, TINY_CONFIG, TINY_MODEL, run_cli, ti
 import vitlit
 from vitlit import ImageFolderDataModule
 from vitlit.optim import WarmupCosineLR
-from vitlit.runs.folders import read_scalars
 
 
 def _digits_fit(digits: Path, root: Path) -> list[str]:
@@ -46,55 +45,18 @@ def test_version_help_and_no_abbreviations(capsys: pytest.CaptureFixture[str]) -
     with pytest.raises(SystemExit) as exit_info:
         run_cli("--version")
     assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("vitlit 0.")
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit_info:
         run_cli("--help")
     listing = " ".join(capsys.readouterr().out.split())
-    assert "never run on your" not in listing and "writes into <run>/test/version_K" in listing
-    assert "More subcommands: env, export, models, serve, sweep" in listing  # the tools, beside LightningCLI's four
-    with pytest.raises(SystemExit):
+    assert exit_info.value.code == 0 and all(tool in listing for tool in ("env", "export", "models", "serve", "sweep"))
+    with pytest.raises(SystemExit) as exit_info:
         run_cli("frobnicate")
-    assert "'predict', 'env', 'export', 'models', 'serve', 'sweep')" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        run_cli("fit", "--help")
-    ckpt_help = " ".join(capsys.readouterr().out.split("--ckpt_path CKPT_PATH")[-1].split())
-    assert "``auto`` (resume from ``last`` if there is one" in ckpt_help and "three" not in ckpt_help
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and all(f"'{tool}'" in err for tool in ("fit", "predict", "export", "sweep"))
     with pytest.raises(SystemExit) as exit_info:
         run_cli("fit", "--config", TINY_CONFIG, "--trainer.max_ep", "5", "--print_config")
     assert exit_info.value.code == 2
-    assert "unrecognized arguments: --trainer.max_ep" in capsys.readouterr().err
-
-
-def test_every_subcommand_documents_its_checkpoint_and_stripped_docstrings_still_import() -> None:
-    """The checkpoint arguments are written once and appended to each subcommand's help (vitlit.trainer)."""
-    import inspect
-
-    import lightning as L
-
-    from vitlit.trainer import Trainer, _signature_of
-
-    for name, verb in (("fit", "start from"), ("validate", "evaluate"), ("test", "evaluate"), ("predict", "classify")):
-        method = getattr(Trainer, name)
-        assert f"ckpt_path: Checkpoint to {verb}" in method.__doc__ and "weights_only: ``false``" in method.__doc__
-        assert inspect.signature(method) == inspect.signature(getattr(L.Trainer, name))  # Lightning's arguments
-    assert ("``auto``" in Trainer.fit.__doc__) and ("``auto``" not in Trainer.test.__doc__)
-
-    def stripped(self: L.Trainer) -> None:  # as under python -OO, which drops every docstring
-        pass
-
-    assert _signature_of(L.Trainer.fit, "start from")(stripped).__doc__ is None
-
-
-@pytest.mark.parametrize(
-    ("typed", "meant"),
-    [("--trainer.max_epoch", "--trainer.max_epochs"), ("--model.label_smothing", "--model.label_smoothing"),
-     ("--data.batchsize", "--data.batch_size"), ("--model.lr", "--model.optimizer.init_args.lr"), ("--zzz", None)],
-)  # fmt: skip
-def test_a_misspelled_flag_suggests_the_nearest(typed: str, meant: str | None, capsys: pytest.CaptureFixture) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        run_cli("fit", "--config", DIGITS_CONFIG, typed, "3", "--print_config")
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1
-    assert (f"did you mean {meant}?" in err) if meant else ("did you mean" not in err)
+    assert "--trainer.max_ep" in capsys.readouterr().err  # not taken for --trainer.max_epochs
 
 
 @pytest.mark.slow  # a fit (or a fresh process): the default suite stays within its time
@@ -116,14 +78,6 @@ def test_a_warmup_longer_than_the_run_is_shortened_and_said(
     scheduler = WarmupCosineLR(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0), warmup_steps=20)
     assert scheduler.set_total_steps(1000) is None and scheduler.warmup_steps == 20  # 2%: left alone
     assert scheduler.get_last_lr() == [pytest.approx(1 / 20)]
-
-
-def test_short_epochs_still_log_every_epoch(tmp_path: Path, cifar_dir: Path) -> None:
-    cli = tiny_cifar_fit(cifar_dir, tmp_path, "--trainer.max_epochs", "3")  # 8 steps per epoch, log interval 50
-    assert cli.trainer.log_every_n_steps == 8
-    curves = read_scalars(cli.trainer.log_dir)
-    assert [step for step, _ in curves["train/loss"]] == [7, 15, 23]
-    assert "perf/images_per_sec" in curves and "lr-AdamW/decay" in curves
 
 
 def test_workers_are_capped_at_the_cores(digits_dir: Path) -> None:

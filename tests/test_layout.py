@@ -1,84 +1,66 @@
-"""The core never imports an opt-in part, and trains without them; the code-size script reports every module."""
+"""What runs is what src/vitlit/defaults.yaml lists: parts meet only through the core, a fork removes one by deleting
+its folder and its lines there, and a default run stays within the size a reader can hold."""
 
 from __future__ import annotations
 
 import ast
-import importlib
-import io
 import os
-import re
 import shutil
 import subprocess
 import sys
-import tokenize
 from pathlib import Path
 
 import pytest
-import torch
+import yaml
 from helpers.cli import DIGITS_CONFIG, ROOT
 
 PACKAGE = ROOT / "src" / "vitlit"
-PARTS = ("checks", "fast", "runs", "tools", "transfer")
 sys.path.insert(0, str(ROOT / "scripts"))
 import code_size  # noqa: E402
 
+PARTS = code_size.PARTS
+#: The bound of issue 34: a default digits fit loads at most this many code lines of vitlit.
+MAX_DEFAULT_RUN_LINES = 2400
+
 
 def _imports(path: Path) -> set[str]:
-    """Every module ``path`` imports, at the top or inside a function, relative imports resolved."""
+    """Every vitlit module ``path`` imports, at the top or inside a function."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:  # from . import x: relative to the module's package
-                base = ".".join(
-                    ("vitlit", *path.relative_to(PACKAGE).parent.parts)[: None if node.level == 1 else 1 - node.level]
-                )
-                found.add(f"{base}.{node.module}" if node.module else base)
-            elif node.module:
-                found.add(node.module)
-    return found
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+    return {name for name in found if name.startswith("vitlit")}
 
 
-def test_the_core_imports_no_opt_in_part() -> None:
-    core = [p for p in PACKAGE.rglob("*.py") if code_size.part_of(p) == "core"]
-    assert len(core) >= 15  # the walk found the package
-    offending = {
-        str(path.relative_to(PACKAGE)): sorted(
-            m for m in _imports(path) if m.split(".")[:2][-1] in PARTS and m.startswith("vitlit.")
-        )
-        for path in core
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in PARTS else "core"
+
+
+def test_parts_meet_only_through_the_core() -> None:
+    modules = list(PACKAGE.rglob("*.py"))
+    assert len(modules) >= 40  # the walk found the package
+    crossing = {
+        str(path.relative_to(PACKAGE)): sorted(m for m in _imports(path) if _part(m) not in ("core", own))
+        for path in modules
+        if (own := code_size.part_of(path))
     }
-    assert not {k: v for k, v in offending.items() if v}, offending
+    assert not {k: v for k, v in crossing.items() if v}, crossing  # the core imports no part, no part another
 
 
-@pytest.mark.slow  # a fresh process and a short fit: about 25 s
-def test_the_core_alone_trains_the_digits_recipe(tmp_path: Path, digits_dir: Path) -> None:
-    # A fork that deletes the opt-in parts: the package copied without them, run in a fresh process that imports it
-    # from the copy (first on the path); the recipe names none of them, and nothing else may need them.
-    copy = tmp_path / "pkg" / "vitlit"
-    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", *PARTS))
-    assert not any((copy / part).exists() for part in PARTS)
-    assert "vitlit." + "fast" not in DIGITS_CONFIG.read_text() and "vitlit.runs" not in DIGITS_CONFIG.read_text()
-    root = tmp_path / "runs"
-    code = (
-        "import sys, vitlit; from vitlit.cli import main\n"
-        f"assert vitlit.__file__.startswith({str(copy)!r}), vitlit.__file__\n"
-        f"cli = main(sys.argv[1:])\n"
-        f"assert not [m for m in sys.modules if m.split('.')[:2] in [['vitlit', p] for p in {PARTS!r}]]\n"
-        "print('VAL_ACC', float(cli.trainer.callback_metrics['val/acc']))\n"
-    )
-    args = ["fit", "--config", str(DIGITS_CONFIG), "--data.root", str(digits_dir), "--trainer.max_epochs", "2",
-            "--trainer.default_root_dir", str(root), "--data.val_size", "200"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(copy.parent), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "VAL_ACC" in done.stdout
-    # Lightning's own run folder and checkpoint, without vitlit's run operations: the core trained and saved.
-    [ckpt] = list(root.rglob("last.ckpt"))
-    state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
-    assert state and all(torch.isfinite(v).all() for v in state.values())
-    assert "data path" not in done.stderr  # the fast part's line: the per-image DataLoader ran
+def test_a_default_run_loads_what_the_shared_settings_name_within_the_bound(digits_dir: Path) -> None:
+    loaded = code_size.loaded_by([*code_size.DEFAULT_FIT, "--data.root", str(digits_dir)])
+    assert sum(loaded.values()) <= MAX_DEFAULT_RUN_LINES, sorted(loaded.items(), key=lambda item: -item[1])
+    # Every module of a part that runs is one the shared settings name (or one such a module imports).
+    named = yaml.safe_load((PACKAGE / "defaults.yaml").read_text())["trainer"]
+    listed = {(c if isinstance(c, str) else c["class_path"]).rsplit(".", 1)[0] for c in named["callbacks"]}
+    listed |= {p.rsplit(".", 1)[0] for p in named["plugins"]}
+    for module in loaded:
+        if _part(module) != "core" and module not in (f"vitlit.{p}" for p in PARTS):
+            assert module in listed or any(module in _imports(PACKAGE.joinpath(*m.split(".")[1:]).with_suffix(".py"))
+                                           for m in listed if m.startswith("vitlit.")), module  # fmt: skip
 
 
 def test_the_code_size_script_counts_every_module() -> None:
@@ -89,66 +71,42 @@ def test_the_code_size_script_counts_every_module() -> None:
     assert table["core"]["model.py"] > 100  # counts code, not nothing
 
 
-def test_the_core_stays_within_the_sizes_a_reader_can_hold() -> None:
-    core = code_size.sizes()["core"]
-    assert sum(core.values()) <= 1600, "move the new code into an opt-in part, or make room in the core"
-    assert core["model.py"] <= 250 and core["data/base.py"] <= 250 and core["cli.py"] <= 150, core
+def _fork(tmp_path: Path, removed: tuple[str, ...]) -> Path:
+    """The package copied without the parts ``removed``, and their lines deleted from its shared settings only."""
+    copy = tmp_path / "pkg" / "vitlit"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", *removed))
+    settings = copy / "defaults.yaml"
+    kept = [line for line in settings.read_text().splitlines() if not any(f"vitlit.{p}." in line for p in removed)]
+    settings.write_text("\n".join(kept) + "\n")
+    return copy
 
 
-def test_the_hooks_skip_a_part_deleted_from_the_copy_but_not_a_broken_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.slow  # fresh processes and a short fit: about 40 s
+@pytest.mark.parametrize("removed", [("transfer", "tools"), PARTS], ids=["without-transfer-and-tools", "core-alone"])
+def test_a_fork_removes_parts_by_deleting_their_folders_and_lines(
+    removed: tuple[str, ...], tmp_path: Path, digits_dir: Path
 ) -> None:
-    from importlib.metadata import EntryPoint
-
-    from vitlit.config import load_parts
-
-    def parts(*values: str) -> tuple:
-        return load_parts([EntryPoint(f"p{i}", value, "vitlit.hooks") for i, value in enumerate(values)])
-
-    # A part deleted from a fork whose installed metadata still names it: skipped.
-    checks = importlib.import_module("vitlit.checks.hooks")
-    assert parts("vitlit.checks.hooks", "vitlit.deleted_part.hooks") == (checks,)
-    # A part that is there but needs a package that is not: the error is the user's to see.
-    (tmp_path / "part_with_a_missing_dependency.py").write_text("import a_package_nobody_installed\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(ModuleNotFoundError, match="a_package_nobody_installed"):
-        parts("part_with_a_missing_dependency")
-
-
-#: What rots in a comment or docstring: a measured speed or duration, a date, a library's version, a GPU's name.
-_ROTS = re.compile(
-    r"\d[\d,.]*\s*k?\s*(images?/s|img/s|it/s|images per second|ms\b|seconds?\b|minutes?\b|x faster|GB/s|MB/s)"
-    r"|\b20\d\d-\d\d-\d\d\b"
-    r"|\b(torch|lightning|timm|torchvision|jsonargparse|onnxruntime|PyTorch|Lightning)\s*(==|>=|<=|>|<)?\s*\(?\d+\.\d+"
-    r"|\b(A100|H100|H200|V100|RTX|T4|L4)\b"
-)
-#: Where such words are the subject: the private-API module records the versions it was checked against (issue 23),
-#: and the throughput monitor's table of chip peaks is keyed by chip.
-_ROT_EXEMPT = {"private.py", "runs/monitor.py"}
-
-
-def _comments_and_docstrings(path: Path) -> list[tuple[int, str]]:
-    """``(line, text)`` of every comment and docstring of a module."""
-    source = path.read_text(encoding="utf-8")
-    found = []
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.COMMENT:
-            found.append((tok.start[0], tok.string))
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            doc = ast.get_docstring(node, clean=False)
-            if doc:
-                found.extend((node.body[0].lineno + i, line) for i, line in enumerate(doc.splitlines()))
-    return found
-
-
-def test_comments_and_docstrings_hold_no_figures_dates_versions_or_gpu_names() -> None:
-    """Those belong in benchmarks/RESULTS.md and the README, which are dated; in the code they go stale unseen."""
-    stale = [
-        f"{path.relative_to(PACKAGE)}:{line}: {text.strip()}"
-        for path in sorted(PACKAGE.rglob("*.py"))
-        if str(path.relative_to(PACKAGE)) not in _ROT_EXEMPT
-        for line, text in _comments_and_docstrings(path)
-        if _ROTS.search(text)
-    ]
-    assert not stale, "\n".join(stale)
+    # No re-install: the copy is imported first on the path, the installed metadata is not read.
+    copy = _fork(tmp_path, removed)
+    env = {**os.environ, "PYTHONPATH": str(copy.parent), "OMP_NUM_THREADS": "1"}
+    code = (
+        "import sys, vitlit; from vitlit.cli import main\n"
+        f"assert vitlit.__file__.startswith({str(copy)!r}), vitlit.__file__\n"
+        "cli = main(sys.argv[1:])\n"
+        f"assert not [m for m in sys.modules if m.split('.')[:2] in [['vitlit', p] for p in {removed!r}]]\n"
+        "print('VAL_ACC', float(cli.trainer.callback_metrics['val/acc']))\n"
+    )
+    args = ["fit", "--config", str(DIGITS_CONFIG), "--data.root", str(digits_dir), "--trainer.max_epochs", "1",
+            "--trainer.default_root_dir", str(tmp_path / "runs")]  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "VAL_ACC" in done.stdout and list((tmp_path / "runs").rglob("last.ckpt"))
+    for bad, said in (
+        (["--trainer.max_epoch", "2"], "--trainer.max_epoch"),
+        (["--data.root", tmp_path / "no"], "no/train"),
+    ):
+        refused = subprocess.run([sys.executable, "-m", "vitlit", *args, *map(str, bad)], capture_output=True,
+                                 text=True, env=env, timeout=240)  # fmt: skip
+        lines = refused.stderr.strip().splitlines()
+        assert refused.returncode == 2 and len(lines) == 1 and lines[0].startswith("vitlit: error:"), refused.stderr
+        assert said in lines[0]

@@ -72,5 +72,6 @@ def test_a_logger_that_refuses_its_arguments_is_one_line(
     with pytest.raises(SystemExit) as exit_info:
         _fit(digits_dir, tmp_path, "--trainer.logger", "MLFlowLogger", "--trainer.logger.tracking_uri", "foo://bar")
     err = capsys.readouterr().err.strip().splitlines()
-    assert exit_info.value.code == 2 and len(err) == 1 and "MLFlowLogger refused its arguments: " in err[0]
+    assert exit_info.value.code == 2 and len(err) == 1 and "MLFlowLogger refused its arguments" in err[0]
+    assert "foo://bar" in err[0]
     assert not (tmp_path / "lightning_logs").exists()

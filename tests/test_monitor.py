@@ -12,8 +12,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from vitlit.clipping import clip_true_gradients
 from vitlit.model import ViTClassifier
-from vitlit.runs.folders import read_scalars
-from vitlit.runs.monitor import SpeedMonitor, available_flops, flops_per_image
+from vitlit.runs.flops import available_flops, flops_per_image
+from vitlit.runs.logs import read_scalars
+from vitlit.runs.monitor import SpeedMonitor
 
 
 def test_flops_per_image_is_three_forward_passes_of_the_published_count() -> None:
@@ -23,17 +24,17 @@ def test_flops_per_image_is_three_forward_passes_of_the_published_count() -> Non
 
 
 def test_throughput_is_logged_at_logging_steps(tmp_path: Path, cifar_dir: Path) -> None:
-    cli = tiny_cifar_fit(cifar_dir, tmp_path, "--trainer.max_epochs", "2", "--trainer.log_every_n_steps", "2")
+    cli = tiny_cifar_fit(cifar_dir, tmp_path, "--trainer.max_epochs", "2", "--trainer.log_every_n_steps", "2",
+                         "--trainer.callbacks+=vitlit.runs.monitor.SpeedMonitor")  # fmt: skip
     monitor = next(cb for cb in cli.trainer.callbacks if isinstance(cb, SpeedMonitor))
-    assert monitor.flops_per_image == flops_per_image(cli.model) > 0
     scalars = read_scalars(cli.trainer.log_dir)
     images_per_sec = [v for _, v in scalars["perf/images_per_sec"]]
-    tflops = [v for _, v in scalars["perf/tflops_per_sec"]]
-    assert images_per_sec and all(v > 0 for v in images_per_sec)
-    # TFLOP/s is images/s times FLOPs per image over the same window.
-    expected = images_per_sec[-1] * monitor.flops_per_image / 1e12
-    assert abs(tflops[-1] / expected - 1) < 1e-6
-    assert "perf/mfu" not in scalars  # Lightning knows no peak FLOP/s for a CPU
+    assert len(images_per_sec) >= 6  # every other step of 2 x 8, each epoch's clock started after its first batch
+    assert all(v > 0 for v in images_per_sec) and monitor.average_images_per_sec > 0
+    # A CPU has no known peak: no FLOPs are counted, so neither TFLOP/s nor MFU are logged.
+    assert monitor.flops_per_image is None and "perf/tflops_per_sec" not in scalars and "perf/mfu" not in scalars
+    card = (Path(cli.trainer.log_dir) / "run_card.json").read_text()
+    assert f'"images_per_sec": {round(monitor.average_images_per_sec, 1)}' in card
 
 
 def test_mfu_denominator_knows_the_h200(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,7 +61,7 @@ def test_the_logged_gradient_norm_is_the_one_before_clipping(clip: float | None,
 def test_gradient_norm_curve_and_weight_histograms_reach_tensorboard(tmp_path: Path, cifar_dir: Path) -> None:
     cli = tiny_cifar_fit(
         cifar_dir, tmp_path, "--trainer.max_steps", "6", "--trainer.log_every_n_steps", "1",
-        "--trainer.precision", "bf16-mixed", "--trainer.callbacks+=vitlit.runs.monitor.WeightHistograms",
+        "--trainer.precision", "bf16-mixed", "--trainer.callbacks+=vitlit.runs.histograms.WeightHistograms",
     )  # fmt: skip
     norms = read_scalars(cli.trainer.log_dir)["train/grad_norm"]
     assert [step for step, _ in norms] == list(range(6)) and all(0 < v < 1e4 for _, v in norms)

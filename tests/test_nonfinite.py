@@ -50,7 +50,7 @@ def test_skip_drops_the_step_counts_it_and_trains_on(
     cli = _fit(
         cifar_dir,
         tmp_path,
-        "--trainer.callbacks+=vitlit.runs.NonFiniteGuard",
+        "--trainer.callbacks+=vitlit.runs.nonfinite.NonFiniteGuard",
         "--trainer.callbacks.action",
         "skip",
         "--model.optimizer.init_args.fused",

@@ -248,18 +248,20 @@ def test_the_device_loader_delivers_the_per_image_pipelines_distribution(name: s
     """
     from scipy.stats import ks_2samp
 
-    from vitlit.data.transforms import ToNormalizedFloat, policy_transform, train_transform
+    from vitlit.data.transforms import eval_transform, policy_transform, train_transform
 
     images, epochs, mean, std = _spread_digits(digits_dir / "train", 200), 6, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
     torch.manual_seed(0)
     policy = BatchPolicy(name, num_ops=1, magnitude=5)
     loader = DeviceLoader(images, torch.zeros(len(images), dtype=torch.long), 100, img_size=32, mean=mean, std=std,
-                          shuffle=False, crop_padding=4, hflip=True, policy=policy)  # fmt: skip
+                          crop_padding=4, hflip=True, policy=policy)  # fmt: skip
     device = torch.cat([batch for _ in range(epochs) for batch, _ in loader])
     pipeline = train_transform(32, mean, std, resize=False, crop_padding=4, hflip=True,
                                policy=policy_transform(name, num_ops=1, magnitude=5))  # fmt: skip
     per_image = torch.stack([pipeline(image) for _ in range(epochs) for image in images])
-    plain = ToNormalizedFloat(mean, std)(images).repeat(epochs, 1, 1, 1)
+    plain = torch.stack([eval_transform(32, mean, std, resize=False)(image) for image in images]).repeat(
+        epochs, 1, 1, 1
+    )
     for statistic in (
         lambda x: x.mean((1, 2, 3)),
         lambda x: x.std((1, 2, 3)),

@@ -20,7 +20,7 @@ from helpers.probes import WeightProbe
 from lightning.pytorch.plugins.precision import MixedPrecision
 
 from vitlit import ImageFolderDataModule, ViTClassifier
-from vitlit.config import default_configs
+from vitlit.config import DEFAULTS
 
 BATCHES = 4  # training batches of the one epoch each recipe runs
 
@@ -40,9 +40,7 @@ def _run_recipe(config: Path, cifar_dir: Path, root: Path, *device: str):
     )  # fmt: skip
 
 
-_DEFAULT_CLIP = yaml.safe_load(Path(default_configs()[0]).read_text())["trainer"][
-    "gradient_clip_val"
-]  # what recipes inherit
+_DEFAULT_CLIP = yaml.safe_load(DEFAULTS.read_text())["trainer"]["gradient_clip_val"]  # what recipes inherit
 
 
 def _assert_trained_as_shipped(cli, config: Path, precision: str) -> None:

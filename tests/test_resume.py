@@ -160,7 +160,7 @@ def test_signal_saves_a_checkpoint_and_says_how_to_resume(sig, status, stopped: 
     stopped_at = int(re.search(r"step (\d+);", message[0]).group(1))
     assert checkpoint["global_step"] == stopped_at > 0
     card = json.loads((run.run_dir / "run_card.json").read_text())
-    assert card["exit_reason"] == "SIGTERM"  # a first Ctrl-C is routed as one
+    assert card["exit_reason"] == "SIGTERMException"  # a first Ctrl-C is routed as one
 
     resumed = run_cli(
         "fit", "--config", run.run_dir / "config.yaml", "--ckpt_path", last,
@@ -169,7 +169,7 @@ def test_signal_saves_a_checkpoint_and_says_how_to_resume(sig, status, stopped: 
     assert resumed.trainer.global_step > checkpoint["global_step"]
     after = json.loads((run.run_dir / "run_card.json").read_text())  # the same card, carried on
     assert after["exit_reason"] == "finished" and after["wall_seconds"] > card["wall_seconds"]
-    assert after["epochs_done"] == checkpoint["epoch"] + 2 and after["config_file"].startswith("config.resume")
+    assert after["epochs_done"] == checkpoint["epoch"] + 2 and (run.run_dir / "config.resume-1.yaml").is_file()
 
 
 @pytest.mark.slow
@@ -212,7 +212,7 @@ def test_kill_while_saving_keeps_last_ckpt_and_auto_resume_continues_the_run(
     ids=["fraction", "steps"],
 )
 def test_snapshots_are_periodic_and_keep_the_newest(every: list[str], tmp_path: Path, digits_dir: Path) -> None:
-    snapshots = ["--trainer.callbacks+=vitlit.runs.callbacks.Snapshots", "--trainer.callbacks.init_args.keep", "2"]
+    snapshots = ["--trainer.callbacks+=vitlit.runs.snapshots.Snapshots", "--trainer.callbacks.init_args.keep", "2"]
     snapshots += [f"--trainer.callbacks.init_args.{every[0]}", every[1]]
     cli = run_cli("fit", *_digits_run(digits_dir, 2, 4, 1), *snapshots, "--trainer.default_root_dir", tmp_path)
     folder = Path(cli.trainer.log_dir) / "checkpoints"

@@ -17,12 +17,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 from helpers.cli import CPU, DIGITS_CONFIG, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit, tree_digest
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from vitlit.runs.folders import LOCK_FILE, allocate_version, relocated_logger
-from vitlit.runs.interrupts import ResumableStop
-from vitlit.runs.nonfinite import TrainingHalted
+from vitlit.cli import VitLitCLI
+from vitlit.errors import TrainingHalted
+from vitlit.run_dir import LOCK, Placed, allocate_version
 
 
 @pytest.fixture(scope="module")
@@ -51,20 +50,6 @@ def test_versions_are_allocated_atomically_by_concurrent_allocators(tmp_path: Pa
     with ThreadPoolExecutor(8) as pool:
         versions = list(pool.map(allocate, range(8)))
     assert sorted(versions) == list(range(8))
-
-
-def test_relocated_logger_keeps_its_class_and_options_in_the_new_folder(tmp_path: Path) -> None:
-    for logger, options in (
-        (TensorBoardLogger(tmp_path / "a", default_hp_metric=False, prefix="p"), {"default_hp_metric": False}),
-        (CSVLogger(tmp_path / "b", flush_logs_every_n_steps=7), {"flush_logs_every_n_steps": 7}),
-    ):
-        moved = relocated_logger(logger, options, tmp_path / "runs", "evals", 3)
-        assert type(moved) is type(logger) and moved is not logger
-        assert Path(moved.log_dir) == tmp_path / "runs" / "evals" / "version_3"
-        assert (
-            Path(relocated_logger(logger, options, tmp_path, "x", "version_7").log_dir) == tmp_path / "x" / "version_7"
-        )
-    assert moved._flush_logs_every_n_steps == 7  # the configured option travels with it
 
 
 @pytest.mark.slow  # about 20 s: two digits fits in fresh processes at once
@@ -233,7 +218,7 @@ def test_a_second_fit_of_a_run_in_use_is_refused(tmp_path: Path, digits_dir: Pat
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     with subprocess.Popen(held, stderr=subprocess.PIPE, text=True, env=env) as first:
         deadline = time.monotonic() + 120
-        while not (run / LOCK_FILE).exists() and first.poll() is None and time.monotonic() < deadline:
+        while not (run / LOCK).exists() and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         with subprocess.Popen(again, stderr=subprocess.PIPE, text=True) as second:  # while the first trains
             second_err = second.communicate(timeout=300)[1]
@@ -242,65 +227,63 @@ def test_a_second_fit_of_a_run_in_use_is_refused(tmp_path: Path, digits_dir: Pat
     assert second.returncode == 2, second_err[-3000:]
     line = second_err.strip().splitlines()[-1]
     assert line.startswith(f"vitlit: error: {run} is in use by a fit of pid {first.pid} on "), line
-    assert first.returncode == 0 and not (run / LOCK_FILE).exists()
+    assert first.returncode == 0 and not (run / LOCK).exists()
     # The refused one added nothing: no config of its own, no event file.
     assert sorted(p.name for p in run.glob("config*.yaml")) == ["config.resume-1.yaml", "config.yaml"]
     assert not [p for p in run.glob("events.out.tfevents.*") if p.name.split(".")[-2] == str(second.pid)]
 
 
 @pytest.mark.slow
-def test_a_run_killed_before_its_first_checkpoint_is_cleared_by_the_next(tmp_path: Path, digits_dir: Path) -> None:
+def test_a_run_killed_before_its_first_checkpoint_is_left_as_it_was(tmp_path: Path, digits_dir: Path) -> None:
     common = ["--data.root", digits_dir, "--trainer.default_root_dir", tmp_path, "--trainer.max_epochs", "1"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "VITLIT_TEST_KILL": "1"}
     killed = subprocess.run(_digits_fit(*common, "--trainer.callbacks+=helpers.kill.KillAtEpoch",
                                         "--trainer.callbacks.epoch", "0"), env=env, capture_output=True)  # fmt: skip
     assert killed.returncode == -9
     stale = tmp_path / "lightning_logs" / "version_0"
-    assert (stale / LOCK_FILE).is_file() and not list(stale.rglob("*.ckpt"))
-    done = subprocess.run(_digits_fit(*common), capture_output=True, text=True)
+    before = tree_digest(stale)
+    assert (stale / LOCK).is_file() and not list(stale.rglob("*.ckpt"))
+    done = subprocess.run(_digits_fit(*common), capture_output=True, text=True)  # its lock died with it
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "removed version_0, left by a run killed before its first checkpoint" in done.stderr
-    assert [p.name for p in (tmp_path / "lightning_logs").iterdir()] == ["version_0"]  # the new run took its place
-    assert (stale / "checkpoints" / "last.ckpt").is_file() and not (stale / LOCK_FILE).exists()
+    assert tree_digest(stale) == before  # another run's folder is never removed
+    assert (tmp_path / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt").is_file()
 
 
-def _stopped_trainer(checkpoints: list[Path] = ()) -> SimpleNamespace:
-    """What `ResumableStop` reads of a Trainer that a signal stopped in epoch 2, step 30."""
-    callbacks = [SimpleNamespace(dirpath=str(p.parent)) for p in checkpoints]
-    return SimpleNamespace(interrupted=True, current_epoch=2, global_step=30, is_global_zero=True,
-                           checkpoint_callbacks=callbacks, logger=None)  # fmt: skip
+def _stopped(err: BaseException, signal_name: str | None, run: Path | None = None) -> int:
+    """What the CLI does with ``err`` leaving a fit that stopped in epoch 2, step 30: the exit status."""
+    cli = VitLitCLI.__new__(VitLitCLI)  # the method alone: a CLI whose run stopped
+    cli.run = Placed(run, None, (run,)) if run is not None else None
+    cli.trainer = SimpleNamespace(interrupted=True, current_epoch=2, global_step=30, is_global_zero=True, callbacks=[])
+    VitLitCLI.signal_name = signal_name
+    with pytest.raises(SystemExit) as exit_info:
+        cli._stopped(err)
+    return exit_info.value.code
 
 
 @pytest.mark.parametrize(
-    ("first", "routed", "status"),
-    [(KeyboardInterrupt(), "SIGINT", 130), (SIGTERMException(), None, 143), (SIGTERMException(), "SIGINT", 130)],
-    ids=["second-ctrl-c", "sigterm", "first-ctrl-c"],
-)
+    ("error", "routed", "status"),
+    [(SystemExit(1), "SIGINT", 130), (SIGTERMException(), None, 143), (SIGTERMException(), "SIGINT", 130),
+     (SIGTERMException(), "SIGHUP", 129)],
+    ids=["second-ctrl-c", "sigterm", "first-ctrl-c", "terminal-closed"],
+)  # fmt: skip
 def test_a_stopped_fit_says_one_line_and_exits_with_the_signals_status(
-    first: BaseException, routed: str | None, status: int, capsys: pytest.CaptureFixture[str]
+    error: BaseException, routed: str | None, status: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    stop, trainer = ResumableStop(), _stopped_trainer()
-    stop.interrupts.signal_name = routed  # the first Ctrl-C, routed as a SIGTERM
-    stop.on_exception(trainer, None, first)  # Lightning's call, inside the run
-    # What leaves Lightning: the same SIGTERMException, or (after a second Ctrl-C) its sys.exit(1).
-    leaving = first if isinstance(first, SystemExit) else SystemExit(1)
-    stop.on_exception(trainer, None, leaving)  # the CLI's call
-    stop.teardown(trainer, None, "fit")
-    assert leaving.code == status
-    name = "SIGINT" if status == 130 else "SIGTERM"
+    assert _stopped(error, routed) == status
+    name = {130: "SIGINT", 143: "SIGTERM", 129: "SIGHUP"}[status]
     assert capsys.readouterr().err.splitlines() == [
-        f"vitlit: interrupted by {name} at epoch 2, step 30; no checkpoint was written, so there is nothing to resume."
+        f"vitlit: interrupted by {name} at epoch 2, step 30; no checkpoint was written, so there is nothing to resume"
     ]
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    assert _stopped(error, routed, tmp_path) == status
+    line = capsys.readouterr().err.strip()
+    assert line.endswith(f"; resume with: python -m vitlit fit --config {tmp_path / 'config.yaml'} --ckpt_path "
+                         f"{tmp_path / 'checkpoints' / 'last.ckpt'}")  # fmt: skip
 
 
 def test_a_halted_fit_exits_with_status_1_and_the_guards_message(capsys: pytest.CaptureFixture[str]) -> None:
-    stop, trainer, halted = ResumableStop(), _stopped_trainer(), TrainingHalted("the loss became NaN at step 3")
-    assert halted.code == "vitlit: error: the loss became NaN at step 3"  # without ResumableStop: Python prints it
-    stop.on_exception(trainer, None, halted)
-    stop.on_exception(trainer, None, halted)
-    stop.teardown(trainer, None, "fit")
-    assert halted.code == 1
-    err = capsys.readouterr().err.splitlines()
-    assert err == [
-        "vitlit: error: the loss became NaN at step 3; no checkpoint was written, so there is nothing to resume."
+    assert _stopped(TrainingHalted("the loss became NaN at step 3"), None) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "vitlit: error: the loss became NaN at step 3; no checkpoint was written, so there is nothing to resume"
     ]

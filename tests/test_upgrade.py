@@ -1,4 +1,4 @@
-"""A run saved by vitlit 0.1 resumes after scripts/upgrade_config.py (tests/data/config_v0.1.yaml: 0.1's own output)."""
+"""A run saved by vitlit 0.1 trains after scripts/upgrade_config.py (tests/data/config_v0.1.yaml: 0.1's own output)."""
 
 from __future__ import annotations
 
@@ -21,11 +21,12 @@ def test_a_0_1_config_upgrades_and_trains(tmp_path: Path, digits_dir: Path) -> N
     config = tmp_path / "config.yaml"
     shutil.copy(OLD, config)
     upgrade_config.main([str(config)])
-    assert (tmp_path / "config.yaml.v0.1").read_text() == OLD.read_text()
+    assert (tmp_path / "config.yaml.old").read_text() == OLD.read_text()
     new = yaml.safe_load(config.read_text())
     assert upgrade_config.upgrade(new) == new  # idempotent
     text = config.read_text()
     assert "vitlit.monitor." not in text and "vitlit.runs.monitor.SpeedMonitor" in text and "nonfinite:" not in text
+    assert "vitlit.runs.run_card.RunCard" in text and "vitlit.fast.loader.DeviceData" in text  # 0.3's defaults
     teacher = tmp_path / "teacher.pth"  # the saved config names timm's test_vit; its weights from a file (offline)
     torch.save(timm.create_model("test_vit", num_classes=10).state_dict(), teacher)
     cli = run_cli("fit", "--config", config, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path / "r",
@@ -35,3 +36,17 @@ def test_a_0_1_config_upgrades_and_trains(tmp_path: Path, digits_dir: Path) -> N
     guards = [cb for cb in cli.trainer.callbacks if type(cb).__name__ == "NonFiniteGuard" and cb.active]
     assert [g.action for g in guards] == ["skip"]
     assert (Path(cli.trainer.log_dir) / "run_card.json").is_file()  # the runs part's callbacks are back
+
+
+def test_a_0_2_config_upgrades_and_trains(tmp_path: Path, digits_dir: Path) -> None:
+    # 0.2's --print_config of the digits recipe with the DDP config: callbacks the CLI replaced, modules renamed.
+    config = tmp_path / "config.yaml"
+    shutil.copy(Path(__file__).with_name("data") / "config_v0.2.yaml", config)
+    upgrade_config.main([str(config)])
+    text = config.read_text()
+    for gone in ("RunFolders", "CheckedResume", "Preflight", "ResumableStop", "LogEveryEpoch", "runs.callbacks."):
+        assert gone not in text, gone
+    assert "vitlit.runs.ddp.StopTogetherOnSigterm" in text and "vitlit.runs.predictions.PredictionWriter" in text
+    flags = ["--trainer.strategy", "auto", "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1"]
+    cli = run_cli("fit", "--config", config, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path, *flags)
+    assert cli.trainer.global_step == 2 and (Path(cli.trainer.log_dir) / "run_card.json").is_file()

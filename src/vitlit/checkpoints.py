@@ -1,8 +1,9 @@
-"""What a failed save or load of a checkpoint means: a damaged file, or a full disk.
+"""Checkpoint files read before a run or an export uses them: the file, its kind, its hyperparameters, its weights.
 
-Finding a run's checkpoints, choosing and checking the one a run starts from (``--ckpt_path last|auto``) and the
-command that resumes a stopped run are the opt-in part `vitlit.runs`; without it ``--ckpt_path`` goes to Lightning
-as it is.
+Lightning restores a checkpoint only once the run has started (its folder made, its data loaded), and a foreign,
+truncated or mismatched file then fails deep inside it. Here the file is read memory-mapped (the tensors' bytes are
+not read) and refused in one line, naming it, before anything else happens. ``torch.save`` writes a zip archive of
+stored (uncompressed) records, so a compressed record is refused from the archive's directory without unpacking it.
 """
 
 from __future__ import annotations
@@ -10,12 +11,19 @@ from __future__ import annotations
 import errno
 import pickle
 import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vitlit.errors import ConfigError
 
 # What torch.load raises on a truncated, foreign or tampered-with file.
-UNREADABLE = (RuntimeError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile)
+UNREADABLE = (RuntimeError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile, OSError)
 
 
-def disk_full(err: BaseException) -> str | None:
+def disk_full(err: BaseException | None) -> str | None:
     """What ran out, if ``err`` (or an error it was raised while handling) is a write refused for lack of space.
 
     torch's zip writer reports a failed write as ``RuntimeError: ... unexpected pos``; the OSError behind it is only
@@ -30,3 +38,73 @@ def disk_full(err: BaseException) -> str | None:
             return reasons[err.errno]
         err = err.__cause__ or err.__context__
     return None
+
+
+def read_checkpoint(path: str | Path, weights_only: bool | None = True, mmap: bool = True) -> dict[str, Any]:
+    """A Lightning checkpoint's contents, or a one-line `ConfigError` naming the file and the way out.
+
+    Args:
+        path: The ``.ckpt`` file.
+        weights_only: ``torch.load``'s ``weights_only``; ``None`` means ``True``. ``False`` runs the file's pickled
+            code: only for files whose origin is trusted.
+        mmap: Map the tensors instead of reading them (for a check: their bytes are never read). A checkpoint that
+            is restored is read whole, so that no tensor keeps the file open (Windows could not replace it).
+    """
+    file = Path(path).expanduser()
+    if file.is_dir():
+        # A run folder, a lightning_logs folder or a root of runs; globs of bounded depth (`/` holds /proc).
+        found = sorted(p for depth in range(4) for p in file.glob("*/" * depth + "*.ckpt"))
+        hint = f", e.g. {found[-1]}" if found else ""
+        raise ConfigError(f"--ckpt_path {path} is a folder; give a .ckpt file in it{hint}.")
+    if not file.is_file():
+        what = "is not a regular file (a device, a pipe)" if file.exists() else "does not exist (or is a broken link)"
+        raise ConfigError(f"checkpoint {path} {what}; give the path of a .ckpt file of an earlier run.")
+    try:
+        with file.open("rb") as f:
+            head = f.read(4)
+        zipped = head == b"PK\x03\x04"  # torch.save's format; files of torch < 1.6 are a bare pickle (0x80 ...)
+        if zipped:
+            with zipfile.ZipFile(file) as archive:  # its directory only: nothing is unpacked
+                compressed = any(r.compress_type != zipfile.ZIP_STORED for r in archive.infolist())
+        if zipped and compressed:
+            raise ConfigError(f"checkpoint {path} holds compressed records, which torch.save never writes; give a "
+                              f".ckpt file that vitlit or Lightning saved.")  # fmt: skip
+        if not (zipped or head[:1] == b"\x80"):
+            what = "empty" if not head else "another kind of file"
+            raise ConfigError(f"checkpoint {path} is not a PyTorch checkpoint (it is {what}); give a .ckpt file.")
+        checkpoint = torch.load(file, map_location="cpu", weights_only=weights_only is not False, mmap=mmap and zipped)
+    except ConfigError:
+        raise
+    except UNREADABLE as err:
+        raise unreadable(path, err, weights_only) from None
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), Mapping):
+        raise ConfigError(f"checkpoint {path} is not a Lightning checkpoint (no state_dict); for plain timm weights "
+                          f"use --model.pretrained_file instead.")  # fmt: skip
+    return checkpoint
+
+
+def unreadable(path: str | Path, err: BaseException, weights_only: bool | None = True) -> ConfigError:
+    """The one-line error for a checkpoint file that ``torch.load`` refused with ``err`` (one of `UNREADABLE`)."""
+    if weights_only is not False and isinstance(err, pickle.UnpicklingError) and "weights_only" in str(err):
+        return ConfigError(f"checkpoint {path} holds Python objects besides tensors, which weights-only loading "
+                           f"refuses; if you trust the file's origin, pass --weights_only false.")  # fmt: skip
+    words = " ".join(str(err).split()).split(". ")[0][:100] or type(err).__name__
+    return ConfigError(f"checkpoint {path} cannot be read ({words}); it is truncated or not a PyTorch checkpoint: use "
+                       f"an earlier snapshot from the same checkpoints/ folder.")  # fmt: skip
+
+
+def check_weights(state_dict: Mapping[str, Any], expected: Mapping[str, torch.Tensor], path: str | Path) -> None:
+    """Refuse weights whose names or shapes differ from ``expected`` (a model's ``state_dict()``), naming the first.
+
+    Lightning would load them only once the run has started, and a wrong shape or a missing key fails there with a
+    page of tensor names; an extra key of another project would fail the same way.
+    """
+    shapes = {k: tuple(v.shape) for k, v in state_dict.items() if isinstance(v, torch.Tensor)}
+    wanted = {k: tuple(v.shape) for k, v in expected.items()}
+    missing, extra = sorted(set(wanted) - set(shapes)), sorted(set(shapes) - set(wanted))
+    differ = [f"{k} is {shapes[k]}, not {wanted[k]}" for k in wanted if k in shapes and shapes[k] != wanted[k]]
+    problem = (f"it lacks {missing[0]}" if missing else f"it has {extra[0]}, which the model has not" if extra
+               else differ[0] if differ else None)  # fmt: skip
+    if problem is not None:
+        raise ConfigError(f"checkpoint {path} does not fit this model ({problem}); give a checkpoint of this model "
+                          f"trained with the same options (the run's config.yaml).")  # fmt: skip

@@ -1,8 +1,10 @@
 """The command line: ``python -m vitlit {fit,validate,test,predict} --config configs/<recipe>.yaml [--key value ...]``.
 
-Everything is LightningCLI: the model is `vitlit.ViTClassifier` or a subclass (``--model``), the data module any
-subclass of `vitlit.data.ImageClassificationDataModule` (``--data``), the Trainer and its callbacks come from the
-YAML. Under every ``--config`` lie the shared defaults: ``defaults.yaml`` here, then each opt-in part's. Example::
+Everything is LightningCLI: the model is `vitlit.model.ViTClassifier` or a subclass (``--model``), the data module any
+subclass of `vitlit.data.ImageClassificationDataModule` (``--data``), the Trainer and its callbacks come from the YAML.
+Under every ``--config`` lies ``src/vitlit/defaults.yaml``, the one list of what a default run does. The CLI adds
+what no callback can do: checks before anything is built, the run's folder (`vitlit.run_dir`), the checkpoint checked
+before the run starts, and a stopped fit's last line with the command that resumes it. Example::
 
     python -m vitlit fit --config configs/cifar10_vit_tiny.yaml --trainer.max_epochs 5 --data.batch_size 256
 """
@@ -10,30 +12,52 @@ YAML. Under every ``--config`` lie the shared defaults: ``defaults.yaml`` here, 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
+import logging
+import os
 import re
+import shutil
 import signal
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, ClassVar, NoReturn
 
-from lightning.pytorch import Callback, LightningModule
+from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit import __version__
 from vitlit import config as cfg
+from vitlit.checkpoints import check_weights, read_checkpoint
 from vitlit.data import ImageClassificationDataModule
-from vitlit.errors import CheckFailed
-from vitlit.pretrained import fill_pretrained_normalization
-from vitlit.trainer import Trainer
+from vitlit.errors import CheckFailed, TrainingHalted
+from vitlit.run_dir import Placed, place_run, resolve_checkpoint, run_of_checkpoint, unlock
 
 PROG = "vitlit"
-DESCRIPTION = (
-    "Train and evaluate timm Vision Transformers with Lightning: `vitlit fit --config configs/<recipe>.yaml`. "
-    "Every option is a YAML key and a --flag; `vitlit fit --help` lists them. More subcommands: {tools}, each with "
-    "its own --help."
-)
+#: Subcommands beside LightningCLI's four: name -> the function whose typed, documented arguments are its flags. A
+#: fork adds its own here; one whose module was deleted says so when it is called.
+TOOLS = {
+    "env": "vitlit.tools.env:env",
+    "export": "vitlit.tools.export:export",
+    "models": "vitlit.tools.models:models",
+    "serve": "vitlit.tools.serve:serve",
+    "sweep": "vitlit.tools.sweep:sweep",
+}
+#: Lightning's log lines a vitlit user cannot act on (advertisements, what the resume line says better, the seed that
+#: the run card keeps), and the loggers they come from.
+QUIET = ("💡 Tip:", "An SIGTERMException was raised", "Received SIGTERM", "attempting graceful shutdown", "Seed set to")
+QUIET_LOGGERS = [
+    f"lightning.{name}"
+    for name in (
+        "pytorch.utilities.rank_zero",
+        "pytorch.trainer.call",
+        "pytorch.trainer.connectors.signal_connector",
+        "fabric.utilities.seed",
+    )
+]
 
 
 def _exit(text: str) -> NoReturn:
@@ -42,48 +66,47 @@ def _exit(text: str) -> NoReturn:
 
 
 class VitLitArgumentParser(LightningArgumentParser):
-    """LightningCLI's parser, reporting a bad option in one line instead of the full usage text."""
-
-    argv: ClassVar[list[str]] = []  # the command line being parsed, for the message (set by `main`)
+    """LightningCLI's parser, reporting a bad option in one line (the key and the value) instead of the usage."""
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
-        line = cfg.parser_error(message, ex, self.argv, self.format_help() if "unrecognized" in message else "")
-        _exit(f"{line} (`{PROG} <subcommand> --help` lists the options)")
+        cause = cfg.user_error(ex)
+        text = str(cause) if cause is not None else cfg.one_line(message)
+        if "invalid choice" in text:  # LightningCLI knows its four subcommands; the tools are vitlit's
+            text = text.replace(")", ", " + ", ".join(repr(name) for name in TOOLS) + ")", 1)
+        _exit(f"{text} (`{PROG} <subcommand> --help` lists the options)")
 
 
 class VitLitCLI(LightningCLI):
-    """LightningCLI with the data-to-model links, checks before anything is built, and two hooks for callbacks.
+    """LightningCLI with the data-to-model links, checks before anything is built, and the run's folder."""
 
-    A callback with a ``resolve_checkpoint(trainer, pl_module, subcommand, ckpt_path, weights_only)`` method chooses
-    the checkpoint the run starts from (`vitlit.runs.resume.CheckedResume`: ``--ckpt_path last|auto``, checked);
-    without one, ``--ckpt_path`` goes to Lightning as typed. A callback with a
-    ``before_run(trainer, pl_module, subcommand, ckpt)`` method is called once the checkpoint is chosen and before
-    the run starts (Lightning's own hooks come after its logger has written), and its
-    ``on_exception`` and ``teardown`` once the run is over, also when it failed before or inside Lightning (which
-    tears callbacks down only after a run that ended normally; an error inside Lightning reaches ``on_exception``
-    twice): `vitlit.runs.placement.RunFolders` places the run this way, and `vitlit.runs.interrupts.ResumableStop`
-    ends an interrupted run with the command that resumes it.
-    """
+    signal_name: ClassVar[str | None] = None  # the signal that stopped a fit (`interrupts_stop_the_fit`)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.started: list[Callback] = []
+        self.run: Placed | None = None  # the run's folder, once placed
         try:
             super().__init__(*args, **kwargs)
-        except BaseException as err:
-            for callback in self.started:
-                callback.on_exception(self.trainer, self.model, err)
-                callback.teardown(self.trainer, self.model, self.subcommand)
-            if isinstance(err, SIGTERMException) and err.code is None:  # Lightning's stop would exit with status 0
-                err.code = 128 + signal.SIGTERM  # the shell's convention (a callback may have set another)
+        except (SIGTERMException, TrainingHalted, KeyboardInterrupt, SystemExit) as err:
+            self._stopped(err)
             raise
+        except Exception as err:
+            # A user error found once the folder was made (an image that cannot be read, met at the data's setup):
+            # the folder this run made goes again, as long as it holds no checkpoint, so a refused run leaves none.
+            placed = self.run
+            if placed and placed.made and cfg.one_line_error(err) and not any(placed.run_dir.rglob("*.ckpt")):
+                shutil.rmtree(placed.run_dir, ignore_errors=True)
+                for folder in placed.made[1:]:  # lightning_logs/ and the root, where this run made them
+                    with contextlib.suppress(OSError):  # not empty: another run wrote there meanwhile
+                        folder.rmdir()
+            raise
+        finally:
+            if self.run is not None and self.run.lock is not None:
+                unlock(self.run.run_dir, self.run.lock)
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         kwargs.setdefault("allow_abbrev", False)  # `--trainer.max_ep 5` must be an error, not --trainer.max_epochs
         return super().init_parser(**kwargs)
 
-    def setup_parser(
-        self, add_subcommands: bool, main_kwargs: dict[str, Any], subparser_kwargs: dict[str, Any]
-    ) -> None:
+    def setup_parser(self, add_subcommands: bool, main_kwargs: dict, subparser_kwargs: dict) -> None:
         super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
         self.parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
 
@@ -96,33 +119,127 @@ class VitLitCLI(LightningCLI):
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         super().parse_arguments(parser, args)
-        subcommand = self.config["subcommand"]
-        config = self.config[subcommand]
-        for check in cfg.hooks("after_parsing"):  # seeds, evaluations without a checkpoint (vitlit.checks)
-            check(subcommand, config)
+        config = self.config[self.config["subcommand"]]
+        cfg.check_run(self.config["subcommand"], config)
         # Kept from LightningCLI until the classes are built: given a checkpoint, it copies the checkpoint's
         # hyperparameters over the parsed config (flags typed on the command line could vanish without a word).
         self._ckpt_path, config["ckpt_path"] = config.get("ckpt_path"), None
+
+    def instantiate_classes(self) -> None:
+        """Build the configured classes; one whose constructor refuses its arguments is a user error, in one line."""
+        try:
+            super().instantiate_classes()
+        except Exception as err:
+            refused = None if cfg.one_line_error(err) else cfg.refused_arguments(err)  # a path refused: main says it
+            if refused is None:
+                raise
+            raise refused from None
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]
         config["ckpt_path"] = self._ckpt_path  # as typed, in the saved config
         cfg.absolute_paths(config)  # the saved config must work from any folder (the notebooks', a resume's)
-        fill_pretrained_normalization(config["model"]["init_args"], config["data"]["init_args"])
+        model = config["model"]["init_args"]
+        if model.get("pretrained") or model.get("pretrained_file"):  # the statistics the weights were trained with
+            from vitlit.pretrained import fill_pretrained_normalization
+
+            fill_pretrained_normalization(model, config["data"]["init_args"])
 
     def _start(self) -> None:
-        """Let callbacks resolve ``--ckpt_path`` (``resolve_checkpoint``), then call their ``before_run``."""
-        subcommand, trainer, ckpt = self.subcommand, self.trainer, self._ckpt_path
-        ckpt = None if ckpt is None or str(ckpt).lower() == "none" else ckpt  # none: evaluate the model as built
-        for callback in [cb for cb in trainer.callbacks if callable(getattr(cb, "resolve_checkpoint", None))]:
-            weights_only = self.config_init[subcommand].get("weights_only")
-            ckpt = callback.resolve_checkpoint(trainer, self.model, subcommand, self._ckpt_path, weights_only)
+        """Resolve and check ``--ckpt_path``, then place the run: all before Lightning writes anything."""
+        subcommand, trainer, model = self.subcommand, self.trainer, self.model
+        logger = trainer.logger
+        root = Path(getattr(logger, "root_dir", None) or Path(trainer.default_root_dir) / "lightning_logs")
+        ckpt = resolve_checkpoint(self._ckpt_path, subcommand, root.expanduser().absolute())
+        if ckpt is not None:
+            checkpoint = read_checkpoint(ckpt, self.config_init[subcommand].get("weights_only"))
+            run = run_of_checkpoint(ckpt)
+            options = f"--config {run / 'config.yaml'}" if run is not None else None
+            if hasattr(model, "check_checkpoint"):  # architecture, classes and (for a resume) the optimizer
+                model.check_checkpoint(checkpoint, options, resume=subcommand == "fit")
+            check_weights(checkpoint["state_dict"], model.state_dict(), ckpt)
         self.config_init[subcommand]["ckpt_path"] = None if ckpt is None else str(ckpt)  # what the run loads
-        for callback in [cb for cb in trainer.callbacks if callable(getattr(cb, "before_run", None))]:
-            self.started.append(callback)
-            callback.before_run(trainer, self.model, subcommand, ckpt)
+        self.run = place_run(trainer, subcommand, ckpt)
 
     before_fit = before_validate = before_test = before_predict = _start  # LightningCLI's hooks before each subcommand
+
+    def _stopped(self, err: BaseException) -> None:
+        """End a fit stopped by a signal or a guard in one line with the command that resumes it, and its status."""
+        trainer = getattr(self, "trainer", None)
+        if isinstance(err, TrainingHalted):
+            line, status = f"{PROG}: error: {err}", 1
+        elif trainer is not None and (isinstance(err, SIGTERMException) or trainer.interrupted):
+            name = VitLitCLI.signal_name or ("SIGTERM" if isinstance(err, SIGTERMException) else "SIGINT")
+            line = f"{PROG}: interrupted by {name} at epoch {trainer.current_epoch}, step {trainer.global_step}"
+            status = 128 + signal.Signals[name].value  # the shell's convention
+        else:
+            return
+        last = self.run.run_dir / "checkpoints" / "last.ckpt" if self.run is not None else None
+        if last is not None and last.is_file():
+            saver = next((cb for cb in trainer.callbacks if hasattr(cb, "config_filename")), None)
+            config = self.run.run_dir / (saver.config_filename if saver is not None else "config.yaml")
+            line += f"; resume with: python -m {PROG} fit --config {config} --ckpt_path {last}"
+        elif trainer is None or trainer.is_global_zero:
+            line += "; no checkpoint was written, so there is nothing to resume"
+        if trainer is None or trainer.is_global_zero:  # one line, not one per DDP process
+            print(line, file=sys.stderr)
+        raise SystemExit(status) from None
+
+
+@contextlib.contextmanager
+def interrupts_stop_the_fit() -> Iterator[None]:
+    """While a fit runs, the first Ctrl-C (or a closed terminal's SIGHUP) stops it at the next step, as a SIGTERM.
+
+    Python raises KeyboardInterrupt wherever the main thread happens to be (inside an optimizer step, or swallowed in a
+    finaliser); Lightning's SIGTERM handling stops between steps and saves ``last.ckpt`` on the way out. Before
+    Lightning listens (data setup), and at a second Ctrl-C, it stops at once. POSIX, main thread only.
+    """
+    VitLitCLI.signal_name = None
+
+    def stop(signum: int, frame: Any) -> None:
+        listening = signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None)  # Lightning's handler is in
+        if VitLitCLI.signal_name is not None or not listening:
+            raise KeyboardInterrupt
+        VitLitCLI.signal_name = signal.Signals(signum).name
+        print(f"{PROG}: stopping at the next step; Ctrl-C again to stop at once", file=sys.stderr)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    handled = (signal.SIGINT, signal.SIGHUP) if os.name == "posix" and _main_thread() else ()
+    previous = {s: signal.signal(s, stop) for s in handled}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Leave out Lightning's notes and warnings a user cannot act on, while the CLI runs (`QUIET`)."""
+
+    def note(record: logging.LogRecord) -> bool:  # a callable is a filter too
+        return not any(text in record.getMessage() for text in QUIET)
+
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(note)
+    with warnings.catch_warnings():
+        for message in ("LightningCLI's args parameter is intended",  # main(args) from Python: a notebook, pytest
+                        r"Precision .* is not supported by the model summary", "The dirpath has changed from",
+                        r"`isinstance\(treespec, LeafSpec\)` is deprecated",  # Lightning's own, of torch's API
+                        r"(?s).*was deprecated in v4"):  # jsonargparse's, of what Lightning calls  # fmt: skip
+            warnings.filterwarnings("ignore", message=message)
+        try:
+            yield
+        finally:
+            for logger in loggers:
+                logger.removeFilter(note)
 
 
 def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) -> VitLitCLI:
@@ -139,31 +256,28 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
     Raises:
         SystemExit: With status 2 and a one-line message on a user error (bad option, value, path or checkpoint).
     """
-    argv = VitLitArgumentParser.argv = sys.argv[1:] if args is None else [str(a) for a in args]
+    argv = sys.argv[1:] if args is None else [str(a) for a in args]
     try:
-        commands = cfg.tools()
-        if argv and argv[0] in commands:
-            return _tool(argv[0], commands[argv[0]].load(), argv[1:])
-        for check in cfg.hooks("before_parsing"):  # config files jsonargparse would misread (vitlit.checks)
-            check(argv)
-        with contextlib.ExitStack() as around:
-            for hook in cfg.hooks("around_run"):  # e.g. Lightning's notes nobody can act on (vitlit.runs.quiet)
-                around.enter_context(hook(argv[0] if argv else ""))
-            defaults = {"default_config_files": cfg.default_configs()}
+        if argv and argv[0] in TOOLS:
+            return _tool(argv[0], argv[1:])
+        cfg.check_config_files(argv)
+        with quiet(), interrupts_stop_the_fit() if argv[:1] == ["fit"] else contextlib.nullcontext():
+            defaults = {"default_config_files": [str(cfg.DEFAULTS)]}
             return VitLitCLI(
                 LightningModule,  # --model: a class path; the shared defaults name vitlit.model.ViTClassifier
                 ImageClassificationDataModule,
-                trainer_class=Trainer,
                 subclass_mode_model=True,
                 subclass_mode_data=True,
                 auto_configure_optimizers=False,  # the model injects its own optimizer and step-interval scheduler
                 parser_class=VitLitArgumentParser,
                 parser_kwargs={
                     "prog": PROG,
-                    "description": DESCRIPTION.format(tools=", ".join(commands)),
+                    "description": f"Train and evaluate timm Vision Transformers with Lightning. More subcommands: "
+                    f"{', '.join(TOOLS)}, each with its own --help.",
                     **dict.fromkeys(("fit", "validate", "test", "predict"), defaults),
                 },
                 args=None if args is None else argv,
+                trainer_class=Trainer,
                 # Appended to the configured callbacks, and kept out of the saved config (objects, not options).
                 trainer_defaults={"callbacks": list(callbacks)} if callbacks else None,
             )
@@ -177,9 +291,17 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         _exit(line)
 
 
-def _tool(name: str, run: Any, argv: list[str]) -> Any:
-    """Run a `vitlit.config.tools` function with its typed, documented arguments as flags (``vitlit export --help``)."""
-    parser = VitLitArgumentParser(prog=f"{PROG} {name}", description=run.__doc__.split("\n\n")[0], allow_abbrev=False)
+def _tool(name: str, argv: list[str]) -> Any:
+    """Run a `TOOLS` function with its typed, documented arguments as flags (``vitlit export --help``)."""
+    module, function = TOOLS[name].split(":")
+    try:
+        run = getattr(importlib.import_module(module), function)
+    except ModuleNotFoundError as err:
+        if not module.startswith(str(err.name)):  # a package the tool needs, not the tool itself
+            raise
+        _exit(f"the {name} subcommand's module {module} is not in this copy of vitlit; restore it or drop {name}.")
+    parser = VitLitArgumentParser(prog=f"{PROG} {name}", description=(run.__doc__ or name).split("\n\n")[0],
+                                  allow_abbrev=False)  # fmt: skip
     parser.add_function_arguments(run, as_group=False)
     if argv and not argv[0].startswith("-"):  # a leading word is the first argument: `vitlit models 'vit_*'`
         argv = [f"--{next(iter(inspect.signature(run).parameters))}", *argv]

@@ -1,46 +1,46 @@
-"""Reading what the user typed: jsonargparse's reports and vitlit's errors in one line, the shared defaults.
+"""What the user typed, checked before anything runs, and every user error as one line.
 
-Every user error ends as one line ``vitlit: error: ...`` with exit status 2 (`vitlit.cli.main`): a `ConfigError`
-as it is, a jsonargparse report condensed. The checks of hostile input (config files, values out of range, typos,
-refused paths, full disks) are the opt-in part `vitlit.checks`, which attaches through the hooks `hooks` finds.
+Every user error ends as one line ``vitlit: error: ...`` with exit status 2 (`vitlit.cli.main`): a `ConfigError` as
+it is, a jsonargparse report condensed into one line (it names the key and the value), a full disk or a path the
+system refuses named with the path. The checks here are for what jsonargparse and Lightning would take without a
+word and then hang on, crash on deep inside a run, or silently replace.
 """
 
 from __future__ import annotations
 
-import functools
+import errno
 import os
-from collections.abc import Callable
-from importlib.metadata import EntryPoint, entry_points
+import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 
+from vitlit.checkpoints import disk_full
 from vitlit.errors import ConfigError
 
-# Lines of jsonargparse's nested Union report that repeat what the first error already says.
-_NOISE = (
-    "Does not validate against any of the Union",
-    "Subtypes:",
-    "Errors:",
-    "- Expected a <class 'NoneType'>",
-    "Given value type:",
-    "Given value:",
-)
+#: The shared settings under every ``--config``: the one list of what a default run does (read it first).
+DEFAULTS = Path(__file__).with_name("defaults.yaml")
+#: Bounds on a YAML document: a recipe is a few KB. Anchors and aliases let a few hundred bytes stand for billions
+#: of values, which the parser would expand for minutes.
+MAX_YAML_BYTES, MAX_YAML_VALUES = 1_000_000, 100_000
+#: Arguments that name a file or folder, in any data module or model; ``teacher`` where it is a path, not a name.
+PATH_ARGUMENTS = ("root", "data_dir", "predict_dir", "pretrained_file", "teacher")
 
 
-def one_line(message: str) -> str:
-    """Condense jsonargparse's multi-line report (bad key, wrong type) into one line naming key and value."""
-    lines = (line.strip().removeprefix("- ") for line in message.splitlines())
-    return " ".join(line for line in lines if line and not line.startswith(_NOISE))
+def one_line(report: str) -> str:
+    """Jsonargparse's multi-line report (bad key, wrong type, value out of range) as one line naming key and value."""
+    noise = ("Does not validate against any of the Union", "Subtypes:", "Errors:", "- Expected a <class 'NoneType'>",
+             "Given value type:")  # fmt: skip
+    lines = (line.strip().removeprefix("- ") for line in report.splitlines())
+    long_value = lambda line: line.startswith("Given value:") and len(line) > 100  # noqa: E731 (a whole list)
+    return " ".join(line for line in lines if line and not line.startswith(noise) and not long_value(line))
 
 
 def user_error(err: BaseException | None) -> BaseException | None:
-    """Return the ConfigError (or Lightning misconfiguration) that is ``err`` or that ``err`` was raised from.
-
-    Only explicit causes (``raise ... from err``) are followed: an unrelated error that happened to be handled
-    while another was raised is not the user's.
-    """
+    """The `ConfigError` (or Lightning misconfiguration) that ``err`` is or was raised from (``raise ... from``)."""
     while err is not None:
         if isinstance(err, (ConfigError, MisconfigurationException)):
             return err
@@ -48,34 +48,171 @@ def user_error(err: BaseException | None) -> BaseException | None:
     return None
 
 
-def message(err: BaseException) -> str:
-    """The one-line text of a user error (one raised in a DataLoader worker arrives wrapped in its traceback)."""
-    text = str(err)
-    if "Original Traceback" in text:  # torch's ExceptionWrapper: "Caught ... \n Original Traceback ... \n Type: msg"
-        text = text.strip().splitlines()[-1].split(": ", 1)[-1]
-    return text
+def one_line_error(err: BaseException) -> str | None:
+    """The one line for an error the user can fix, or ``None`` for a bug (whose traceback is wanted)."""
+    cause = user_error(err)
+    if cause is not None:
+        text = str(cause)  # one raised in a DataLoader worker arrives wrapped in its traceback: its last line
+        return text.strip().splitlines()[-1].split(": ", 1)[-1] if "Original Traceback" in text else text
+    full = disk_full(err)
+    if full is not None:
+        return f"{full}: {str(err).splitlines()[0][:160]}; free some space (or choose another folder) and run it again."
+    refused = {errno.ENAMETOOLONG: "is longer than the file system allows; give shorter paths",
+               errno.EACCES: "cannot be read or written by this user (permission denied); check its permissions",
+               errno.EPERM: "cannot be read or written by this user (operation not permitted); check its permissions",
+               errno.EROFS: "is on a read-only file system; choose a folder on a writable disk"}  # fmt: skip
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:  # an OSError about a path, wherever the path was first used
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in refused:
+            return f"{str(err.filename or 'a path')[:80]} {refused[err.errno]}."
+        err = err.__cause__ or err.__context__
+    return None
 
 
-def default_configs() -> list[str]:
-    """The shared settings under every ``--config``: the core's ``defaults.yaml``, then each opt-in part's."""
-    here = Path(__file__).parent
-    return [str(here / "defaults.yaml"), *sorted(str(p) for p in here.glob("*/defaults.yaml"))]
+def refused_arguments(err: BaseException) -> ConfigError | None:
+    """The one line for a configured class whose constructor refused its arguments, or ``None`` for a bug.
+
+    jsonargparse reports it wrapped in errors of its own (a value that fits none of the option's types): the class's
+    error is the first of the chain that jsonargparse did not raise. One raised in vitlit's own code is a bug, whose
+    traceback is wanted.
+    """
+    chain = [err]
+    while (err := err.__cause__ or err.__context__) is not None:
+        chain.append(err)
+    for error in chain:
+        frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
+        if isinstance(error, ConfigError):
+            return error
+        if not frames or "jsonargparse" in frames[-1].f_code.co_filename:
+            continue
+        if "/vitlit/" in Path(frames[-1].f_code.co_filename).as_posix():
+            return None
+        built = [
+            type(f.f_locals["self"]).__name__ for f in frames if f.f_code.co_name == "__init__" and "self" in f.f_locals
+        ]
+        words = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+        who = built[0] if built else "a class of the config"
+        return ConfigError(f"{who} refused its arguments ({words}); fix them in the config or on the command line.")
+    return None
 
 
-def tools() -> dict[str, EntryPoint]:
-    """Subcommands beside LightningCLI's, by name: the ``vitlit.commands`` entry points (see pyproject.toml)."""
-    return {point.name: point for point in entry_points(group="vitlit.commands")}
+def load_yaml(text: str, where: str) -> Any:
+    """Parse a YAML document within `MAX_YAML_BYTES` and, with every alias expanded, `MAX_YAML_VALUES`."""
+    if len(text) > MAX_YAML_BYTES:
+        raise ConfigError(f"{where} holds {len(text):,} characters, more than a config needs ({MAX_YAML_BYTES:,}).")
+    try:
+        root, sizes = yaml.compose(text, Loader=yaml.SafeLoader), {}  # nodes: an alias is the same node again
+
+        def size(node: Any) -> int:  # values below a node, each distinct node counted once: linear in the text
+            if id(node) not in sizes:
+                sizes[id(node)] = 1  # a node that contains itself is refused by the parser below
+                kids = [k for c in node.value for k in (c if isinstance(c, tuple) else (c,))] if isinstance(
+                    node.value, list) else []  # fmt: skip
+                sizes[id(node)] = 1 + sum(size(k) for k in kids)
+            return sizes[id(node)]
+
+        if root is not None and size(root) > MAX_YAML_VALUES:
+            raise ConfigError(f"{where} expands to more than {MAX_YAML_VALUES:,} values through its anchors and "
+                              f"aliases (&, *); write the values out.")  # fmt: skip
+        return yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(f"{where} is nested deeper than Python's parser goes; a config needs a few levels.") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{where} is not valid YAML{at}; fix it or start from a file in configs/.") from None
 
 
-#: Arguments that name a file or folder, in any data module or model; ``teacher`` where it is a path, not a name.
-PATH_ARGUMENTS = ("root", "data_dir", "predict_dir", "pretrained_file", "teacher")
+def check_config_files(argv: list[str]) -> None:
+    """Refuse a ``--config`` that is missing, not a regular file (a pipe waits forever), empty, or not options."""
+    values = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config"]
+    values += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
+    for value in values:
+        if "\n" in value or value.lstrip().startswith("{"):  # YAML given inline
+            load_yaml(value, "the --config value")
+            continue
+        path = Path(value).expanduser()
+        if not path.is_file():
+            what = "is not a regular file" if path.exists() else "does not exist"
+            raise ConfigError(f"config file {value} {what}; give a YAML file such as configs/digits.yaml.")
+        try:
+            content = load_yaml(path.read_text(), f"config file {value}")
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"config file {value} cannot be read ({type(err).__name__}); give a YAML file.") from None
+        if not isinstance(content, dict):
+            what = "is empty" if content is None else f"holds a {type(content).__name__}, not options"
+            raise ConfigError(f"config file {value} {what}; start from a file in configs/.")
+
+
+def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> None:
+    """Refuse settings Lightning would crash on deep inside a run, silently ignore or silently replace.
+
+    Args:
+        subcommand: ``fit``, ``validate``, ``test`` or ``predict``.
+        config: The parsed config of the subcommand (plain values, before any class is built).
+        environ: The environment (torchrun's and SLURM's process counts).
+    """
+    seed, trainer = config.get("seed_everything"), config.get("trainer") or {}
+    if not isinstance(seed, bool) and seed is not None and not 0 <= seed <= 2**32 - 1:  # NumPy's range
+        raise ConfigError(f"--seed_everything={seed} is outside 0..4294967295; give a seed in that range, e.g. 42.")
+    started = max(int(environ.get(name, "1") or 1) for name in ("WORLD_SIZE", "SLURM_NTASKS"))
+    if seed is True and started > 1 and "PL_GLOBAL_SEED" not in environ:  # each process would draw its own
+        raise ConfigError(f"--seed_everything=true gives each of the {started} processes its own random seed, so "
+                          f"their data shards would overlap; give a number (e.g. --seed_everything 42).")  # fmt: skip
+    if config.get("ckpt_path") is None and subcommand != "fit":
+        raise ConfigError(
+            f"{subcommand} without --ckpt_path would evaluate untrained weights; give a checkpoint (a run's "
+            f"checkpoints/*.ckpt, or last), or --ckpt_path none to {subcommand} the model as it is built."
+        )
+    # Values Lightning takes and then divides by zero on, or trains nothing with and exits 0.
+    count, limit = (lambda v: v < 1, "give 1 or more"), (lambda v: v != -1 and v < 1, "give 1 or more (-1: no limit)")
+    part = (lambda v: v <= 0 or (isinstance(v, float) and v > 1), "give a count of batches or a fraction in (0, 1]")
+    refused = {"accumulate_grad_batches": count, "log_every_n_steps": count, "check_val_every_n_epoch": count,
+               "max_steps": limit, "max_epochs": limit, "limit_train_batches": part, "val_check_interval": part,
+               "gradient_clip_val": (lambda v: v < 0, "give a positive norm, or 0 for none")}  # fmt: skip
+    for name, (bad, fix) in refused.items():
+        value = trainer.get(name)
+        if isinstance(value, (int, float)) and bad(value):
+            raise ConfigError(f"--trainer.{name}={value} would train nothing or crash the run; {fix}.")
+    precision, accelerator = str(trainer.get("precision")), str(trainer.get("accelerator"))
+    import torch  # not at the top: `vitlit --version` and the tools' --help must not load torch
+
+    gpu = torch.cuda.is_available() or torch.backends.mps.is_available()
+    if precision in ("16-mixed", "16") and (accelerator == "cpu" or (accelerator == "auto" and not gpu)):
+        raise ConfigError(f"--trainer.precision {precision} needs a GPU, and this run is on the CPU; CPUs run "
+                          f"bf16-mixed or 32-true (--trainer.precision bf16-mixed).")  # fmt: skip
+    check_writable_folder(trainer.get("default_root_dir") or ".")
+
+
+def check_writable_folder(folder: str | Path, flag: str = "--trainer.default_root_dir") -> None:
+    """Refuse a folder that cannot be created or written to, before a run starts writing into it."""
+    path = Path(folder).expanduser().absolute()
+    if any(len(os.fsencode(part)) > 255 for part in path.parts):  # NAME_MAX of every common file system
+        raise ConfigError(f"{flag}={folder} has a name of over 255 characters, more than a folder's name may have.")
+    if len(os.fsencode(str(path))) > 4096 - 200:  # PATH_MAX, less what a run adds below it
+        raise ConfigError(f"{flag} is {len(str(path))} characters long, too long for the run's files below it; give "
+                          f"a shorter folder.")  # fmt: skip
+    existing = path
+    while not existing.exists():  # the nearest part of the path that exists must be a writable folder
+        if existing.is_symlink():
+            raise ConfigError(f"{flag}={folder}: {existing} is a symbolic link to {os.readlink(existing)}, which does "
+                              f"not exist; create its target or give another folder.")  # fmt: skip
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{flag}={folder} lies inside {existing}, which is a file; give a folder.")
+    if not _writable(existing):
+        raise ConfigError(f"{flag}={folder}: {existing} is not writable for this user; give a folder you can write to.")
+
+
+def _writable(folder: Path) -> bool:
+    return os.access(folder, os.W_OK | os.X_OK)
 
 
 def absolute_paths(config: Any) -> None:
     """Make the relative paths of a parsed run config absolute, in place: `PATH_ARGUMENTS` and the Trainer's root.
 
-    A run saves its config for resuming, testing and the notebooks, which run from other folders: ``data/digits``
-    there would be another folder, or none, and evaluations would not find their way beside the run.
+    A run saves its config for resuming, testing and the notebooks, which run from other folders.
     """
     for init_args in (config["model"]["init_args"], config["data"]["init_args"]):
         for key in PATH_ARGUMENTS:
@@ -87,51 +224,3 @@ def absolute_paths(config: Any) -> None:
     root = config["trainer"].get("default_root_dir")
     if isinstance(root, str) and "://" not in root:
         config["trainer"]["default_root_dir"] = os.path.abspath(os.path.expanduser(root))
-
-
-def load_parts(points: list[EntryPoint]) -> tuple[Any, ...]:
-    """What ``points`` name, loaded, in name order; a part deleted from this copy (but still named) is left out."""
-    loaded = []
-    for point in sorted(points, key=lambda p: p.name):
-        try:
-            loaded.append(point.load())
-        except ModuleNotFoundError as err:  # a part deleted from a fork whose installed metadata still names it
-            if not (err.name and point.module.startswith(err.name)):
-                raise
-    return tuple(loaded)
-
-
-@functools.cache
-def _hook_parts() -> tuple[Any, ...]:
-    return load_parts(list(entry_points(group="vitlit.hooks")))
-
-
-def hooks(name: str) -> list[Callable[..., Any]]:
-    """The ``name`` function of each opt-in part's hooks: a module or object a ``vitlit.hooks`` entry point names.
-
-    The CLI calls ``before_parsing(argv)`` before jsonargparse reads anything, ``after_parsing(subcommand, config)``
-    before a class is built, ``around_run(subcommand)`` (a context manager) around the run, and
-    ``parser_report(report, argv, usage)`` and ``error_line(err)`` for a one-line message; the data modules call
-    ``image_problem(path, img_size)`` (the first line or problem that is not ``None`` is used). vitlit's own are
-    `vitlit.checks.hooks` and `vitlit.runs.quiet` (pyproject.toml); a part absent from this copy is skipped.
-    """
-    return [hook for part in _hook_parts() if callable(hook := getattr(part, name, None))]
-
-
-def parser_error(report: str, ex: BaseException | None, argv: list[str], usage: str = "") -> str:
-    """One line for a report of jsonargparse's: the user error behind it, a checks part's line, or the report."""
-    cause = user_error(ex)
-    if cause is not None:
-        return str(cause)
-    text = next((line for hook in hooks("parser_report") if (line := hook(report, argv, usage))), one_line(report))
-    if "argument subcommand: invalid choice" in text:  # LightningCLI knows its four; the tools are vitlit's
-        text = text.replace(")", ", " + ", ".join(repr(name) for name in tools()) + ")", 1)
-    return text
-
-
-def one_line_error(err: BaseException) -> str | None:
-    """The one line for an error the user can fix (a `ConfigError`, or what a checks part names), or ``None``."""
-    cause = user_error(err)
-    if cause is not None:
-        return message(cause)
-    return next((line for hook in hooks("error_line") if (line := hook(err))), None)

@@ -323,20 +323,22 @@ class ViTClassifier(LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuse a checkpoint whose architecture or classes differ, with the reason, before any weights are copied."""
-        self.check_checkpoint(checkpoint.get("hyper_parameters", {}))
+        self.check_checkpoint(checkpoint)
 
-    def check_checkpoint(self, saved: dict[str, Any], options: str | None = None) -> None:
-        """Raise a one-line `ConfigError` if weights saved with hyperparameters ``saved`` do not fit this model.
+    def check_checkpoint(self, checkpoint: dict[str, Any], options: str | None = None, resume: bool = False) -> None:
+        """Raise a one-line `ConfigError` if ``checkpoint`` does not fit this model (the CLI asks before a run starts).
 
         Architecture (``model_name``, ``num_classes``, ``img_size``, ``in_chans``, ``patch_size``) must match, and so
         must the class names where both sides know them; training knobs (learning rate, smoothing, drop path) may
-        differ. The CLI calls this before a run starts, so a refused checkpoint leaves every run folder as it was.
+        differ. A ``resume`` also needs an optimizer state the configured optimizer can continue from: Lightning
+        would load an AdamW state into SGD and fail at its first step (``KeyError: 'momentum'``).
 
         Args:
-            saved: The checkpoint's ``hyper_parameters``.
-            options: Where the options the checkpoint was trained with are (``--config <run>/config.yaml``), for the
-                message.
+            checkpoint: The checkpoint's contents (its tensors may be memory-mapped).
+            options: Where the options it was trained with are (``--config <run>/config.yaml``), for the message.
+            resume: Whether a fit continues from it (evaluations restore no optimizer).
         """
+        saved = checkpoint.get("hyper_parameters") or {}
         fix = f"use the options it was trained with ({options or 'its run folder keeps them in config.yaml'})."
         for key in _ARCHITECTURE_KEYS:
             if key in saved and saved[key] != self.hparams[key]:
@@ -349,4 +351,17 @@ class ViTClassifier(LightningModule):
             i = next(i for i, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b)
             raise ConfigError(
                 f"the checkpoint's class {i} is {theirs[i]!r} but this data's class {i} is {ours[i]!r}; {fix}"
+            )
+        states = checkpoint.get("optimizer_states") or [{}]
+        groups = states[0].get("param_groups") if resume and isinstance(states[0], dict) else None
+        try:  # the saved settings loaded into a probe of the configured optimizer, which adds what it defaults
+            probe = self.optimizer_factory([{"params": [nn.Parameter(torch.zeros(1))]}])
+            probe.load_state_dict({"state": {}, "param_groups": [{**groups[0], "params": [0]}]})
+        except Exception:  # no state to compare, or an optimizer that cannot be probed on the CPU: Lightning decides
+            return
+        missing = sorted(set(probe.defaults) - set(probe.param_groups[0]))
+        if missing:
+            raise ConfigError(
+                f"the checkpoint's optimizer state has no {', '.join(missing)}, which {type(probe).__name__} needs: "
+                f"it was trained with another optimizer; {fix}"
             )

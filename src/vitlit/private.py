@@ -22,7 +22,7 @@ def set_checkpoint_interval(callback: ModelCheckpoint, every_n_train_steps: int)
     """Change a ModelCheckpoint's step interval after construction.
 
     ``every_n_train_steps`` is a constructor argument only, but a fraction of the run becomes a step count only once
-    the Trainer knows the run's length (`vitlit.runs.callbacks.Snapshots`).
+    the Trainer knows the run's length (`vitlit.runs.snapshots.Snapshots`).
     """
     callback._every_n_train_steps = every_n_train_steps
 

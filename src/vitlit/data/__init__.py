@@ -1,15 +1,24 @@
-"""Data modules: the data contract (`ImageClassificationDataModule`), CIFAR-10/100, SVHN, image folders, digits."""
+"""Data modules: the data contract (`ImageClassificationDataModule`), image folders, the digits.
+
+``--data ImageFolderDataModule`` (the module to fork for your images) and ``DigitsDataModule`` are named by class;
+the others by class path, and load only where a run uses them: ``vitlit.data.csv_table.CSVImageDataModule`` (a
+labels.csv table), ``vitlit.data.cifar.CIFARDataModule`` and ``vitlit.data.svhn.SVHNDataModule``. The first two are
+also ``vitlit.data.CSVImageDataModule`` and ``vitlit.data.CIFARDataModule``.
+"""
+
+import importlib
+from typing import Any
 
 from vitlit.data.base import ImageClassificationDataModule
-from vitlit.data.cifar import CIFARDataModule
-from vitlit.data.csv_table import CSVImageDataModule
 from vitlit.data.digits import DigitsDataModule
 from vitlit.data.folder import ImageFolderDataModule
 
-__all__ = [
-    "CIFARDataModule",
-    "CSVImageDataModule",
-    "DigitsDataModule",
-    "ImageClassificationDataModule",
-    "ImageFolderDataModule",
-]
+__all__ = ["CIFARDataModule", "CSVImageDataModule", "DigitsDataModule", "ImageClassificationDataModule",
+           "ImageFolderDataModule"]  # fmt: skip
+_LAZY = {"CIFARDataModule": "vitlit.data.cifar", "CSVImageDataModule": "vitlit.data.csv_table"}
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: the module of a data set the run names is imported on first use
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'vitlit.data' has no attribute {name!r}")

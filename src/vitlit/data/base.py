@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
+from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, Sampler, SequentialSampler
 
 from vitlit.data.images import channels_of, predict_files, readable_images
 from vitlit.data.split import class_balanced_sampler, split_indices
@@ -43,8 +44,8 @@ POLICY_CHANNELS = (1, 3)
 class BatchTransform(Protocol):
     """What ``--data.batch_augment`` takes: a transform of whole training batches on the training device.
 
-    `vitlit.fast.BatchAugment` (random erasing, Mixup/CutMix) is one. A transform that mixes images in pairs has a
-    true ``mixes`` attribute, and the batch size must then be even.
+    `vitlit.fast.batch_augment.BatchAugment` (random erasing, Mixup/CutMix) is one. A transform that mixes images in
+    pairs has a true ``mixes`` attribute, and the batch size must then be even.
     """
 
     def __call__(
@@ -56,12 +57,12 @@ class BatchTransform(Protocol):
 class SplitLoader(Protocol):
     """Another way to batch a split than the per-image DataLoader, set as a data module's ``loader`` attribute.
 
-    `vitlit.fast.OnDevice` (the splits as uint8 tensors on the training device) is one; the fast part's
-    `vitlit.fast.DeviceData` callback sets it for ``on_device``. A fork may set its own in ``__init__``.
+    `vitlit.fast.loader.OnDevice` (the splits as uint8 tensors on the training device) is one; the fast part's
+    `vitlit.fast.loader.DeviceData` callback sets it for ``on_device``. A fork may set its own in ``__init__``.
     """
 
-    def make(self, data: ImageClassificationDataModule, split: TransformedSubset, train: bool) -> Any:
-        """An iterable of ``(images, targets)`` batches for ``split``, or ``None`` to use the DataLoader."""
+    def make(self, data: ImageClassificationDataModule, split: TransformedSubset, sampler: Sampler, train: bool) -> Any:
+        """An iterable of ``(images, targets)`` batches of ``split`` in ``sampler``'s order, or ``None``."""
 
 
 class TransformedSubset(Dataset):
@@ -118,12 +119,12 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         randaugment_num_ops: RandAugment: operations per image.
         randaugment_magnitude: RandAugment: magnitude of each operation, 0 to 30 (9 in DeiT's recipe).
         batch_augment: A transform of whole training batches on the training device (`BatchTransform`, given like
-            the model's optimizer: ``class_path`` and ``init_args``), e.g. `vitlit.fast.BatchAugment` for random
-            erasing and Mixup/CutMix; ``None`` for none.
+            the model's optimizer: ``class_path`` and ``init_args``), e.g. `vitlit.fast.batch_augment.BatchAugment`
+            for random erasing and Mixup/CutMix; ``None`` for none.
         class_balanced: Draw training images with probability inversely proportional to their class's frequency
             (with replacement, one epoch = as many draws as images), for class-imbalanced data.
         on_device: Keep every split as one uint8 tensor on the training device and crop, flip, augment and
-            normalise whole batches there (the fast part, `vitlit.fast.OnDevice`): no worker processes, no CPU
+            normalise whole batches there (the fast part, `vitlit.fast.loader.OnDevice`): no worker processes, no CPU
             bottleneck. ``auto`` does so where the images fit in a quarter of the device's free memory and the fast
             part is installed, and says which path it took; ``true``/``false`` force one path.
         predict_dir: A folder of images for ``predict`` to classify instead of the test split: any layout, nested
@@ -304,6 +305,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """Whether this is a ``predict`` of ``predict_dir``: then no data set needs to be downloaded."""
         return self.predict_dir is not None and self.trainer is not None and self.trainer.predicting
 
+    @property
+    def has_test_split(self) -> bool:
+        """Whether there is a test split for ``test`` and ``predict`` (a data module without one overrides this)."""
+        return True
+
     def is_predict_folder(self, dataset: Dataset | None) -> bool:
         """Whether ``dataset`` is ``predict_dir``'s images (vitlit's own, not one of the subclass's datasets)."""
         return self.predict_dir is not None and self.predict_set is not None and dataset is self.predict_set.dataset
@@ -369,34 +375,42 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         images, targets = batch
         return self.batch_augment(images, targets, training_progress(self.trainer), self.num_classes)
 
+    def sampler(self, split: TransformedSubset, train: bool) -> Sampler:
+        """The order of a split's items for both data paths: shuffled or in order, under DDP this process's shard.
+
+        Training draws a shuffled (or, with ``class_balanced``, a class-balanced) order, evaluation goes in order.
+        Training shards are Lightning's (a ``DistributedSampler`` seeded with ``seed_everything``, so every process
+        draws the same order and takes its own part). Lightning's evaluation shards repeat images to even out the
+        processes, so an accuracy would count some twice; here each process takes every ``world_size``-th image
+        (`UnrepeatedDistributedSampler`), which counts each exactly once.
+        """
+        rank, world_size = self.rank_and_world_size()
+        balanced = class_balanced_sampler(self.targets(split)) if train and self.class_balanced else None
+        if world_size == 1:
+            return balanced or (RandomSampler(split) if train else SequentialSampler(split))
+        if not train:
+            return UnrepeatedDistributedSampler(split, num_replicas=world_size, rank=rank, shuffle=False)
+        seed = int(os.environ.get("PL_GLOBAL_SEED", self.seed))
+        shard = {"num_replicas": world_size, "rank": rank, "seed": seed, "drop_last": True}
+        return DistributedSamplerWrapper(balanced, **shard) if balanced else DistributedSampler(split, **shard)
+
     def _loader(self, dataset: TransformedSubset | None, train: bool) -> Any:
         if dataset is None:
             raise RuntimeError("setup() must run before the loaders are requested; the Trainer does this for you.")
         if self.loader is None and self.on_device is True:
-            raise ConfigError("on_device=true needs the fast data path (src/vitlit/fast/, which attaches through its "
-                              "defaults.yaml); put it back, or pass --data.on_device false.")  # fmt: skip
-        made = self.loader.make(self, dataset, train) if self.loader is not None else None
+            raise ConfigError("on_device=true needs the fast data path (src/vitlit/fast/, named in "
+                              "vitlit/defaults.yaml); put it back, or pass --data.on_device false.")  # fmt: skip
+        sampler = self.sampler(dataset, train)
+        made = self.loader.make(self, dataset, sampler, train) if self.loader is not None else None
         if made is not None:
             return made
-        rank, world_size = self.rank_and_world_size()
-        if train:
-            # In DDP Lightning shards these itself (DistributedSampler, or DistributedSamplerWrapper around this one).
-            sampler = class_balanced_sampler(self.targets(dataset)) if self.class_balanced else None
-        elif world_size > 1:
-            # Lightning's own shards for evaluation repeat images to even out the processes, so an accuracy would
-            # count some twice; this shard of every world_size-th image counts each exactly once (vitlit logs the
-            # evaluation metrics only at epoch ends, so processes may run one batch more or less).
-            sampler = UnrepeatedDistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
-        else:
-            sampler = None
         return DataLoader(
             dataset,
             batch_size=self.batch_size,
-            shuffle=train and sampler is None,
             sampler=sampler,
             # Full training batches only: Mixup pairs images, and one odd-sized step would recompile a compiled
             # model. Data sets smaller than one batch keep their single partial batch.
-            drop_last=train and len(dataset) >= self.batch_size,
+            drop_last=train and len(sampler) >= self.batch_size,
             num_workers=self.workers,
             pin_memory=self.pin_memory and torch.cuda.is_available(),
             persistent_workers=self.persistent_workers and self.workers > 0,

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import torch
 from torchvision.datasets import CIFAR10, CIFAR100
-from torchvision.datasets.utils import check_integrity, extract_archive
+from torchvision.datasets.utils import check_integrity
 
 from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.split import validation_count
@@ -92,57 +92,25 @@ class CIFARDataModule(ImageClassificationDataModule):
     def _cls(self) -> type[CIFAR10]:
         return _DATASETS[self.dataset]
 
-    def _files(self) -> list[tuple[str, str]]:
-        """``(file name, MD5)`` of every file of the extracted data set, as torchvision lists them."""
+    def _require_files(self) -> None:
+        """With ``download: false``: the extracted files or the archive (copied by hand, offline) must be there."""
         cls = self._cls
-        return [tuple(item) for item in cls.train_list + cls.test_list] + [(cls.meta["filename"], cls.meta["md5"])]
+        if not ((self.data_dir / cls.base_folder).is_dir() or (self.data_dir / cls.filename).is_file()):
+            raise ConfigError(f"{self.dataset} is not in {self.data_dir / cls.base_folder}; pass --data.download "
+                              f"true, {self._offline_hint()}, or point --data.data_dir at the folder that contains "
+                              f"{cls.base_folder}/.")  # fmt: skip
 
     def _offline_hint(self) -> str:
-        return (
-            f"on a machine without internet, copy {self._cls.filename} (or the extracted {self._cls.base_folder}/) "
-            f"into {self.data_dir}"
-        )
-
-    def _require_files(self) -> None:
-        """With ``download: false``: the extracted files must be there, or the archive (which is then extracted)."""
-        folder = self.data_dir / self._cls.base_folder
-        missing = [name for name, _ in self._files() if not (folder / name).is_file()]
-        if not missing:
-            return
-        archive = self.data_dir / self._cls.filename
-        if archive.is_file():
-            if not check_integrity(str(archive), self._cls.tgz_md5):
-                raise ConfigError(
-                    f"{archive} is not the original {self._cls.filename} (its MD5 checksum differs: damaged or "
-                    f"incomplete); copy it again, or pass --data.download true."
-                )
-            extract_archive(str(archive), str(self.data_dir))
-            return
-        raise ConfigError(
-            f"{self.dataset} is not in {folder} (missing {missing[0]}); pass --data.download true, "
-            f"{self._offline_hint()}, or point --data.data_dir at the folder that contains {self._cls.base_folder}/."
-        )
-
-    def _verify_files(self) -> None:
-        """Name the first file whose checksum is not the original's: torchvision only says "not found or corrupted"."""
-        folder = self.data_dir / self._cls.base_folder
-        for name, md5 in self._files():
-            path = folder / name
-            if not path.is_file():
-                raise ConfigError(
-                    f"{path} is missing; pass --data.download true, or {self._offline_hint()} and pass "
-                    f"--data.download false."
-                )
-            if not check_integrity(str(path), md5):
-                raise ConfigError(
-                    f"{path} is not {self.dataset}'s original file (its MD5 checksum differs: damaged, or made by "
-                    f"hand); replace it with the one in {self._cls.filename}, or delete {folder} and pass "
-                    f"--data.download true."
-                )
+        cls = self._cls
+        return f"offline, copy {cls.filename} (or the extracted {cls.base_folder}/) into {self.data_dir}"
 
     def prepare_data(self) -> None:
-        """Download and verify both splits once (on rank 0 only, as Lightning calls it)."""
-        if not self.download or self.predicting_folder():
+        """Download (or extract an archive copied by hand) and verify both splits once, on rank 0 only.
+
+        torchvision's own download: an archive already there with the original checksum is extracted, not fetched.
+        """
+        archive = (self.data_dir / self._cls.filename).is_file()
+        if not (self.download or archive) or self.predicting_folder():
             return
         created = not self.data_dir.exists()
         try:
@@ -151,21 +119,22 @@ class CIFARDataModule(ImageClassificationDataModule):
         except OSError as err:  # urllib's URLError/HTTPError, socket timeouts, refused or reset connections
             if created:
                 shutil.rmtree(self.data_dir, ignore_errors=True)  # only a partial download of ours was in it
-            reason = getattr(err, "reason", None) or err
-            raise ConfigError(
-                f"{self.dataset} could not be downloaded from {self._cls.url} ({reason}); {self._offline_hint()} "
-                f"and pass --data.download false."
-            ) from None
+            raise ConfigError(f"{self.dataset} could not be downloaded from {self._cls.url} "
+                              f"({getattr(err, 'reason', None) or err}); {self._offline_hint()} and pass "
+                              f"--data.download false.") from None  # fmt: skip
 
     def _load(self, train: bool) -> CIFAR10:
-        self._verify_files()
-        try:
+        try:  # torchvision checks every file's MD5 before it unpickles any: a file made by hand is never run
             return self._cls(str(self.data_dir), train=train, download=False)
         except (RuntimeError, OSError, pickle.UnpicklingError, KeyError, ValueError) as err:
-            raise ConfigError(
-                f"{self.dataset} in {self.data_dir / self._cls.base_folder} cannot be read ({err}); delete the folder "
-                f"and pass --data.download true."
-            ) from None
+            cls, folder = self._cls, self.data_dir / self._cls.base_folder
+            files = [*cls.train_list, *cls.test_list, [cls.meta["filename"], cls.meta["md5"]]]
+            bad = next((folder / name for name, md5 in files if not check_integrity(str(folder / name), md5)), None)
+            why = f"{folder} cannot be read ({err})"
+            if bad is not None:
+                why = f"{bad} is not {self.dataset}'s original file (its MD5 checksum differs: damaged or missing)"
+            raise ConfigError(f"{why}; replace it from {cls.filename}, or delete {folder} and pass --data.download "
+                              f"true.") from None  # fmt: skip
 
     def train_dataset(self) -> CIFAR10:
         """The 50,000 training images (torchvision's ``CIFAR10``/``CIFAR100``)."""

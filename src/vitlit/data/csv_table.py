@@ -1,7 +1,7 @@
 """Images listed in a table: ``root/labels.csv`` with ``filename,label`` and optionally ``split`` columns.
 
 The most common format of data that is not in class folders (exports of labelling tools, Kaggle competitions):
-``--data CSVImageDataModule --data.root <dir>``.
+``--data vitlit.data.csv_table.CSVImageDataModule --data.root <dir>``.
 """
 
 from __future__ import annotations

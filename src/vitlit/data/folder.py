@@ -9,10 +9,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lightning.pytorch.utilities import rank_zero_warn
-from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from vitlit.data.base import ImageClassificationDataModule
-from vitlit.data.images import PIL_MODES, BadImage, ImageFiles, check_images, image_files, without_bad
+from vitlit.data.images import (
+    IMAGE_SUFFIXES,
+    PIL_MODES,
+    BadImage,
+    ImageFiles,
+    check_images,
+    image_files,
+    without_bad,
+)
 from vitlit.data.split import validation_count
 from vitlit.errors import ConfigError
 
@@ -90,7 +97,7 @@ class ImageFolderDataModule(ImageClassificationDataModule):
                 found = list(image_files(class_dir))
                 if not found:
                     raise ConfigError(
-                        f"{class_dir} holds no image ({', '.join(IMG_EXTENSIONS)}); add images or remove the folder."
+                        f"{class_dir} holds no image ({', '.join(IMAGE_SUFFIXES)}); add images or remove the folder."
                     )
                 files += [(path, classes.index(class_dir.name)) for path in found]
             if not files:
@@ -125,7 +132,7 @@ class ImageFolderDataModule(ImageClassificationDataModule):
         return ImageFiles(without_bad(files, bad), self.class_names, PIL_MODES[self.in_chans], self.img_size)
 
     def _report_skipped(self, split: str, bad: list[BadImage]) -> None:
-        # The runs part lists them in the run's skipped_images.txt and logs their count (`vitlit.runs.callbacks`).
+        # The runs part lists them in the run's skipped_images.txt (`vitlit.runs.logs.SkippedImages`).
         self.skipped += bad
         rank_zero_warn(f"skipping {len(bad)} unreadable image(s) of {split}/")
 
@@ -136,6 +143,11 @@ class ImageFolderDataModule(ImageClassificationDataModule):
     def val_dataset(self) -> ImageFiles | None:
         """The images of ``root/val``, or ``None`` (validation is then carved from ``train``)."""
         return self._split("val")
+
+    @property
+    def has_test_split(self) -> bool:
+        """Whether ``root/test`` exists."""
+        return "test" in self._files
 
     def test_dataset(self) -> ImageFiles:
         """The images of ``root/test``."""

@@ -4,7 +4,7 @@ torchvision's ImageFolder follows every symbolic link (a link to a parent folder
 class's images), converts 16-bit images to RGB by clipping (most pixels of a 16-bit PNG become 255), and meets a
 truncated or fake image only when a worker decodes it, mid-epoch. Here the files are found with loops and duplicate
 folders refused, each file's header and ending are checked before training starts (about as cheap as listing the
-folder; the figure is in the README), and 16-bit images are scaled to 8 bits.
+folder), and 16-bit images are scaled to 8 bits.
 
 `open_image` is the one way vitlit decodes an image, for every entry point (fit, predict, export, serve): the same
 file gives the same pixels everywhere. Every file or upload meets PIL through `open_raster`, which lets only the raster
@@ -18,6 +18,7 @@ blow up to billions of pixels.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
@@ -29,15 +30,15 @@ import numpy as np
 import torch
 from PIL import Image
 from torch.utils.data import Dataset
-from torchvision.datasets.folder import IMG_EXTENSIONS
 
-from vitlit.config import hooks
 from vitlit.errors import ConfigError
 
 _SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N", "I")
 #: The PIL formats vitlit decodes (PIL's names; ``PPM`` covers ``.pgm``). Any other bytes are "not an image", whatever
 #: the file is called.
 RASTER_FORMATS = ("PNG", "JPEG", "BMP", "GIF", "TIFF", "WEBP", "PPM")
+#: The file names of those formats that the folders' scans take (every other file is left alone).
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 #: PIL's mode for images of each channel count vitlit reads from files: grey, RGB, RGBA.
 PIL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 #: The most pixels an image may have, as stored and after its shorter side is resized to the model's size: a
@@ -136,26 +137,52 @@ def image_files(top: Path) -> Iterator[Path]:
             kept.append(name)
         dirnames[:] = kept
         for name in sorted(filenames):
-            if not name.startswith(".") and name.lower().endswith(IMG_EXTENSIONS):
+            if not name.startswith(".") and name.lower().endswith(IMAGE_SUFFIXES):
                 yield Path(dirpath) / name
 
 
 def image_problem(path: Path, img_size: int | None = None, decode: bool = False) -> str | None:
     """Why ``path`` cannot be trained on or classified, in a few words, or ``None`` if it looks like a complete image.
 
-    A checks part's ``image_problem(path, img_size)`` (`vitlit.checks.images`) reads the header and the last bytes
-    only, about as cheap as listing the folder. ``decode`` also decodes the image, which finds damage inside the
-    compressed pixels; it costs a full read, so it is for files read once (``predict_dir``, ``export --images``), not
-    for training sets. Without a checks part every image is decoded.
+    Reads the header and the last 64 bytes only: missing, empty or unreadable files, dangling links, pipes and
+    devices, files that are no image, images over `MAX_PIXELS` (also once resized to ``img_size``), float images, and
+    PNG/JPEG files cut short. ``decode`` also decodes the image, which finds damage inside the compressed pixels; it
+    costs a full read, so it is for files read once (``predict_dir``, ``export --images``), not for training sets.
     """
-    checks = hooks("image_problem")
-    problem = next((found for check in checks if (found := check(path, img_size))), None)
-    if problem is not None or (checks and not decode):
-        return problem
     try:
-        open_image(path, "RGB", img_size)
-    except (OSError, SyntaxError, ValueError) as err:
-        return f"damaged: PIL cannot decode it ({_first_line(err)})"
+        status = os.stat(path)  # follows links
+        if not stat.S_ISREG(status.st_mode):  # a pipe or a device would block or never end
+            return "not a regular file (a pipe or a device)"
+        if status.st_size == 0:
+            return "empty (0 bytes)"
+        f = path.open("rb")
+    except FileNotFoundError:
+        return "a dangling symbolic link" if path.is_symlink() else "missing"
+    except OSError as err:  # permission denied, a folder named like an image, a link loop, ...
+        return f"not readable ({err.strerror or type(err).__name__})"
+    with f, warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the bound below is stricter
+        try:
+            image = open_raster(f)
+        except Image.DecompressionBombError:
+            return f"over PIL's decompression-bomb limit of {Image.MAX_IMAGE_PIXELS:,} pixels"
+        except (OSError, SyntaxError, ValueError):
+            return f"not an image of the formats vitlit reads ({', '.join(RASTER_FORMATS)})"
+        too_large = size_problem(*image.size, img_size)
+        if too_large is not None:
+            return f"too large to decode safely ({too_large}); downscale it"
+        if image.mode == "F":
+            return "32-bit float pixels of unknown range; save it as an 8- or 16-bit image"
+        if image.format in ("PNG", "JPEG"):  # other formats end without a marker to look for
+            f.seek(max(0, status.st_size - 64))
+            tail = f.read()
+            if not (tail.endswith(b"IEND\xaeB`\x82") if image.format == "PNG" else b"\xff\xd9" in tail):
+                return f"a truncated {image.format} file"
+    if decode:
+        try:
+            open_image(path, "RGB", img_size)
+        except (OSError, SyntaxError, ValueError) as err:
+            return f"damaged: PIL cannot decode it ({_first_line(err)})"
     return None
 
 
@@ -224,7 +251,7 @@ def predict_files(folder: Path, in_chans: int) -> list[Path]:
     found = list(image_files(folder))
     if not found:
         raise ConfigError(
-            f"predict_dir={folder} holds no image ({', '.join(IMG_EXTENSIONS)}), also in its sub-folders."
+            f"predict_dir={folder} holds no image ({', '.join(IMAGE_SUFFIXES)}), also in its sub-folders."
         )
     return found
 

@@ -1,7 +1,4 @@
-"""Train and eval image pipelines (torchvision.transforms.v2), shared by every data module.
-
-Geometry runs on uint8 tensors and the conversion to float comes last, which is cheaper than augmenting floats.
-"""
+"""Train and eval image pipelines of torchvision.transforms.v2, shared by every data module."""
 
 from __future__ import annotations
 
@@ -10,9 +7,7 @@ from typing import Any, Literal
 
 import torch
 from jsonargparse.typing import restricted_number_type
-from PIL import Image
 from torchvision.transforms import v2
-from torchvision.transforms.v2 import functional as F
 
 from vitlit.errors import ConfigError
 
@@ -46,109 +41,11 @@ def policy_transform(policy: Policy, num_ops: int = 2, magnitude: int = 9) -> v2
 
 
 def resize_steps(img_size: int) -> list[v2.Transform]:
-    """Resize (shorter side) and centre-crop to a square of ``img_size``: the geometry both pipelines start with."""
-    # Shorter side to img_size, then a centred square: works for any aspect ratio, a no-op crop for square images.
+    """Resize (shorter side) and centre-crop to a square of ``img_size``: the geometry both pipelines start with.
+
+    Both are no-ops for an image of that size already.
+    """
     return [v2.Resize(img_size, antialias=True), v2.CenterCrop(img_size)]
-
-
-class ToUint8Image:
-    """A PIL image (or a uint8 tensor, passed as it is) as a (C, H, W) uint8 tensor: `v2.ToImage` without its wrapper.
-
-    torchvision's transform class wraps its kernel in the pytree machinery of transforms v2, which costs as much as
-    the conversion itself on a small image; the kernel alone is what the per-image pipeline needs
-    (``benchmarks/data_pipeline.py --against-timm`` measures the pipeline).
-    """
-
-    def __call__(self, image: Image.Image | torch.Tensor) -> torch.Tensor:
-        if isinstance(image, Image.Image):
-            return F.pil_to_tensor(image)
-        return F.to_image(image).as_subclass(torch.Tensor)
-
-    def __repr__(self) -> str:
-        return "ToUint8Image()"
-
-
-class ResizeIfNeeded:
-    """`resize_steps`, for the images that are not ``img_size`` x ``img_size`` already; the others pass untouched.
-
-    An image folder may hold images of the model's size, or not, or both: the data module cannot know without
-    opening every file, and torchvision's Resize and CenterCrop cost a visible share of the per-image pipeline even
-    when they change nothing.
-    """
-
-    def __init__(self, img_size: int) -> None:
-        self.img_size = img_size
-        self.resize = v2.Compose(resize_steps(img_size))
-
-    def __call__(self, image: torch.Tensor) -> torch.Tensor:
-        if tuple(image.shape[-2:]) == (self.img_size, self.img_size):
-            return image
-        return self.resize(image)
-
-    def __repr__(self) -> str:
-        return f"ResizeIfNeeded({self.img_size})"
-
-
-class PaddedRandomCrop:
-    """torchvision's ``RandomCrop(size, padding)`` with zero fill, drawing the same numbers, without padding the image.
-
-    torchvision pads the whole image and then crops it, through its transform dispatch; this copies the part of the
-    image that the crop window covers into a zero image. The offsets are drawn
-    exactly as torchvision draws them (top, then left, uniform over the padded image), so with the same seed the
-    output is torchvision's, pixel for pixel (tested).
-
-    Args:
-        size: Side of the square crop.
-        padding: Zero padding on each side of the image.
-    """
-
-    def __init__(self, size: int, padding: int) -> None:
-        self.size = size
-        self.padding = padding
-
-    def __call__(self, image: torch.Tensor) -> torch.Tensor:
-        height, width = image.shape[-2:]
-        p, size = self.padding, self.size
-        padded_height, padded_width = height + 2 * p, width + 2 * p
-        if padded_height < size or padded_width < size:
-            raise ValueError(f"a {size} px crop does not fit into a {height}x{width} image padded by {p}.")
-        top = int(torch.randint(0, padded_height - size + 1, size=())) if padded_height > size else 0
-        left = int(torch.randint(0, padded_width - size + 1, size=())) if padded_width > size else 0
-        y, x = top - p, left - p  # the window's corner in the unpadded image
-        out = image.new_zeros((*image.shape[:-2], size, size))
-        y0, y1, x0, x1 = max(y, 0), min(y + size, height), max(x, 0), min(x + size, width)
-        if y0 < y1 and x0 < x1:
-            out[..., y0 - y : y1 - y, x0 - x : x1 - x] = image[..., y0:y1, x0:x1]
-        return out
-
-    def __repr__(self) -> str:
-        return f"PaddedRandomCrop({self.size}, padding={self.padding})"
-
-
-class ToNormalizedFloat:
-    """uint8 to normalised float32 in one multiply and one add: ``ToDtype(float32, scale=True)`` and ``Normalize``.
-
-    Works on one (C, H, W) image or a (B, C, H, W) batch; the device data path (`vitlit.fast.device`) uses it too.
-
-    Args:
-        mean: Per-channel mean (of the 0..1 values).
-        std: Per-channel standard deviation.
-        device: Where the images are.
-    """
-
-    def __init__(self, mean: Sequence[float], std: Sequence[float], device: torch.device | None = None) -> None:
-        self.mean, self.std = list(mean), list(std)
-        std_ = torch.tensor(self.std, dtype=torch.float32, device=device).view(-1, 1, 1)
-        self._scale = 1.0 / (255.0 * std_)
-        self._shift = -torch.tensor(self.mean, dtype=torch.float32, device=device).view(-1, 1, 1) / std_
-
-    def __call__(self, image: torch.Tensor) -> torch.Tensor:
-        # A new float tensor (also for float input, which stays untouched), then in place: on a CPU batch this was
-        # faster than addcmul's broadcast.
-        return image.as_subclass(torch.Tensor).to(torch.float32, copy=True).mul_(self._scale).add_(self._shift)
-
-    def __repr__(self) -> str:
-        return f"ToNormalizedFloat(mean={self.mean}, std={self.std})"
 
 
 def train_transform(
@@ -163,7 +60,8 @@ def train_transform(
 ) -> v2.Compose:
     """Build the training pipeline: [resize] -> random crop with padding -> [flip] -> [policy] -> normalise.
 
-    This is the classic CIFAR recipe (RandomCrop(32, padding=4) + flip), scaled with the image size.
+    This is the classic CIFAR recipe (RandomCrop(32, padding=4) + flip), scaled with the image size. Geometry and
+    the policy run on uint8 images, which is cheaper than on floats; the conversion to float comes last.
 
     Args:
         img_size: Side of the square output image.
@@ -177,16 +75,14 @@ def train_transform(
     Returns:
         A transform from a PIL image (or uint8 tensor) to a normalised float tensor of shape (C, img_size, img_size).
     """
-    steps: list[Any] = [ToUint8Image()]
-    if resize:
-        steps.append(ResizeIfNeeded(img_size))
+    steps: list[Any] = [v2.ToImage(), *(resize_steps(img_size) if resize else [])]
     if crop_padding > 0:
-        steps.append(PaddedRandomCrop(img_size, crop_padding))
+        steps.append(v2.RandomCrop(img_size, padding=crop_padding))
     if hflip:
         steps.append(v2.RandomHorizontalFlip())
     if policy is not None:
         steps.append(policy)
-    return v2.Compose([*steps, ToNormalizedFloat(mean, std)])
+    return v2.Compose([*steps, *_to_normalized_float(mean, std)])
 
 
 def eval_transform(img_size: int, mean: Sequence[float], std: Sequence[float], *, resize: bool) -> v2.Compose:
@@ -201,8 +97,11 @@ def eval_transform(img_size: int, mean: Sequence[float], std: Sequence[float], *
     Returns:
         A transform from a PIL image (or uint8 tensor) to a normalised float tensor of shape (C, img_size, img_size).
     """
-    steps = [ToUint8Image()] + ([ResizeIfNeeded(img_size)] if resize else [])
-    return v2.Compose([*steps, ToNormalizedFloat(mean, std)])
+    return v2.Compose([v2.ToImage(), *(resize_steps(img_size) if resize else []), *_to_normalized_float(mean, std)])
+
+
+def _to_normalized_float(mean: Sequence[float], std: Sequence[float]) -> list[v2.Transform]:
+    return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(mean), list(std)), v2.ToPureTensor()]
 
 
 def channel_statistics(values: Sequence[float], in_chans: int, name: str) -> tuple[float, ...]:

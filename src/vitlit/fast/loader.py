@@ -2,8 +2,9 @@
 
 A data module asks its ``loader`` for each split's loader before it builds a per-image DataLoader (see
 `vitlit.data.base.SplitLoader`); `OnDevice` answers with a `DeviceLoader` where the images fit, else with ``None``
-and the data module falls back to the DataLoader. `DeviceData`, a callback in this part's shared defaults
-(``fast/defaults.yaml``), gives every data module with ``on_device`` true or auto an `OnDevice`.
+and the data module falls back to the DataLoader. `DeviceData`, a callback that ``vitlit/defaults.yaml`` lists, gives
+every data module with ``on_device`` true or auto an `OnDevice`. The batched policies (`vitlit.fast.policies`) are
+imported by the runs that augment with one.
 """
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Sampler
 
 from vitlit.data.base import ImageClassificationDataModule
-from vitlit.data.split import class_balance_weights
 from vitlit.fast.device import DeviceLoader, decode_uint8
-from vitlit.fast.policies import BatchPolicy
 
 if TYPE_CHECKING:
     from vitlit.data.base import TransformedSubset
@@ -32,7 +31,7 @@ AUTO_DEVICE_FRACTION = 0.25
 class DeviceData(Callback):
     """Give the run's data module an `OnDevice` loader, for its ``on_device`` (``true`` or ``auto``).
 
-    In the fast part's shared defaults; the data module's own flag decides, so nothing here is configured.
+    Listed in ``vitlit/defaults.yaml``; the data module's own flag decides, so nothing here is configured.
     """
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -58,35 +57,32 @@ class OnDevice:
         self._decided: bool | None = None if use == "auto" else bool(use)
         self._uint8: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # per dataset: its decoded copy
 
-    def make(self, data: ImageClassificationDataModule, split: TransformedSubset, train: bool) -> DeviceLoader | None:
-        """The split's DeviceLoader, or ``None`` when the per-image DataLoader is to be used."""
+    def make(
+        self, data: ImageClassificationDataModule, split: TransformedSubset, sampler: Sampler, train: bool
+    ) -> DeviceLoader | None:
+        """The split's DeviceLoader in ``sampler``'s order, or ``None`` when the per-image DataLoader is to be used."""
         if not self.applies(data):
             return None
         device = data.trainer.strategy.root_device if data.trainer is not None else torch.device("cpu")
         all_images, all_targets = self._uint8_of(data, split.dataset)
         index = torch.as_tensor(split.indices, dtype=torch.long)
-        images, targets = all_images[index].to(device), all_targets[index].to(device)
-        weights = class_balance_weights(targets.tolist()) if train and data.class_balanced else None
-        rank, world_size = data.rank_and_world_size()
         policy = None
         if train and data.augment != "none":
+            from vitlit.fast.policies import BatchPolicy  # only runs that augment need it
+
             policy = BatchPolicy(data.augment, data.randaugment_num_ops, data.randaugment_magnitude)
         return DeviceLoader(
-            images,
-            targets,
+            all_images[index].to(device),
+            all_targets[index].to(device),
             data.batch_size,
+            sampler=sampler,
             img_size=data.img_size,
             mean=data.mean,
             std=data.std,
-            shuffle=train,
             drop_last=train,
             crop_padding=data.crop_padding if train else 0,
             hflip=data.hflip and train,
             policy=policy,
-            sample_weights=weights,
-            rank=rank,
-            world_size=world_size,
-            share_order=data.trainer.strategy.broadcast if world_size > 1 else None,
         )
 
     def applies(self, data: ImageClassificationDataModule) -> bool:

@@ -14,7 +14,7 @@ draws them for one image (`torchvision.transforms.v2.AutoAugment` with the CIFAR
 There is no Python loop over images. On the CPU each operation runs on the images that drew it; on an accelerator
 each runs on the whole batch with a neutral parameter (or a per-image select) for the others, so that no step
 waits for the host to learn how many images drew what. Random numbers come from the device's default generator,
-whose state `vitlit.runs.callbacks.RNGStateCheckpoint` saves, so resumed runs draw what the interrupted run would have.
+whose state `vitlit.runs.resume.RNGStateCheckpoint` saves, so resumed runs draw what the interrupted run would have.
 """
 
 from __future__ import annotations
@@ -394,18 +394,18 @@ class BatchPolicy:
         ops, magnitudes = zip(*rounds, strict=True)
         return torch.stack(ops), torch.stack(magnitudes)
 
-    def __call__(self, images: torch.Tensor, among: int | None = None, at: int = 0) -> torch.Tensor:
+    def __call__(self, images: torch.Tensor, among: int | None = None, share: slice = slice(None)) -> torch.Tensor:
         """Augment a (B, C, H, W) uint8 batch, each image with its own draw.
 
         Args:
             images: The batch.
-            among: Draw for a batch of this many images, of which ``images`` are those from position ``at`` (one DDP
-                process's share of a step, `vitlit.fast.device.DeviceLoader`); ``None``: for ``images`` alone.
-            at: See ``among``.
+            among: Draw for a batch of this many images, of which ``images`` are those at ``share`` (one DDP process's
+                part of a step, `vitlit.fast.device.DeviceLoader`); ``None``: for ``images`` alone.
+            share: See ``among``.
         """
         b = len(images)
         ops, magnitudes = self.draw(among or b, images.shape[-2], images.shape[-1], images.device)
-        ops, magnitudes = ops[:, at : at + b], magnitudes[:, at : at + b]
+        ops, magnitudes = ops[:, share], magnitudes[:, share]
         for op, magnitude in zip(ops, magnitudes, strict=True):
             images = apply_operations(images, op, magnitude)
         return images

@@ -1,10 +1,8 @@
-"""Run operations (opt-in part): run folders, atomic saves, the NaN/inf guard, speed figures, run cards, resume.
+"""Run operations (opt-in part): callbacks and a checkpoint plugin that `vitlit/defaults.yaml` lists by name.
 
-Attached through ``runs/defaults.yaml`` (callbacks and a checkpoint plugin), and `RunFolders` through the CLI's
-``before_run`` callback hook; the core never imports this part. Also here: the DDP stop-together callback, the
-progress bar, ``predictions.csv`` and exact-resume random states.
+Atomic checkpoint saves, exact resume, the NaN/inf guard, the progress display, speed figures, the run card and
+``predictions.csv``; the DDP stop-together callback (`vitlit.runs.ddp`, in ``configs/scale/ddp.yaml``), periodic
+snapshots (`vitlit.runs.snapshots`) and weight histograms (`vitlit.runs.histograms`) when a config names them. The
+core never imports this part: delete the folder and its lines in ``defaults.yaml``, and runs keep Lightning's own
+behaviour.
 """
-
-from vitlit.runs.nonfinite import NonFiniteGuard
-
-__all__ = ["NonFiniteGuard"]

@@ -19,23 +19,9 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.optim import Optimizer
 
+from vitlit.errors import TrainingHalted
 from vitlit.private import clear_skip_flags, skip_next_step_if, state_key, unscales_internally
 from vitlit.types import PositiveInt
-
-
-class TrainingHalted(SystemExit):
-    """Training stopped on purpose because going on would waste the run (a NaN/inf loss): exit status 1, no traceback.
-
-    A `SystemExit`, so that Lightning saves ``last.ckpt`` on the way out as for a signal and the process ends with
-    the one line of `vitlit.runs.interrupts.ResumeLine` (or, without it, this message).
-    """
-
-    def __init__(self, message: str) -> None:
-        super().__init__(f"vitlit: error: {message}")  # the exit code: Python prints it and exits with status 1
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
 
 
 class NonFiniteGuard(Callback):
@@ -52,8 +38,8 @@ class NonFiniteGuard(Callback):
     true``, as in the configs) cannot skip on the device; for them a bad step is found with one host sync per step.
 
     Args:
-        action: ``stop``, ``skip`` or ``off``. The shared defaults (``runs/defaults.yaml``) list a guard that stops;
-            one appended with other settings (``--trainer.callbacks+=vitlit.runs.NonFiniteGuard
+        action: ``stop``, ``skip`` or ``off``. The shared defaults (``vitlit/defaults.yaml``) list a guard that
+            stops; one appended with other settings (``--trainer.callbacks+=vitlit.runs.nonfinite.NonFiniteGuard
             --trainer.callbacks.action skip``) takes its place: only the last guard in the callbacks acts.
         max_consecutive_skips: In ``skip`` mode, stop after this many non-finite optimizer steps in a row.
         check_every_n_steps: Read the device-side flags every this many optimizer steps (and at every epoch end).

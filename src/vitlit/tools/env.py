@@ -16,10 +16,7 @@ import subprocess
 import sys
 from typing import Any
 
-import lightning
-import timm
 import torch
-import torchvision
 
 _COMPILE_PROBE = "import torch; f = torch.compile(lambda x: x * 2 + 1); assert f(torch.ones(4)).sum().item() == 12"
 
@@ -61,6 +58,10 @@ def verdict(gpus: list[dict[str, Any]]) -> str:
 
 def versions() -> dict[str, str]:
     """The versions a result depends on: Python, torch with its CUDA and cuDNN, torchvision, timm, Lightning."""
+    import lightning
+    import timm
+    import torchvision
+
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,

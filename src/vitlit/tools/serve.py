@@ -37,7 +37,7 @@ from PIL import Image, UnidentifiedImageError
 
 from vitlit.data.images import MAX_PIXELS, PIL_MODES, RASTER_FORMATS, ImageTooLarge, open_image
 from vitlit.errors import ConfigError
-from vitlit.tools.export import load_classifier
+from vitlit.trained import load_classifier
 from vitlit.types import PositiveFloat, PositiveInt
 
 #: Parts a multipart upload may have: the one ``image`` field, and a few a client library may add.

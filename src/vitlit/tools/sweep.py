@@ -31,8 +31,8 @@ from typing import Any
 
 import yaml
 
+from vitlit.config import check_writable_folder, load_yaml
 from vitlit.errors import ConfigError
-from vitlit.runs.preflight import check_writable_folder
 from vitlit.types import PositiveInt
 
 #: Distribution types of a search space and the keys each takes (besides ``type``).
@@ -54,8 +54,6 @@ def read_space(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
         ConfigError: An unreadable file, a distribution of unknown type or with missing/extra keys, an empty or
             reversed range, a non-positive bound of a log range, a number of the wrong type, no choices.
     """
-    from vitlit.checks.config_files import load_yaml
-
     if path.exists() and not path.is_file():  # a folder, or a pipe that would wait for a writer forever
         raise ConfigError(f"--search {path} is not a regular file; give a search-space file.")
     try:

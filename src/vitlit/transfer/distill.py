@@ -108,7 +108,7 @@ class Distillation:
             ConfigError: For an unknown model name, unreadable weights, or a teacher of other classes.
         """
         if self.teacher_name.endswith(".ckpt") or Path(self.teacher_name).expanduser().is_file():
-            from vitlit.tools.export import load_classifier  # the same reading as export and serve
+            from vitlit.trained import load_classifier  # the same reading as export and serve
 
             net, card = load_classifier(self.teacher_name)
             if class_names and card.class_names != list(class_names):

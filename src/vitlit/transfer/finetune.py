@@ -16,7 +16,6 @@ Use it as ``--trainer.callbacks+=vitlit.transfer.finetune.FreezeSchedule`` or in
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -105,10 +104,11 @@ class FreezeSchedule(BaseFinetuning):
 
     # -- checked before the run starts ----------------------------------------------------------------------------
 
-    def before_run(self, trainer: Trainer, pl_module: LightningModule, stage: str, ckpt: Path | None) -> None:
-        """The vitlit CLI's hook before a run starts: `check` the schedule before anything is written or loaded."""
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        """`check` the schedule before training starts (a refused run leaves no folder: the CLI removes it)."""
         if stage == "fit":
             self.check(trainer, pl_module)
+        super().setup(trainer, pl_module, stage)
 
     def check(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Refuse, in one line, a schedule this model, optimizer or run cannot follow (called before any work).

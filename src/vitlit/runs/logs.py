@@ -1,0 +1,51 @@
+"""What a run logs beyond the model's metrics, and reading the logs back.
+
+`SkippedImages` lists the files a data module left out; `read_scalars` reads a run's TensorBoard curves (the
+notebooks, benchmarks and tests use it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
+
+
+class SkippedImages(Callback):
+    """List the images a data module left out (``--data.bad_images skip``) in the run's ``skipped_images.txt``.
+
+    Reads the data module's ``skipped`` list (`vitlit.data.ImageFolderDataModule`) after each setup, appends the new
+    entries (path and problem) and logs their count as ``data/skipped_images``.
+    """
+
+    def __init__(self) -> None:
+        self.listed = 0
+
+    @rank_zero_only
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        skipped = getattr(trainer.datamodule, "skipped", None) or []
+        if len(skipped) <= self.listed or not trainer.log_dir:
+            return
+        where = Path(trainer.log_dir)
+        where.mkdir(parents=True, exist_ok=True)
+        with (where / "skipped_images.txt").open("a") as f:
+            f.writelines(f"{bad.path}\t{bad.problem}\n" for bad in skipped[self.listed :])
+        self.listed = len(skipped)
+        for logger in trainer.loggers:
+            logger.log_metrics({"data/skipped_images": float(len(skipped))}, step=0)
+        rank_zero_info(f"vitlit: {len(skipped)} skipped image(s) listed in {where / 'skipped_images.txt'}")
+
+
+def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar curve of a run as ``{tag: [(step, value), ...]}`` (``train/loss``, ``val/acc``, ...).
+
+    Args:
+        run_dir: A ``lightning_logs/version_N`` directory (it holds the ``events.out.tfevents.*`` files).
+    """
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    # size_guidance 0 keeps every point; TensorBoard's default would subsample long curves to 10,000 points.
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}

@@ -1,0 +1,79 @@
+"""Periodic snapshots: a checkpoint every N optimizer steps or every fraction of the run, the newest kept.
+
+The first write-up keeps a snapshot every 20% of training (``configs/cifar100_vit_base_224.yaml`` lists it).
+"""
+
+from __future__ import annotations
+
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from vitlit.errors import ConfigError
+from vitlit.private import set_checkpoint_interval, state_key
+from vitlit.schedule import total_steps
+from vitlit.types import Fraction, PositiveInt
+
+
+class Snapshots(ModelCheckpoint):
+    """Keep a checkpoint every N optimizer steps or every fraction of the run, pruned to the newest ``keep``.
+
+    Lightning's ModelCheckpoint does the saving; this fixes its settings for periodic snapshots (the newest ``keep``
+    checkpoints by step) and turns a fraction of the run into a step interval once the run's length is known, at
+    the start of training. The vitlit CLI writes every checkpoint atomically (`vitlit.runs.checkpoint_io`), so a kill
+    during a save leaves the previous snapshots intact. A snapshot taken mid-epoch restores the weights, optimizer
+    and counters exactly; for a bit-exact continuation of the data order resume from ``last.ckpt`` (epoch ends).
+
+    Args:
+        every_fraction: Save after every this fraction of the run's optimizer steps (0.2: at 20%, 40%, ... 100%).
+            The default when neither this nor ``every_n_steps`` is given.
+        every_n_steps: Save every this many optimizer steps instead; give at most one of the two.
+        keep: Number of newest snapshots to keep; older ones are deleted. -1 keeps all.
+        dirpath: Folder of the snapshots; by default the run's ``checkpoints/`` folder.
+        filename: File name pattern; ``{step}`` and ``{epoch}`` are filled in.
+    """
+
+    def __init__(
+        self,
+        every_fraction: Fraction | None = None,
+        every_n_steps: PositiveInt | None = None,
+        keep: int = 5,
+        dirpath: str | None = None,
+        filename: str = "snapshot-step{step:07d}",
+    ) -> None:
+        if every_fraction is not None and every_n_steps is not None:
+            raise ConfigError(
+                f"Snapshots got every_fraction={every_fraction} and every_n_steps={every_n_steps}; give one of them."
+            )
+        if every_n_steps is None and every_fraction is None:
+            every_fraction = 0.2
+        if keep == 0 or keep < -1:
+            raise ConfigError(f"Snapshots keep={keep} must be positive, or -1 to keep all.")
+        # monitor="step", mode="max": Lightning's way of keeping the newest k (monitor=None only allows k <= 1).
+        super().__init__(
+            dirpath=dirpath,
+            filename=filename,
+            monitor="step",
+            mode="max",
+            save_top_k=keep,
+            every_n_train_steps=int(every_n_steps or 1),
+            auto_insert_metric_name=False,
+            enable_version_counter=False,
+        )
+        self.every_fraction = None if every_fraction is None else float(every_fraction)
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # After checkpoint restore and configure_optimizers: the step count is known and no random draw is moved.
+        if self.every_fraction is not None:
+            total = total_steps(trainer)
+            if total is None:
+                raise ConfigError(
+                    "Snapshots every_fraction needs the run's length, but max_epochs and max_steps are unbounded; "
+                    "set --trainer.max_epochs or use every_n_steps."
+                )
+            set_checkpoint_interval(self, max(1, round(total * self.every_fraction)))
+        super().on_train_start(trainer, pl_module)
+
+    @property
+    def state_key(self) -> str:
+        # Distinct from the ModelCheckpoints next to it, whose state (best paths) is stored under their own settings.
+        return state_key(self, snapshots=self.filename, every_fraction=self.every_fraction)

@@ -1,0 +1,124 @@
+"""A trained classifier read back from its checkpoint: the timm network and the card of what it expects.
+
+Export, serve and distillation's teacher read a checkpoint with `load_classifier`; the CLI's own runs rebuild the
+model from their config instead. A checkpoint is data from wherever it came from: its claims (model name, sizes) are
+checked before anything of their size is allocated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import timm
+import torch
+from torch import nn
+
+from vitlit.checkpoints import check_weights, read_checkpoint
+from vitlit.data.images import PIL_MODES, ImageFiles
+from vitlit.data.transforms import eval_transform
+from vitlit.errors import ConfigError
+
+
+@dataclass
+class ModelCard:
+    """What a program needs to run an exported classifier: the input it expects and the names of its outputs."""
+
+    model_name: str
+    class_names: list[str]
+    img_size: int
+    in_chans: int
+    mean: list[float]
+    std: list[float]
+
+    def preprocess(self) -> Any:
+        """The eval transform of training: resize (shorter side), centre crop, scale to [0, 1], normalise."""
+        return eval_transform(self.img_size, self.mean, self.std, resize=True)
+
+    def batch(self, files: Sequence[Path]) -> torch.Tensor:
+        """Image files, decoded with ``in_chans`` channels and prepared by `preprocess`, as one batch."""
+        mode = PIL_MODES.get(self.in_chans, "RGB")
+        dataset = ImageFiles([(str(p), -1) for p in files], self.class_names, mode, self.img_size)
+        transform = self.preprocess()
+        return torch.stack([transform(dataset[i][0]) for i in range(len(dataset))])
+
+
+#: Bounds on the hyperparameters read from a checkpoint: a crafted file must not make vitlit allocate hundreds of GB.
+#: (ImageNet-21k has 21,843 classes; a ViT at 4,096 px with 16 px patches has 65,536 tokens.)
+LIMITS = {"num_classes": 100_000, "img_size": 4096, "in_chans": 64, "patch_size": 4096}
+
+
+def checked_hyperparameters(hp: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The architecture a checkpoint claims, checked as strictly as the same values given as flags.
+
+    A checkpoint is data from wherever it came from: its ``model_name`` must be a model timm has built in (never a
+    ``hf-hub:`` name, which would reach the network), and its sizes must be positive whole numbers within `LIMITS`.
+
+    Raises:
+        ConfigError: Naming the first value that is out of bounds.
+    """
+    if "model_name" not in hp:
+        raise ConfigError(
+            f"{path} is not a checkpoint of vitlit's ViTClassifier (no model_name in its hyperparameters)."
+        )
+    name = hp["model_name"]
+    if not isinstance(name, str) or ":" in name or not timm.is_model(name):
+        raise ConfigError(
+            f"{path} names the model {name!r}, which is not one of timm's built-in models (vitlit never writes such a "
+            f"checkpoint; hub names are not followed); use a checkpoint written by vitlit fit."
+        )
+    for key, high in LIMITS.items():
+        value = hp.get(key)
+        if value is None and key in ("patch_size", "in_chans"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+            raise ConfigError(f"{path} has {key}={value!r}; vitlit reads checkpoints with {key} from 1 to {high:,}.")
+    names = hp.get("class_names")
+    if names is not None and (not isinstance(names, list) or len(names) != hp["num_classes"]):
+        raise ConfigError(f"{path} has class_names that are not a list of num_classes={hp['num_classes']} names.")
+    for key in ("input_mean", "input_std"):
+        values = hp.get(key)
+        if values is None:
+            raise ConfigError(
+                f"{path} does not record the normalisation it was trained with (written before vitlit recorded it); "
+                f"train or fine-tune once more with this version of vitlit."
+            )
+        if not isinstance(values, list) or len(values) != hp.get("in_chans", 3):
+            raise ConfigError(f"{path} has {key}={values!r}, not one number per input channel.")
+    return hp
+
+
+def load_classifier(ckpt_path: str | Path, weights_only: bool = True) -> tuple[nn.Module, ModelCard]:
+    """The trained timm network of a vitlit checkpoint (in eval mode) and its model card.
+
+    The network is first built on the meta device (no memory) and the shapes of its weights compared with the
+    file's, so that no claim of the checkpoint makes vitlit allocate more than the file itself holds.
+
+    Raises:
+        ConfigError: For a missing, unreadable or damaged file, a checkpoint vitlit did not write, or one whose
+            hyperparameters are out of bounds or do not match its weights.
+    """
+    path = Path(ckpt_path).expanduser()
+    checkpoint = read_checkpoint(path, weights_only)
+    hp = checked_hyperparameters(checkpoint.get("hyper_parameters") or {}, path)
+    kwargs = {k: hp[k] for k in ("num_classes", "img_size", "in_chans", "patch_size") if hp.get(k) is not None}
+    state = {k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")}
+    try:
+        with torch.device("meta"):
+            probe = timm.create_model(hp["model_name"], pretrained=False, **kwargs)
+    except Exception as err:  # timm's own checks of the geometry (TypeError, AssertionError, ValueError)
+        raise ConfigError(f"{path}: {hp['model_name']} cannot be built with {kwargs} ({err}).") from None
+    check_weights(state, probe.state_dict(), path)  # before anything the size of the claims is allocated
+    net = timm.create_model(hp["model_name"], pretrained=False, **kwargs)
+    net.load_state_dict(state)
+    card = ModelCard(
+        model_name=hp["model_name"],
+        class_names=[str(c) for c in hp.get("class_names") or range(hp["num_classes"])],
+        img_size=int(hp["img_size"]),
+        in_chans=int(hp.get("in_chans", 3)),
+        mean=[float(v) for v in hp["input_mean"]],
+        std=[float(v) for v in hp["input_std"]],
+    )
+    return net.eval(), card
