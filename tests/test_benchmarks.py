@@ -134,3 +134,9 @@ def test_policy_parity_summarizes_logged_runs(
     # sqrt(2e-4/2 + 5e-5/2) = 1.12 (the run without one is left out); time: 110 s / 200 s (only one run timed it).
     assert last_line.startswith("autoaugment: device - per-image, in points: best checkpoint -1.00 (SE 1.15), "
                                 "last checkpoint +0.00 (SE 1.12); fit time ratio 0.55"), last_line  # fmt: skip
+
+
+@pytest.mark.slow  # a benchmark, not the package: with the other benchmarks' smoke runs
+def test_policy_checks_find_the_paths_alike(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Every operation at magnitude 5 pixel for pixel, the draws independent and uniform, the normalisation bit for bit.
+    assert _run("policy_checks.py", ["--epochs", "3"], monkeypatch, capsys) == "checks ok=True"
