@@ -137,6 +137,8 @@ def test_policy_parity_summarizes_logged_runs(
 
 
 @pytest.mark.slow  # a benchmark, not the package: with the other benchmarks' smoke runs
-def test_policy_checks_find_the_paths_alike(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_policy_checks_find_the_paths_alike(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Every operation at magnitude 5 pixel for pixel, the draws independent and uniform, the normalisation bit for bit.
     assert _run("policy_checks.py", ["--epochs", "3"], monkeypatch, capsys) == "checks ok=True"
