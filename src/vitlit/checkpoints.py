@@ -8,7 +8,6 @@ stored (uncompressed) records, so a compressed record is refused from the archiv
 
 from __future__ import annotations
 
-import errno
 import pickle
 import zipfile
 from collections.abc import Mapping
@@ -21,23 +20,6 @@ from vitlit.errors import ConfigError
 
 # What torch.load raises on a truncated, foreign or tampered-with file.
 UNREADABLE = (RuntimeError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile, OSError)
-
-
-def disk_full(err: BaseException | None) -> str | None:
-    """What ran out, if ``err`` (or an error it was raised while handling) is a write refused for lack of space.
-
-    torch's zip writer reports a failed write as ``RuntimeError: ... unexpected pos``; the OSError behind it is only
-    its ``__context__``.
-    """
-    reasons = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
-               errno.EFBIG: "the file is larger than this process may write (ulimit -f)"}  # fmt: skip
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, OSError) and err.errno in reasons:
-            return reasons[err.errno]
-        err = err.__cause__ or err.__context__
-    return None
 
 
 def read_checkpoint(path: str | Path, weights_only: bool | None = True, mmap: bool = True) -> dict[str, Any]:

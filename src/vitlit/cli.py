@@ -31,7 +31,6 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit import __version__
 from vitlit import config as cfg
-from vitlit.checkpoints import check_weights, read_checkpoint
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import CheckFailed, TrainingHalted
 from vitlit.run_dir import Placed, place_run, resolve_checkpoint, run_of_checkpoint, unlock
@@ -69,8 +68,10 @@ class VitLitArgumentParser(LightningArgumentParser):
     """LightningCLI's parser, reporting a bad option in one line (the key and the value) instead of the usage."""
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
-        cause = cfg.user_error(ex)
-        text = str(cause) if cause is not None else cfg.one_line(message)
+        from vitlit.messages import one_line, user_error
+
+        cause = user_error(ex)
+        text = str(cause) if cause is not None else one_line(message)
         if "invalid choice" in text:  # LightningCLI knows its four subcommands; the tools are vitlit's
             text = text.replace(")", ", " + ", ".join(repr(name) for name in TOOLS) + ")", 1)
         _exit(f"{text} (`{PROG} <subcommand> --help` lists the options)")
@@ -91,8 +92,10 @@ class VitLitCLI(LightningCLI):
         except Exception as err:
             # A user error found once the folder was made (an image that cannot be read, met at the data's setup):
             # the folder this run made goes again, as long as it holds no checkpoint, so a refused run leaves none.
+            from vitlit.messages import one_line_error
+
             placed = self.run
-            if placed and placed.made and cfg.one_line_error(err) and not any(placed.run_dir.rglob("*.ckpt")):
+            if placed and placed.made and one_line_error(err) and not any(placed.run_dir.rglob("*.ckpt")):
                 shutil.rmtree(placed.run_dir, ignore_errors=True)
                 for folder in placed.made[1:]:  # lightning_logs/ and the root, where this run made them
                     with contextlib.suppress(OSError):  # not empty: another run wrote there meanwhile
@@ -130,7 +133,9 @@ class VitLitCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except Exception as err:
-            refused = None if cfg.one_line_error(err) else cfg.refused_arguments(err)  # a path refused: main says it
+            from vitlit.messages import one_line_error, refused_arguments
+
+            refused = None if one_line_error(err) else refused_arguments(err)  # a path refused: main says it
             if refused is None:
                 raise
             raise refused from None
@@ -152,6 +157,8 @@ class VitLitCLI(LightningCLI):
         root = Path(getattr(logger, "root_dir", None) or Path(trainer.default_root_dir) / "lightning_logs")
         ckpt = resolve_checkpoint(self._ckpt_path, subcommand, root.expanduser().absolute())
         if ckpt is not None:
+            from vitlit.checkpoints import check_weights, read_checkpoint  # runs from a checkpoint only
+
             checkpoint = read_checkpoint(ckpt, self.config_init[subcommand].get("weights_only"))
             run = run_of_checkpoint(ckpt)
             options = f"--config {run / 'config.yaml'}" if run is not None else None
@@ -285,7 +292,9 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         print(f"{PROG}: error: {err}", file=sys.stderr)
         raise SystemExit(1) from None
     except Exception as err:
-        line = cfg.one_line_error(err)
+        from vitlit.messages import one_line_error
+
+        line = one_line_error(err)
         if line is None:  # not a user's error: its traceback is wanted
             raise
         _exit(line)

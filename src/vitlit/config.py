@@ -1,24 +1,19 @@
-"""What the user typed, checked before anything runs, and every user error as one line.
+"""What the user typed, checked before anything runs: config files, values Lightning would take, folders.
 
-Every user error ends as one line ``vitlit: error: ...`` with exit status 2 (`vitlit.cli.main`): a `ConfigError` as
-it is, a jsonargparse report condensed into one line (it names the key and the value), a full disk or a path the
-system refuses named with the path. The checks here are for what jsonargparse and Lightning would take without a
-word and then hang on, crash on deep inside a run, or silently replace.
+The checks here are for what jsonargparse and Lightning would take without a word and then hang on, crash on deep
+inside a run, or silently replace. Each raises a `ConfigError`: one line ``vitlit: error: ...``, exit status 2
+(`vitlit.messages` says every user error in one line).
 """
 
 from __future__ import annotations
 
-import errno
 import os
-import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
-from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-from vitlit.checkpoints import disk_full
 from vitlit.errors import ConfigError
 
 #: The shared settings under every ``--config``: the one list of what a default run does (read it first).
@@ -28,73 +23,6 @@ DEFAULTS = Path(__file__).with_name("defaults.yaml")
 MAX_YAML_BYTES, MAX_YAML_VALUES = 1_000_000, 100_000
 #: Arguments that name a file or folder, in any data module or model; ``teacher`` where it is a path, not a name.
 PATH_ARGUMENTS = ("root", "data_dir", "predict_dir", "pretrained_file", "teacher")
-
-
-def one_line(report: str) -> str:
-    """Jsonargparse's multi-line report (bad key, wrong type, value out of range) as one line naming key and value."""
-    noise = ("Does not validate against any of the Union", "Subtypes:", "Errors:", "- Expected a <class 'NoneType'>",
-             "Given value type:")  # fmt: skip
-    lines = (line.strip().removeprefix("- ") for line in report.splitlines())
-    long_value = lambda line: line.startswith("Given value:") and len(line) > 100  # noqa: E731 (a whole list)
-    return " ".join(line for line in lines if line and not line.startswith(noise) and not long_value(line))
-
-
-def user_error(err: BaseException | None) -> BaseException | None:
-    """The `ConfigError` (or Lightning misconfiguration) that ``err`` is or was raised from (``raise ... from``)."""
-    while err is not None:
-        if isinstance(err, (ConfigError, MisconfigurationException)):
-            return err
-        err = err.__cause__
-    return None
-
-
-def one_line_error(err: BaseException) -> str | None:
-    """The one line for an error the user can fix, or ``None`` for a bug (whose traceback is wanted)."""
-    cause = user_error(err)
-    if cause is not None:
-        text = str(cause)  # one raised in a DataLoader worker arrives wrapped in its traceback: its last line
-        return text.strip().splitlines()[-1].split(": ", 1)[-1] if "Original Traceback" in text else text
-    full = disk_full(err)
-    if full is not None:
-        return f"{full}: {str(err).splitlines()[0][:160]}; free some space (or choose another folder) and run it again."
-    refused = {errno.ENAMETOOLONG: "is longer than the file system allows; give shorter paths",
-               errno.EACCES: "cannot be read or written by this user (permission denied); check its permissions",
-               errno.EPERM: "cannot be read or written by this user (operation not permitted); check its permissions",
-               errno.EROFS: "is on a read-only file system; choose a folder on a writable disk"}  # fmt: skip
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:  # an OSError about a path, wherever the path was first used
-        seen.add(id(err))
-        if isinstance(err, OSError) and err.errno in refused:
-            return f"{str(err.filename or 'a path')[:80]} {refused[err.errno]}."
-        err = err.__cause__ or err.__context__
-    return None
-
-
-def refused_arguments(err: BaseException) -> ConfigError | None:
-    """The one line for a configured class whose constructor refused its arguments, or ``None`` for a bug.
-
-    jsonargparse reports it wrapped in errors of its own (a value that fits none of the option's types): the class's
-    error is the first of the chain that jsonargparse did not raise. One raised in vitlit's own code is a bug, whose
-    traceback is wanted.
-    """
-    chain = [err]
-    while (err := err.__cause__ or err.__context__) is not None:
-        chain.append(err)
-    for error in chain:
-        frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
-        if isinstance(error, ConfigError):
-            return error
-        if not frames or "jsonargparse" in frames[-1].f_code.co_filename:
-            continue
-        if "/vitlit/" in Path(frames[-1].f_code.co_filename).as_posix():
-            return None
-        built = [
-            type(f.f_locals["self"]).__name__ for f in frames if f.f_code.co_name == "__init__" and "self" in f.f_locals
-        ]
-        words = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
-        who = built[0] if built else "a class of the config"
-        return ConfigError(f"{who} refused its arguments ({words}); fix them in the config or on the command line.")
-    return None
 
 
 def load_yaml(text: str, where: str) -> Any:

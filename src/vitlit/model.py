@@ -14,7 +14,6 @@ from torch import nn
 from torchmetrics import MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from vitlit.checkpoints import UNREADABLE
 from vitlit.clipping import clip_true_gradients
 from vitlit.errors import ConfigError
 from vitlit.optim import WarmupCosineLR, apply_lr_scale, check_factories, param_groups
@@ -187,6 +186,8 @@ class ViTClassifier(LightningModule):
                     f"pretrained_file={hp.pretrained_file!r} does not exist; give the path of a weights file."
                 )
             kwargs["pretrained_cfg_overlay"] = {"file": str(path)}
+            from vitlit.checkpoints import UNREADABLE  # what a damaged weights file raises
+
             try:  # timm reads the file with torch.load(weights_only=True), or safetensors: no code runs from it
                 # timm loads non-strictly when the class count changes, so a file of another model would be
                 # skipped without a word and training would start from random weights: check the names first.

@@ -18,7 +18,6 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from vitlit.atomic import replacing
-from vitlit.checkpoints import disk_full, read_checkpoint
 from vitlit.errors import ConfigError
 from vitlit.private import is_local_path
 
@@ -38,6 +37,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 # the RuntimeError torch's zip writer raises for it, and `disk_full` can tell.
                 torch.save(checkpoint, f)
         except (OSError, RuntimeError) as err:
+            from vitlit.messages import disk_full
+
             full = disk_full(err)
             if full is None:
                 raise
@@ -54,4 +55,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     ) -> dict[str, Any]:
         if not is_local_path(path):
             return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+        from vitlit.checkpoints import read_checkpoint  # a resume only
+
         return read_checkpoint(path, weights_only, mmap=False)

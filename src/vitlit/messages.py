@@ -1,0 +1,100 @@
+"""Every user error as one line: what the CLI prints when something stops, imported on that path only.
+
+A `ConfigError` is printed as it is; a jsonargparse report is condensed into one line (it names the key and the
+value); a full disk, a file-size limit or a path the system refuses is named with the path; a configured class whose
+constructor refused its arguments is named with its error. Anything else is a bug, whose traceback is wanted.
+"""
+
+from __future__ import annotations
+
+import errno
+import traceback
+from pathlib import Path
+
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+from vitlit.errors import ConfigError
+
+
+def one_line(report: str) -> str:
+    """Jsonargparse's multi-line report (bad key, wrong type, value out of range) as one line naming key and value."""
+    noise = ("Does not validate against any of the Union", "Subtypes:", "Errors:", "- Expected a <class 'NoneType'>",
+             "Given value type:")  # fmt: skip
+    lines = (line.strip().removeprefix("- ") for line in report.splitlines())
+    long_value = lambda line: line.startswith("Given value:") and len(line) > 100  # noqa: E731 (a whole list)
+    return " ".join(line for line in lines if line and not line.startswith(noise) and not long_value(line))
+
+
+def user_error(err: BaseException | None) -> BaseException | None:
+    """The `ConfigError` (or Lightning misconfiguration) that ``err`` is or was raised from (``raise ... from``)."""
+    while err is not None:
+        if isinstance(err, (ConfigError, MisconfigurationException)):
+            return err
+        err = err.__cause__
+    return None
+
+
+def one_line_error(err: BaseException) -> str | None:
+    """The one line for an error the user can fix, or ``None`` for a bug (whose traceback is wanted)."""
+    cause = user_error(err)
+    if cause is not None:
+        text = str(cause)  # one raised in a DataLoader worker arrives wrapped in its traceback: its last line
+        return text.strip().splitlines()[-1].split(": ", 1)[-1] if "Original Traceback" in text else text
+    full = disk_full(err)
+    if full is not None:
+        return f"{full}: {str(err).splitlines()[0][:160]}; free some space (or choose another folder) and run it again."
+    refused = {errno.ENAMETOOLONG: "is longer than the file system allows; give shorter paths",
+               errno.EACCES: "cannot be read or written by this user (permission denied); check its permissions",
+               errno.EPERM: "cannot be read or written by this user (operation not permitted); check its permissions",
+               errno.EROFS: "is on a read-only file system; choose a folder on a writable disk"}  # fmt: skip
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:  # an OSError about a path, wherever the path was first used
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in refused:
+            return f"{str(err.filename or 'a path')[:80]} {refused[err.errno]}."
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def disk_full(err: BaseException | None) -> str | None:
+    """What ran out, if ``err`` (or an error it was raised while handling) is a write refused for lack of space.
+
+    torch's zip writer reports a failed write as ``RuntimeError: ... unexpected pos``; the OSError behind it is only
+    its ``__context__``.
+    """
+    reasons = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+               errno.EFBIG: "the file is larger than this process may write (ulimit -f)"}  # fmt: skip
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in reasons:
+            return reasons[err.errno]
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def refused_arguments(err: BaseException) -> ConfigError | None:
+    """The one line for a configured class whose constructor refused its arguments, or ``None`` for a bug.
+
+    jsonargparse reports it wrapped in errors of its own (a value that fits none of the option's types): the class's
+    error is the first of the chain that jsonargparse did not raise. One raised in vitlit's own code is a bug, whose
+    traceback is wanted.
+    """
+    chain = [err]
+    while (err := err.__cause__ or err.__context__) is not None:
+        chain.append(err)
+    for error in chain:
+        frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
+        if isinstance(error, ConfigError):
+            return error
+        if not frames or "jsonargparse" in frames[-1].f_code.co_filename:
+            continue
+        if "/vitlit/" in Path(frames[-1].f_code.co_filename).as_posix():
+            return None
+        built = [
+            type(f.f_locals["self"]).__name__ for f in frames if f.f_code.co_name == "__init__" and "self" in f.f_locals
+        ]
+        words = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+        who = built[0] if built else "a class of the config"
+        return ConfigError(f"{who} refused its arguments ({words}); fix them in the config or on the command line.")
+    return None
