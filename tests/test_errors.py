@@ -256,6 +256,35 @@ CASES = [
         lambda tmp, run: ["--model.pretrained_file", _saved(tmp, "other.pth", {"fc.weight": torch.zeros(2, 2)})],
         ["other.pth", "not a readable state dict of test_vit"],
     ),
+    (
+        "loss that does not fit class indices",
+        lambda tmp, run: ["--model.loss", "torch.nn.MSELoss", "--model.label_smoothing", "null"],
+        ["loss MSELoss does not fit logits", "CrossEntropyLoss"],
+    ),
+    (
+        "loss of one number per image",
+        lambda tmp, run: [
+            "--model.loss",
+            "torch.nn.CrossEntropyLoss",
+            "--model.loss.init_args.reduction",
+            "none",
+            "--model.label_smoothing",
+            "null",
+        ],
+        ["gives shape (2,), not one number"],
+    ),
+    ("learning rate nan", lambda tmp, run: ["--model.optimizer.init_args.lr", "nan"], ["lr=nan is not a finite"]),
+    ("clipping inf", lambda tmp, run: ["--trainer.gradient_clip_val=inf"], ["gradient_clip_val=inf is not a finite"]),
+    (
+        "nan in a config file",
+        lambda tmp, run: ["--config", _text(tmp, "nan.yaml", "model:\n  drop_rate: .nan\n")],
+        ["nan.yaml: model.drop_rate=nan is not a finite number"],
+    ),
+    ("validation never", lambda tmp, run: ["--trainer.check_val_every_n_epoch", "0"], ["check_val_every_n_epoch=0"]),
+    ("validation interval zero", lambda tmp, run: ["--trainer.val_check_interval", "0"], ["val_check_interval=0"]),
+    ("negative workers", lambda tmp, run: ["--data.num_workers", "-1"], ["num_workers", "-1"]),
+    ("negative crop padding", lambda tmp, run: ["--data.crop_padding", "-5"], ["crop_padding", "-5"]),
+    ("no time", lambda tmp, run: ["--trainer.max_time", "00:00:00:00"], ["max_time=00:00:00:00 would train nothing"]),
 ]
 
 

@@ -7,6 +7,7 @@ inside a run, or silently replace. Each raises a `ConfigError`: one line ``vitli
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -53,24 +54,40 @@ def load_yaml(text: str, where: str) -> Any:
 
 
 def check_config_files(argv: list[str]) -> None:
-    """Refuse a ``--config`` that is missing, not a regular file (a pipe waits forever), empty, or not options."""
-    values = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config"]
+    """Refuse a config file (``--config``, the shared settings) that would be misread, and non-finite numbers.
+
+    A file that is missing, not a regular file (a pipe waits forever), empty or not options is refused. No option
+    of a run takes NaN or infinity, and a check ``value < 0`` passes them: they are refused where typed.
+    """
+    values = [str(DEFAULTS), *(argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config")]
     values += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
     for value in values:
-        if "\n" in value or value.lstrip().startswith("{"):  # YAML given inline
-            load_yaml(value, "the --config value")
-            continue
+        inline = "\n" in value or value.lstrip().startswith("{")  # YAML given inline
         path = Path(value).expanduser()
-        if not path.is_file():
+        if not inline and not path.is_file():
             what = "is not a regular file" if path.exists() else "does not exist"
             raise ConfigError(f"config file {value} {what}; give a YAML file such as configs/digits.yaml.")
         try:
-            content = load_yaml(path.read_text(), f"config file {value}")
+            content = load_yaml(value if inline else path.read_text(), f"config file {value}")
         except (OSError, UnicodeDecodeError) as err:
             raise ConfigError(f"config file {value} cannot be read ({type(err).__name__}); give a YAML file.") from None
         if not isinstance(content, dict):
             what = "is empty" if content is None else f"holds a {type(content).__name__}, not options"
             raise ConfigError(f"config file {value} {what}; start from a file in configs/.")
+        _finite(content, f"config file {value}: ")
+    for flag, value in zip(argv, [*argv[1:], ""], strict=True):  # a --flag=value may come last
+        flag, value = (flag.split("=", 1) if "=" in flag else (flag, value)) if flag.startswith("--") else ("", "")
+        if value.strip().lower().lstrip("+-.") in ("nan", "inf", "infinity"):
+            raise ConfigError(f"{flag}={value} is not a finite number; give a number such as 0.1.")
+
+
+def _finite(content: Any, where: str, key: str = "") -> None:
+    """Refuse a float of ``content`` (a parsed YAML document) that is NaN or infinite, naming its key."""
+    if isinstance(content, float) and not math.isfinite(content):
+        raise ConfigError(f"{where}{key}={content} is not a finite number; give a number such as 0.1.")
+    items = content.items() if isinstance(content, dict) else enumerate(content) if isinstance(content, list) else ()
+    for name, value in items:
+        _finite(value, where, f"{key}.{name}" if key else str(name))
 
 
 def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> None:
@@ -93,16 +110,20 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
             f"{subcommand} without --ckpt_path would evaluate untrained weights; give a checkpoint (a run's "
             f"checkpoints/*.ckpt, or last), or --ckpt_path none to {subcommand} the model as it is built."
         )
-    # Values Lightning takes and then divides by zero on, or trains nothing with and exits 0.
-    count, limit = (lambda v: v < 1, "give 1 or more"), (lambda v: v != -1 and v < 1, "give 1 or more (-1: no limit)")
-    part = (lambda v: v <= 0 or (isinstance(v, float) and v > 1), "give a count of batches or a fraction in (0, 1]")
-    refused = {"accumulate_grad_batches": count, "log_every_n_steps": count, "check_val_every_n_epoch": count,
-               "max_steps": limit, "max_epochs": limit, "limit_train_batches": part, "val_check_interval": part,
-               "gradient_clip_val": (lambda v: v < 0, "give a positive norm, or 0 for none")}  # fmt: skip
-    for name, (bad, fix) in refused.items():
+    # Values Lightning takes and then divides by zero on, or trains nothing with and exits 0. Each rule says what is
+    # valid, so that a value no comparison holds for (NaN) is refused too.
+    count, limit = (lambda v: v >= 1, "give 1 or more"), (lambda v: v == -1 or v >= 1, "give 1 or more (-1: no limit)")
+    part = (lambda v: v > 0 and (v <= 1 or not isinstance(v, float)), "give a count of batches or a fraction in (0, 1]")
+    valid = {"accumulate_grad_batches": count, "log_every_n_steps": count, "check_val_every_n_epoch": count,
+             "max_steps": limit, "max_epochs": limit, "limit_train_batches": part, "val_check_interval": part,
+             "gradient_clip_val": (lambda v: v >= 0, "give a positive norm, or 0 for none")}  # fmt: skip
+    for name, (ok, fix) in valid.items():
         value = trainer.get(name)
-        if isinstance(value, (int, float)) and bad(value):
+        if isinstance(value, (int, float)) and not ok(value):
             raise ConfigError(f"--trainer.{name}={value} would train nothing or crash the run; {fix}.")
+    budget = trainer.get("max_time")
+    if isinstance(budget, str) and not budget.replace(":", "").strip("0"):
+        raise ConfigError(f"--trainer.max_time={budget} would train nothing; give a time budget such as 00:12:00:00.")
     precision, accelerator = str(trainer.get("precision")), str(trainer.get("accelerator"))
     import torch  # not at the top: `vitlit --version` and the tools' --help must not load torch
 

@@ -118,6 +118,17 @@ class ViTClassifier(LightningModule):
             self.net.compile()
         smoothing = 0.1 if label_smoothing is None else label_smoothing
         self.criterion = loss if loss is not None else nn.CrossEntropyLoss(label_smoothing=smoothing)
+        if loss is not None:  # tried on what it will get (logits, class indices) before the run starts
+            try:
+                value = loss(torch.zeros(2, num_classes), torch.zeros(2, dtype=torch.long))
+                problem = None if value.numel() == 1 else f"it gives shape {tuple(value.shape)}, not one number"
+            except Exception as err:
+                problem = str(err).splitlines()[0][:120]
+            if problem:
+                raise ConfigError(
+                    f"loss {type(loss).__name__} does not fit logits of shape (batch, {num_classes}) and class "
+                    f"indices ({problem}); use a classification loss such as torch.nn.CrossEntropyLoss."
+                )
         # average="micro" is plain accuracy; torchmetrics' default ("macro") would average per-class recalls.
         # validate_args=False: the check counts unique target values on the host, a GPU sync on every step; the
         # inputs here are the model's own logits and class indices.

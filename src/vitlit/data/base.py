@@ -31,7 +31,7 @@ from vitlit.data.transforms import (
 )
 from vitlit.errors import ConfigError
 from vitlit.schedule import training_progress
-from vitlit.types import PositiveFloat, PositiveInt, as_builtin
+from vitlit.types import NonNegativeInt, PositiveFloat, PositiveInt, as_builtin
 
 #: Normalisation statistics of ImageNet, the default of data modules that name none of their own.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -144,13 +144,13 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         in_chans: PositiveInt = 3,
         batch_size: PositiveInt = 128,
         val_size: int | float = 0.1,
-        num_workers: int = 4,
+        num_workers: NonNegativeInt = 4,
         pin_memory: bool = True,
         persistent_workers: bool = True,
         seed: int = 42,
         mean: list[float] | None = None,
         std: list[PositiveFloat] | None = None,
-        crop_padding: int | None = None,
+        crop_padding: NonNegativeInt | None = None,
         hflip: bool = True,
         augment: Policy = "none",
         randaugment_num_ops: PositiveInt = 2,
