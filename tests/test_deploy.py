@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -304,8 +305,18 @@ def test_a_crafted_checkpoint_is_refused_before_anything_is_allocated(
         (["--port", "70000"], "port=70000 is not a TCP port"),
         (["--accelerator", "cuda"], "no CUDA GPU"),
         (["--port", "busy"], "cannot listen on 127.0.0.1"),
+        (["--batch_timeout", "1e9"], "batch_timeout=1000000000.0 is not from 0 to 1 second"),
+        (["--batch_timeout", "nan"], "batch_timeout=nan is not a finite number"),
+        (["--max_pixels", "1000"], "max_pixels=1000 is less than one image of the model's size (32 x 32)"),
     ],
-    ids=["port-out-of-range", "cuda-without-gpu", "port-in-use"],
+    ids=[
+        "port-out-of-range",
+        "cuda-without-gpu",
+        "port-in-use",
+        "batch-wait-forever",
+        "batch-wait-nan",
+        "no-image-fits",
+    ],
 )
 def test_serve_settings_that_cannot_work_are_one_line(
     flags: list[str], said: str, trained, capsys: pytest.CaptureFixture[str]
@@ -359,6 +370,10 @@ def test_every_entry_point_sees_the_same_pixels(mode: str, trained, tmp_path: Pa
         assert (exported.max(0).values == exported.max()).float().mean() < 0.05
 
 
+#: One field of a multipart form with the boundary ``x``.
+_FIELD = b"--x\r\nContent-Disposition: form-data; name=a\r\n\r\n1\r\n"
+
+
 @pytest.mark.parametrize(
     ("content_type", "body", "said"),
     [
@@ -367,13 +382,96 @@ def test_every_entry_point_sees_the_same_pixels(mode: str, trained, tmp_path: Pa
         ("multipart/form-data", b"--x\r\n", "has no boundary"),
         ("application/json", b"[" * 100_000 + b"]" * 100_000, "nested too deep"),
         ("application/json", b'["image"]', "not an object"),
-        ("multipart/form-data; boundary=x", b"--x\r\n" * 1001 + b"--x--", "more than 8 parts"),
+        ("multipart/form-data; boundary=x", _FIELD * 1001 + b"--x--", "Maximum number of fields is 8"),
+        (  # a browser's boundary, capitals and all (issue 36, class 5: the limit was skipped)
+            "multipart/form-data; boundary=----WebKitFormBoundaryAbC",
+            _FIELD.replace(b"--x", b"------WebKitFormBoundaryAbC") * 5000 + b"------WebKitFormBoundaryAbC--",
+            "Maximum number of fields is 8",
+        ),
+        ("multipart/form-data; boundary=x", b"--x\r\ngarbage\r\n\r\n--x--", "cannot be read: Invalid multipart"),
+        ("multipart/form-data; boundary=x", b"\x00\x01 not a form", "cannot be read: Invalid multipart"),
     ],
-    ids=["raw-image", "raw-no-type", "no-boundary", "deep-json", "json-list", "many-fields"],
+    ids=[
+        "raw-image",
+        "raw-no-type",
+        "no-boundary",
+        "deep-json",
+        "json-list",
+        "many-fields",
+        "browser-boundary",
+        "malformed-part",
+        "not-a-form",
+    ],
 )
 def test_request_bodies_the_server_cannot_take_are_named(content_type: str, body: bytes, said: str) -> None:
     from vitlit.tools.serve import body_problem
 
-    assert said in body_problem(content_type, body)
-    assert body_problem("application/json", b'{"image": "abc"}') is None
-    assert body_problem("multipart/form-data; boundary=x", b"--x\r\nimage\r\n--x--") is None
+    assert said in asyncio.run(body_problem(content_type, body))
+    assert asyncio.run(body_problem("application/json", b'{"image": "abc"}')) is None
+    upload = b'--x\r\nContent-Disposition: form-data; name="image"; filename="a.png"\r\n\r\nabc\r\n--x--\r\n'
+    assert asyncio.run(body_problem("Multipart/Form-Data; boundary=x", upload)) is None
+
+
+def _claiming(format: str, width: int, height: int) -> bytes:
+    """A one-pixel image of ``format`` whose header claims ``width`` x ``height`` pixels."""
+    buffer = io.BytesIO()
+    Image.new("L", (1, 1)).save(buffer, format=format)
+    data = bytearray(buffer.getvalue())
+    if format == "GIF":  # the logical screen's size
+        data[6:10] = width.to_bytes(2, "little") + height.to_bytes(2, "little")
+    else:  # BMP's info header
+        data[18:26] = width.to_bytes(4, "little") + height.to_bytes(4, "little")
+    return bytes(data)
+
+
+@pytest.mark.parametrize("format", ["GIF", "BMP"])
+def test_an_image_header_claiming_billions_of_pixels_is_too_large_not_a_crash(format: str) -> None:
+    """Issue 36, class 5: PIL's DecompressionBombError was a 500 with a traceback in serve."""
+    from vitlit.tools.serve import decode_image
+
+    upload = {"image": base64.b64encode(_claiming(format, 65_535, 60_000)).decode()}
+    with pytest.raises(ValueError, match="the image is too large: its header claims over"):
+        decode_image(upload, "RGB", 32)
+
+
+def _edited(trained_ckpt: Path, path: Path, case: str) -> Path:
+    """The trained checkpoint with its weights changed as ``case`` says."""
+    checkpoint = torch.load(trained_ckpt, weights_only=True)
+    weights = checkpoint["state_dict"]
+    if case == "missing-key":
+        del weights["net.head.bias"]
+    elif case == "extra-key":
+        weights["net.adapter.weight"] = torch.zeros(4)
+    elif case == "wrong-shape":
+        weights["net.head.bias"] = torch.zeros(11)
+    elif case == "other-project":  # a Lightning checkpoint of someone else's model
+        checkpoint["state_dict"] = {"encoder.conv1.weight": torch.zeros(8, 3, 3, 3)}
+        checkpoint["hyper_parameters"] = {"lr": 0.1, "hidden": 64}
+    elif case == "nan":
+        weights["net.head.bias"].fill_(float("nan"))
+    torch.save(checkpoint, path)
+    return path
+
+
+@pytest.mark.parametrize("case", ["missing-key", "extra-key", "wrong-shape", "other-project"])
+def test_a_checkpoint_that_does_not_fit_is_one_line_in_every_subcommand(
+    case: str, trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 36, class 6: export refused these in one line; fit, validate, test and predict ended in tracebacks."""
+    ckpt = _edited(trained[0], tmp_path / "odd.ckpt", case)
+    config = trained[0].parent.parent / "config.yaml"
+    for subcommand in ("fit", "validate", "test", "predict"):
+        line = _refused(capsys, subcommand, "--config", config, "--ckpt_path", ckpt,
+                        "--trainer.default_root_dir", tmp_path / "out")  # fmt: skip
+        assert "odd.ckpt" in line, (subcommand, line)
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_of_a_model_whose_outputs_are_nan_fails(trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """Issue 36, class 3: "max |logit difference| nan" passed the check (every comparison with NaN is false)."""
+    ckpt = _edited(trained[0], tmp_path / "nan.ckpt", "nan")
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("export", "--ckpt_path", ckpt, "--output", tmp_path / "x.onnx")
+    assert exit_info.value.code == 1
+    assert "are not finite numbers" in capsys.readouterr().err
+    assert not list(tmp_path.glob("x.onnx*"))

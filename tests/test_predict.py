@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import csv
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from helpers.cli import DIGITS_CONFIG, run_cli, tiny_cifar_fit
 from PIL import Image
 
@@ -131,3 +135,56 @@ def test_an_explicit_root_folder_takes_the_predictions(digits_run: Path, tmp_pat
     written = Path(predict.trainer.log_dir) / "predictions.csv"
     assert written == tmp_path / "elsewhere" / "lightning_logs" / "version_0" / "predictions.csv" and written.is_file()
     assert sorted(p.relative_to(digits_run) for p in digits_run.rglob("*")) == before
+
+
+def _predict(run: Path, folder: Path, *extra: object) -> Path:
+    """``predict`` of ``folder`` with the run's last checkpoint; the predictions.csv it wrote."""
+    predict = run_cli("predict", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt",
+                      "--data.predict_dir", folder, *extra)  # fmt: skip
+    return Path(predict.trainer.log_dir) / "predictions.csv"
+
+
+def test_file_names_that_are_not_utf8_are_written_and_read_back_unchanged(digits_run: Path, tmp_path: Path) -> None:
+    """Issue 36, class 2: one such name crashed the CSV writer after every image was classified."""
+    folder = tmp_path / "inbox"
+    folder.mkdir()
+    names = [os.fsdecode(b"caf\xe9.png"), "plain.png", os.fsdecode(b'\xff\xfe,"quoted"\n.gif')]
+    rng = np.random.default_rng(0)
+    for name in names:  # a .gif too: predict and serve decode the same formats
+        Image.fromarray(rng.integers(0, 256, (20, 20), dtype=np.uint8)).save(folder / name, format=name[-3:])
+    written = _predict(digits_run, folder)
+    with written.open(newline="", encoding="utf-8", errors="surrogateescape") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(row["source"] for row in rows) == sorted(str(folder / name) for name in names)
+    assert all(Path(row["source"]).is_file() for row in rows)  # each names the file, byte for byte
+
+
+def test_a_file_size_limit_leaves_no_partial_predictions(digits_run: Path, tmp_path: Path) -> None:
+    """Issue 36, class 2: whole or not at all, and the fix of a size limit is not "free some space"."""
+    folder = write_digits_folder(tmp_path / "digits") / "test"  # 360 images: a predictions.csv of ~70 kB
+    limit = "import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+    limit += "resource.setrlimit(resource.RLIMIT_FSIZE, (30_000, 30_000)); from vitlit.cli import main; main()"
+    done = subprocess.run(
+        [sys.executable, "-c", limit, "predict", "--config", str(digits_run / "config.yaml"), "--ckpt_path",
+         str(digits_run / "checkpoints" / "last.ckpt"), "--data.predict_dir", str(folder), "--trainer.default_root_dir",
+         str(tmp_path / "out")], capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    line = done.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in done.stderr and line.startswith("vitlit: error: the file is larger than"), line
+    assert "ulimit -f unlimited" in line and "free some" not in line
+    assert not [p for p in (tmp_path / "out").rglob("*") if "predictions" in p.name]  # no half file, no temporary
+
+
+def test_a_model_that_outputs_nan_fails_instead_of_predicting(digits_run: Path, tmp_path: Path) -> None:
+    """Issue 36, class 3: a NaN row still names a class (argmax); it must fail, with status 1, and write nothing."""
+    checkpoint = torch.load(digits_run / "checkpoints" / "last.ckpt", weights_only=True)
+    checkpoint["state_dict"]["net.head.bias"].fill_(float("nan"))
+    torch.save(checkpoint, tmp_path / "nan.ckpt")
+    common = ["--config", digits_run / "config.yaml", "--ckpt_path", tmp_path / "nan.ckpt",
+              "--trainer.default_root_dir", tmp_path / "out"]  # fmt: skip
+    for subcommand in ("predict", "validate", "test"):
+        with pytest.raises(SystemExit) as exit_info:
+            run_cli(subcommand, *common)
+        assert exit_info.value.code == 1, subcommand
+    assert not list((tmp_path / "out").rglob("predictions.csv"))

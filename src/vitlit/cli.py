@@ -15,6 +15,7 @@ import contextlib
 import importlib
 import inspect
 import logging
+import math
 import os
 import re
 import shutil
@@ -170,6 +171,18 @@ class VitLitCLI(LightningCLI):
 
     before_fit = before_validate = before_test = before_predict = _start  # LightningCLI's hooks before each subcommand
 
+    def _metrics_are_numbers(self) -> None:
+        """A validate or test whose loss or accuracy is NaN or infinite fails (status 1) rather than exiting 0."""
+        metrics = {k: float(v) for k, v in self.trainer.callback_metrics.items() if v.numel() == 1}
+        bad = [f"{k} {v}" for k, v in metrics.items() if not math.isfinite(v)]
+        if bad:
+            raise CheckFailed(
+                f"{self.subcommand} gave {', '.join(bad)}: the model's outputs are not finite numbers; evaluate an "
+                f"earlier checkpoint of the run (its checkpoints/ folder) or one trained with --trainer.precision 32"
+            )
+
+    after_validate = after_test = _metrics_are_numbers  # LightningCLI's hooks after each subcommand
+
     def _stopped(self, err: BaseException) -> None:
         """End a fit stopped by a signal or a guard in one line with the command that resumes it, and its status."""
         trainer = getattr(self, "trainer", None)
@@ -316,4 +329,5 @@ def _tool(name: str, argv: list[str]) -> Any:
         argv = [f"--{next(iter(inspect.signature(run).parameters))}", *argv]
     # Options may be spelled with dashes too (--n-trials for --n_trials), as most command-line tools take them.
     argv = [re.sub(r"^--([\w-]+)", lambda m: "--" + m.group(1).replace("-", "_"), a) for a in argv]
+    cfg.check_finite_flags(argv)
     return run(**parser.parse_args(argv).as_dict())

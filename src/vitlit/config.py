@@ -75,6 +75,11 @@ def check_config_files(argv: list[str]) -> None:
             what = "is empty" if content is None else f"holds a {type(content).__name__}, not options"
             raise ConfigError(f"config file {value} {what}; start from a file in configs/.")
         _finite(content, f"config file {value}: ")
+    check_finite_flags(argv)
+
+
+def check_finite_flags(argv: list[str]) -> None:
+    """Refuse a flag given NaN or infinity (``--model.optimizer.init_args.lr nan``), which no option of vitlit takes."""
     for flag, value in zip(argv, [*argv[1:], ""], strict=True):  # a --flag=value may come last
         flag, value = (flag.split("=", 1) if "=" in flag else (flag, value)) if flag.startswith("--") else ("", "")
         if value.strip().lower().lstrip("+-.") in ("nan", "inf", "infinity"):

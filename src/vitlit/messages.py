@@ -42,7 +42,7 @@ def one_line_error(err: BaseException) -> str | None:
         return text.strip().splitlines()[-1].split(": ", 1)[-1] if "Original Traceback" in text else text
     full = disk_full(err)
     if full is not None:
-        return f"{full}: {str(err).splitlines()[0][:160]}; free some space (or choose another folder) and run it again."
+        return f"{full[0]}: {str(err).splitlines()[0][:160]}; {full[1]}, and run it again."
     refused = {errno.ENAMETOOLONG: "is longer than the file system allows; give shorter paths",
                errno.EACCES: "cannot be read or written by this user (permission denied); check its permissions",
                errno.EPERM: "cannot be read or written by this user (operation not permitted); check its permissions",
@@ -56,14 +56,18 @@ def one_line_error(err: BaseException) -> str | None:
     return None
 
 
-def disk_full(err: BaseException | None) -> str | None:
-    """What ran out, if ``err`` (or an error it was raised while handling) is a write refused for lack of space.
+def disk_full(err: BaseException | None) -> tuple[str, str] | None:
+    """What ran out and its fix, if ``err`` (or an error it was raised while handling) is a write refused for space.
+
+    A file-size limit (``ulimit -f``) is not fixed by freeing space: each reason comes with its own fix.
 
     torch's zip writer reports a failed write as ``RuntimeError: ... unexpected pos``; the OSError behind it is only
     its ``__context__``.
     """
-    reasons = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
-               errno.EFBIG: "the file is larger than this process may write (ulimit -f)"}  # fmt: skip
+    reasons = {errno.ENOSPC: ("the disk is full", "free some space or choose a folder on a larger disk"),
+               errno.EDQUOT: ("the disk quota is used up", "free some of the quota or choose a folder on another disk"),
+               errno.EFBIG: ("the file is larger than this process may write (its ulimit -f)",
+                             "raise the limit (ulimit -f unlimited) in the shell that starts it")}  # fmt: skip
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))

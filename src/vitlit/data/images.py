@@ -101,7 +101,13 @@ def open_image(
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the bound below is stricter
-        with open_raster(source) as image:
+        try:
+            image = open_raster(source)
+        except Image.DecompressionBombError:  # a header claiming billions of pixels: PIL refuses it first
+            raise ImageTooLarge(
+                f"its header claims over {2 * Image.MAX_IMAGE_PIXELS:,} pixels, over the {max_pixels:,} vitlit decodes"
+            ) from None
+        with image:
             problem = size_problem(*image.size, img_size, max_pixels)
             if problem is not None:
                 raise ImageTooLarge(problem)

@@ -44,8 +44,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 raise
             free = shutil.disk_usage(target.parent).free / 2**30
             raise ConfigError(
-                f"saving {target} failed: {full} ({free:.2f} GiB free; the previous checkpoints are intact); free "
-                f"some space or set --trainer.default_root_dir to a larger disk, then resume."
+                f"saving {target} failed: {full[0]} ({free:.2f} GiB free; the previous checkpoints are intact); "
+                f"{full[1]} (--trainer.default_root_dir), then resume."
             ) from None
         for stale in target.parent.glob(f".{target.name}.*.tmp"):  # left by a writer killed mid-save (one per target)
             stale.unlink(missing_ok=True)

@@ -12,6 +12,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from vitlit.atomic import replacing
 from vitlit.data import ImageClassificationDataModule
+from vitlit.errors import CheckFailed
 from vitlit.types import PositiveInt
 
 
@@ -57,6 +58,12 @@ class PredictionWriter(Callback):
 
             probs = interleave(all_gather_objects(probs, trainer))
         path = Path(trainer.log_dir or trainer.default_root_dir) / self.filename
+        broken = int((~torch.isfinite(probs).all(dim=1)).sum())
+        if broken:  # on every process: a row of NaN would still name a class (argmax), and look like a prediction
+            raise CheckFailed(
+                f"the model gave {broken} of {len(probs)} images probabilities that are not finite numbers (NaN or "
+                f"infinity); nothing was written to {path}; predict with an earlier checkpoint of the run"
+            )
         if not trainer.is_global_zero:
             return
         classes = _class_names(trainer, pl_module, probs.shape[1])

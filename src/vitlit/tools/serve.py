@@ -26,6 +26,8 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator
+from email.message import Message
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,6 +36,8 @@ import torch
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse
 from PIL import Image, UnidentifiedImageError
+from starlette.datastructures import Headers
+from starlette.formparsers import MultiPartException, MultiPartParser
 
 from vitlit.data.images import MAX_PIXELS, PIL_MODES, RASTER_FORMATS, ImageTooLarge, open_image
 from vitlit.errors import ConfigError
@@ -105,7 +109,7 @@ class RequestCheck:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
-        content_type = headers.get(b"content-type", b"").decode("latin-1").lower()
+        content_type = headers.get(b"content-type", b"").decode("latin-1")  # a boundary keeps its case
         body, more = b"", True
         while more:
             try:
@@ -120,7 +124,7 @@ class RequestCheck:
             if len(body) > self.max_size:
                 await JSONResponse({"detail": "Payload too large"}, status_code=413)(scope, receive, send)
                 return
-        problem = body_problem(content_type, body)
+        problem = await body_problem(content_type, body)
         if problem is not None:
             await JSONResponse({"detail": problem}, status_code=400)(scope, receive, send)
             return
@@ -136,18 +140,21 @@ class RequestCheck:
         await self.app(scope, replay, send)
 
 
-def body_problem(content_type: str, body: bytes) -> str | None:
-    """Why a ``/predict`` body cannot hold an image vitlit reads, for the client; ``None`` if it may."""
+async def body_problem(content_type: str, body: bytes) -> str | None:
+    """Why a ``/predict`` body cannot hold an image vitlit reads, for the client; ``None`` if it may.
+
+    A multipart form is parsed here by starlette's own parser, as LitServe will parse it, with its limits on parts:
+    a body it would fail on (malformed, or thousands of parts) gets its reason here instead of a 500 there.
+    """
     how = 'send the image as a multipart file \'image\' (curl -F image=@file.png) or as JSON {"image": "<base64>"}'
-    if content_type.startswith("multipart/form-data"):
-        boundary = next((part.split("=", 1)[1].strip().strip('"') for part in content_type.split(";")[1:]
-                         if part.strip().startswith("boundary=")), "")  # fmt: skip
-        if not boundary:
+    header = Message()
+    header["content-type"] = content_type  # the standard library's parser: the type in any case, quoted parameters
+    media = header.get_content_type() if content_type else ""
+    if media == "multipart/form-data":
+        if not header.get_param("boundary"):
             return f"the multipart body has no boundary in its Content-Type; {how}"
-        if body.count(b"--" + boundary.encode("latin-1")) - 1 > MAX_FORM_PARTS:
-            return f"the form has more than {MAX_FORM_PARTS} parts; {how}"
-        return None
-    if "json" in content_type:
+        return await _form_problem(content_type, body, how)
+    if media.endswith("json"):
         try:
             payload = json.loads(body)
         except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than Python's parser goes
@@ -156,6 +163,26 @@ def body_problem(content_type: str, body: bytes) -> str | None:
             return f"the JSON body is not an object; {how}"
         return None
     return f"a body of type {content_type or 'unknown (no Content-Type)'} is not taken; {how}"
+
+
+async def _form_problem(content_type: str, body: bytes, how: str) -> str | None:
+    """Why starlette's multipart parser refuses ``body`` (more than `MAX_FORM_PARTS` parts, or malformed)."""
+
+    async def stream() -> AsyncIterator[bytes]:
+        yield body
+
+    parser = MultiPartParser(Headers({"content-type": content_type}), stream(), max_files=MAX_FORM_PARTS,
+                             max_fields=MAX_FORM_PARTS)  # fmt: skip
+    try:
+        form = await parser.parse()
+    except MultiPartException as err:  # its limits
+        return (
+            f"the multipart form cannot be read: {err.message.rstrip('.')} (it may have {MAX_FORM_PARTS} parts); {how}"
+        )
+    except Exception as err:  # python-multipart's own errors for a body that is not a form (LitServe: 500)
+        return f"the multipart body is malformed ({type(err).__name__}); {how}"
+    await form.close()
+    return None
 
 
 class ViTClassifierAPI(ls.LitAPI):
@@ -235,12 +262,17 @@ def serve(
     """
     if not 1 <= port <= 65535:
         raise ConfigError(f"port={port} is not a TCP port; give one from 1 to 65535, e.g. 8000.")
-    if batch_timeout < 0:
-        raise ConfigError(f"batch_timeout={batch_timeout} is negative; give seconds to wait, e.g. 0.005, or 0.")
+    if not 0 <= batch_timeout <= 1:  # NaN fails too
+        raise ConfigError(f"batch_timeout={batch_timeout} is not from 0 to 1 second (each request may wait that "
+                          f"long for others); give seconds to wait, e.g. 0.005, or 0.")  # fmt: skip
     if accelerator == "cuda" and not torch.cuda.is_available():
         raise ConfigError("accelerator=cuda, but this machine has no CUDA GPU that PyTorch can use; pass cpu or auto.")
     _check_port_free(host, int(port))
     _, card = load_classifier(ckpt_path, weights_only)  # a bad checkpoint stops here, in one line
+    if max_pixels < card.img_size**2:
+        side = card.img_size
+        raise ConfigError(f"max_pixels={max_pixels} is less than one image of the model's size ({side} x {side}), "
+                          f"so every image would be refused; give at least {side**2}.")  # fmt: skip
     api = ViTClassifierAPI(
         str(Path(ckpt_path).expanduser()), weights_only, int(top_k), int(max_pixels),
         max_batch_size=int(max_batch_size), batch_timeout=float(batch_timeout),
