@@ -13,6 +13,7 @@ from torchvision.transforms import v2
 
 from vitlit.data import ImageClassificationDataModule
 from vitlit.data.cifar import CIFARDataModule
+from vitlit.errors import ConfigError
 from vitlit.fast import loader as loader_module
 from vitlit.fast.device import DeviceLoader, random_crop, random_flip
 from vitlit.fast.loader import OnDevice
@@ -156,3 +157,17 @@ def test_auto_takes_the_device_path_only_when_the_images_fit(
     assert len(lines) == 2, lines  # one line per data module, however many loaders it builds
     assert lines[0].startswith("vitlit: data path: on the device (80 images of 3x32x32")
     assert lines[1].startswith("vitlit: data path: DataLoader (80 images") and "33.3% of the" in lines[1]
+
+
+def test_forcing_the_device_path_is_refused_where_the_images_cannot_fit(
+    cifar_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36, class 4: --data.on_device true grew until the OOM killer; it is refused before decoding."""
+    monkeypatch.setattr(loader_module, "free_memory", lambda device: 80 * 3072)  # one copy fits, two do not
+    dm = with_device_path(CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, batch_size=8))
+    dm.on_device = True
+    dm.loader = loader_module.OnDevice(True)
+    dm.setup("fit")
+    with pytest.raises(ConfigError, match=r"--data.on_device true: the 80 images of 3x32x32 take 0.2 MB"):
+        dm.train_dataloader()
+    assert not dm.loader._uint8  # nothing decoded

@@ -6,6 +6,7 @@ import argparse
 import hashlib
 import shutil
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,13 @@ def _alias_bomb(tmp: Path) -> Path:
     lines += [f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 10)]
     (tmp / "bomb.yaml").write_text("\n".join(lines) + "\n")
     return tmp / "bomb.yaml"
+
+
+def _bzip2(tmp: Path) -> Path:
+    """A zip archive of torch's layout whose one record is bzip2 (torch.save stores records uncompressed)."""
+    with zipfile.ZipFile(tmp / "bz.ckpt", "w", compression=zipfile.ZIP_BZIP2) as archive:
+        archive.writestr("bz/data.pkl", bytes(20_000_000))  # 20 MB of zeros: a few hundred bytes packed
+    return tmp / "bz.ckpt"
 
 
 def _dangling(tmp: Path) -> Path:
@@ -217,6 +225,11 @@ CASES = [
         lambda tmp, run: ["--ckpt_path", _text(tmp, "notes.ckpt"), "--weights_only", "false"],
         ["notes.ckpt is not a PyTorch checkpoint"],
     ),
+    (
+        "checkpoint with a compressed record",
+        lambda tmp, run: ["--ckpt_path", _bzip2(tmp)],
+        ["bz.ckpt holds compressed records, which torch.save never writes"],
+    ),
     ("checkpoint is a folder", lambda tmp, run: ["--ckpt_path", run], ["is a folder", "last.ckpt"]),
     ("negative learning rate", lambda tmp, run: ["--model.optimizer.init_args.lr", "-1"], ["learning rate: -1.0"]),
     ("patch size zero", lambda tmp, run: ["--model.patch_size", "0"], ["patch_size", "0"]),
@@ -284,6 +297,11 @@ CASES = [
     ("validation interval zero", lambda tmp, run: ["--trainer.val_check_interval", "0"], ["val_check_interval=0"]),
     ("negative workers", lambda tmp, run: ["--data.num_workers", "-1"], ["num_workers", "-1"]),
     ("negative crop padding", lambda tmp, run: ["--data.crop_padding", "-5"], ["crop_padding", "-5"]),
+    (
+        "activations beyond any memory",
+        lambda tmp, run: ["--data.img_size", "4096"],
+        ["fit at --data.img_size 4096 with batches of", "GB for the model's activations", "grad_checkpointing"],
+    ),
     ("no time", lambda tmp, run: ["--trainer.max_time", "00:00:00:00"], ["max_time=00:00:00:00 would train nothing"]),
 ]
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import csv
 import json
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -74,4 +76,27 @@ def test_a_logger_that_refuses_its_arguments_is_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2 and len(err) == 1 and "MLFlowLogger refused its arguments" in err[0]
     assert "foo://bar" in err[0]
+    assert not (tmp_path / "lightning_logs").exists()
+
+
+@pytest.mark.parametrize("server", ["refusing", pytest.param("silent", marks=pytest.mark.slow)])
+def test_an_unreachable_tracking_server_is_one_line_within_seconds(
+    server: str, tmp_path: Path, digits_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 36, class 4: 273 s of retries, five chained tracebacks and a locked run folder."""
+    pytest.importorskip("mlflow")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        if server == "silent":
+            listener.listen()  # connections are accepted by the kernel, and never answered
+        uri = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        started = time.monotonic()
+        with pytest.raises(SystemExit) as exit_info:
+            _fit(digits_dir, tmp_path, "--trainer.logger", "MLFlowLogger", "--trainer.logger.tracking_uri", uri)
+        elapsed = time.monotonic() - started
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("vitlit: error:")]
+    assert exit_info.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    assert f"MLFlowLogger cannot reach its service at {uri}" in lines[0]
+    assert elapsed < (90 if server == "silent" else 30), elapsed
     assert not (tmp_path / "lightning_logs").exists()

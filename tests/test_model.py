@@ -73,3 +73,22 @@ def test_predict_step_returns_probabilities_and_few_classes_work() -> None:
 def test_bad_model_options_are_named(kwargs: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         ViTClassifier(**kwargs)
+
+
+def test_the_activation_estimate_is_a_lower_bound_of_what_training_keeps() -> None:
+    """Issue 36, class 4: the estimate that refuses img_size 4096 before anything is allocated."""
+    from vitlit.memory import activation_bytes
+
+    net = timm.create_model("test_vit", img_size=32, patch_size=4, num_classes=10)
+    images = torch.randn(8, 3, 32, 32)
+    fit = activation_bytes(net, 8, training=True, precision="32-true", checkpointing=False)
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(
+        lambda t: kept.append(t.numel() * t.element_size()) or t, lambda t: t
+    ):
+        net(images).sum()
+    assert 0 < fit <= sum(kept)  # a lower bound of what autograd saves
+    assert activation_bytes(net, 8, training=False, precision="32-true", checkpointing=False) < fit
+    assert activation_bytes(net, 8, training=True, precision="bf16-mixed", checkpointing=False) == fit // 2
+    assert activation_bytes(net, 8, training=True, precision="32-true", checkpointing=True) < fit
+    assert activation_bytes(torch.nn.Linear(2, 2), 8, True, "32-true", False) is None  # not a ViT: no estimate

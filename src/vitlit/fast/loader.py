@@ -9,7 +9,6 @@ imported by the runs that augment with one.
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -18,7 +17,9 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import Dataset, Sampler
 
 from vitlit.data.base import ImageClassificationDataModule
+from vitlit.errors import ConfigError
 from vitlit.fast.device import DeviceLoader, decode_uint8
+from vitlit.memory import free_memory
 
 if TYPE_CHECKING:
     from vitlit.data.base import TransformedSubset
@@ -54,7 +55,7 @@ class OnDevice:
 
     def __init__(self, use: bool | Literal["auto"] = "auto") -> None:
         self.use = use
-        self._decided: bool | None = None if use == "auto" else bool(use)
+        self._decided: bool | None = False if use is False else None  # true: checked against free memory too
         self._uint8: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # per dataset: its decoded copy
 
     def make(
@@ -112,6 +113,15 @@ class OnDevice:
             need *= data.trainer.num_devices  # each process of this machine keeps its own copy in the same memory
         free = free_memory(device)
         size = f"{images:,} images of {data.in_chans}x{side}x{side} take {need / 2**20:,.1f} MB"
+        if self.use is True:  # forced: refused only where it cannot fit at all, before anything is decoded
+            need *= 2 if device.type == "cpu" else 1  # in host memory, the decoded images and the splits' copies
+            if free is not None and need > free:
+                raise ConfigError(
+                    f"--data.on_device true: the {size} ({need / 2**30:,.1f} GB with copies), more than the "
+                    f"{free / 2**30:,.1f} GB free on {device}; use --data.on_device auto (or false), or a smaller "
+                    f"--data.img_size."
+                )
+            return True
         if free is None:
             rank_zero_info(f"vitlit: data path: DataLoader ({device.type} does not report its free memory; {size}); "
                            f"--data.on_device true puts them on the device")  # fmt: skip
@@ -143,17 +153,3 @@ class OnDevice:
             targets = torch.as_tensor(data.targets_of(dataset), dtype=torch.long)
             self._uint8[key] = (images, targets)
         return self._uint8[key]
-
-
-def free_memory(device: torch.device) -> int | None:
-    """Bytes free on ``device``: CUDA's own count, or the host's available memory (Linux); ``None`` where unknown."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    if device.type != "cpu" or not sys.platform.startswith("linux"):
-        return None
-    try:
-        with open("/proc/meminfo") as f:
-            fields = dict(line.split(":", 1) for line in f)
-        return int(fields["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return None
