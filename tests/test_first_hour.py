@@ -187,3 +187,21 @@ def test_an_unwritable_cache_is_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2 and err[-1].startswith("vitlit: error: the digits cannot be written into")
     assert not list(tmp_path.iterdir())
+
+
+def test_an_incomplete_digits_cache_is_written_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 36, class 7: a half-written cache (two class folders) trained a 2-class model without a word."""
+    from vitlit.data.digits import DigitsDataModule, default_digits_root, write_digits_folder
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cache = write_digits_folder(default_digits_root())
+    for folder in [*cache.glob("*/[2-9]")]:  # what a copy cut short leaves: classes 0 and 1
+        for image in folder.iterdir():
+            image.unlink()
+        folder.rmdir()
+    data = DigitsDataModule(num_workers=0)
+    assert "are incomplete; writing them again" in capsys.readouterr().err
+    assert len(data.class_names) == 10 and len(list(cache.glob("*/*/*.png"))) == 1797
+    assert [p.name for p in cache.parent.iterdir()] == ["digits"]  # nothing stale left beside it

@@ -4,8 +4,10 @@ model subclass with its own loss and per-class metrics, each named in YAML or fl
 from __future__ import annotations
 
 import ast
+import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,7 @@ from helpers.learning import CASES, write_digits_npz
 from torchmetrics.classification import MulticlassF1Score
 
 from vitlit.data.csv_table import CSVImageDataModule
+from vitlit.errors import ConfigError
 from vitlit.model import ViTClassifier
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -136,6 +139,14 @@ def test_labels_csv_data_trains_on_both_paths(on_device: str, tmp_path: Path) ->
         ),
         ("filename,label\n" + "x" * 200_000 + ",cat\n", "not a readable UTF-8 CSV table"),
         (b"\xff\xfe\x00garbage".decode("latin-1"), "not a readable UTF-8 CSV table"),
+        (
+            "filename,label,split\nimg/0.png,cat,\nimg/1.png,dog,\nimg/0.png,cat,test\n",
+            "line 4: 'img/0.png' is also on line 2",
+        ),
+        ("filename,label\nimg/0.png,cat\nimg/1.png,dog\n./img/0.png,dog\n", "line 4: './img/0.png' is also on line 2"),
+        ("filename,label\nimg/0.png,cat\nimg/1.png,\nimg/2.png,dog\n", "line 3: the label is empty"),
+        ("filename,label\nimg/0.png,cat\nimg/loop.png,dog\n", "line 3: 'img/loop.png' is not a file inside"),
+        ("image,class\nimg/0.png,cat\n", "or name yours with --data.filename_column and --data.label_column"),
     ],
     ids=[
         "one-class",
@@ -145,14 +156,39 @@ def test_labels_csv_data_trains_on_both_paths(on_device: str, tmp_path: Path) ->
         "unknown-test-label",
         "huge-field",
         "not-utf8",
+        "train-test-leak",
+        "two-labels",
+        "empty-label",
+        "symlink-loop",
+        "other-column-names",
     ],
 )
 def test_a_bad_labels_csv_is_one_line(table: str, message: str, tmp_path: Path) -> None:
     root = _write_csv_data(tmp_path / "data", [(f"img/{i}.png", "x", "") for i in range(3)])
     (tmp_path / "outside.png").write_bytes((root / "img" / "0.png").read_bytes())
+    (root / "img" / "loop.png").symlink_to(root / "img" / "loop.png")
     (root / "labels.csv").write_bytes(table.encode("latin-1"))
     with pytest.raises(Exception, match=re.escape(message)):
         CSVImageDataModule(root=root)
+
+
+def test_a_labels_csv_is_checked_row_by_row_and_columns_can_be_named(tmp_path: Path) -> None:
+    """Issue 36, classes 7 and 12: a bad line 2 of a huge table is found without reading the rest; own columns."""
+    root = _write_csv_data(tmp_path / "data", [(f"img/{i}.png", "x", "") for i in range(3)])
+    rows = "".join(f"img/{i % 3}.png,cat\n" for i in range(1_000_000))  # 15 MB after a bad line 2
+    (root / "labels.csv").write_text("filename,label\nimg/0.png,\n" + rows)
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match="line 2: the label is empty"):
+        CSVImageDataModule(root=root)
+    assert time.monotonic() - started < 1.0  # the whole table takes several seconds to read
+    (root / "labels.csv").write_text("image,class\nimg/0.png,cat\nimg/1.png,dog\nimg/2.png,dog\n")
+    data = CSVImageDataModule(root=root, filename_column="image", label_column="class", val_size=1)
+    assert data.class_names == ["cat", "dog"]
+    fifo = tmp_path / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "labels.csv")  # opening it would wait for a writer forever
+    with pytest.raises(ConfigError, match=r"labels\.csv is not a regular file"):
+        CSVImageDataModule(root=fifo)
 
 
 def test_a_model_subclass_and_a_loss_named_on_the_command_line(digits_dir: Path, tmp_path: Path) -> None:

@@ -21,11 +21,15 @@ class CSVImageDataModule(ImageFolderDataModule):
     Class names are the labels of the training rows, as strings, sorted. ``split`` is ``train``, ``val`` or
     ``test`` (empty or missing: ``train``); without ``val`` rows a seeded validation split is carved from the
     training rows (``val_size``), and ``test`` rows are needed only by ``test`` and ``predict``. Every file must lie
-    inside ``root``. Images are read, checked and converted as `ImageFolderDataModule` does (``bad_images`` too).
+    inside ``root`` and be listed once (one label, one split). Images are read, checked and converted as
+    `ImageFolderDataModule` does (``bad_images`` too).
 
     Args:
         root: Folder holding the table and the images.
         table: The table's file name inside ``root``.
+        filename_column: The column of file names (``image`` in some tools' exports).
+        label_column: The column of class names (``class`` in some tools' exports).
+        split_column: The column of splits (optional in the table).
         val_size: Validation images carved from the training rows when there are no ``val`` rows: a count (int) or
             a fraction (float in (0, 1)).
         bad_images: ``error`` or ``skip`` for files that cannot be read as images (see `ImageFolderDataModule`).
@@ -38,34 +42,44 @@ class CSVImageDataModule(ImageFolderDataModule):
         table: str = "labels.csv",
         val_size: int | float = 0.1,
         bad_images: Literal["error", "skip"] = "error",
+        filename_column: str = "filename",
+        label_column: str = "label",
+        split_column: str = "split",
         **kwargs: Any,
     ) -> None:
         self.table = table  # read by _scan, which the parent's __init__ calls
+        self.columns = {"filename": filename_column, "label": label_column, "split": split_column}
         super().__init__(root=root, val_size=val_size, bad_images=bad_images, **kwargs)
 
     def _scan(self) -> list[str]:
-        """Read and check the table before any work starts; return the class names."""
+        """Read and check the table row by row, stopping at the first bad one, before any work starts.
+
+        Returns:
+            The class names.
+        """
         path = self.root / self.table
         if not path.is_file():
-            raise ConfigError(f"{path} does not exist; --data.root must hold {self.table} (filename,label[,split]).")
+            what = "is not a regular file" if path.exists() else "does not exist"
+            raise ConfigError(f"{path} {what}; --data.root must hold {self.table} (filename,label[,split]).")
+        name, label_key, split_key = self.columns.values()
+        root, found, seen = self.root.resolve(), {split: [] for split in SPLITS}, {}
         try:
             with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: spreadsheets write a byte-order mark
                 reader = csv.DictReader(f)
-                if not {"filename", "label"} <= set(reader.fieldnames or []):
-                    columns = reader.fieldnames
-                    raise ConfigError(f"{path} has columns {columns}; it needs filename and label (and split).")
-                rows = [(n, row) for n, row in enumerate(reader, start=2)]  # line numbers as an editor shows them
+                if not {name, label_key} <= set(reader.fieldnames or []):
+                    raise ConfigError(
+                        f"{path} has columns {reader.fieldnames}; it needs {name} and {label_key} ({split_key} is "
+                        f"optional), or name yours with --data.filename_column and --data.label_column."
+                    )
+                for n, row in enumerate(reader, start=2):  # line numbers as an editor shows them
+                    split, file, label = self._row(path, n, row, root)
+                    if file in seen:  # a leak between splits, or one image with two labels
+                        raise ConfigError(f"{path} line {n}: {row[name]!r} is also on line {seen[file]}; list each "
+                                          f"image once, with one label and one split.")  # fmt: skip
+                    seen[file] = n
+                    found[split].append((file, label))
         except (csv.Error, UnicodeDecodeError) as err:
             raise ConfigError(f"{path} is not a readable UTF-8 CSV table ({err}); save it as CSV, UTF-8.") from None
-        root, found = self.root.resolve(), {split: [] for split in SPLITS}
-        for n, row in rows:
-            split = (row.get("split") or "train").strip().lower()
-            file = (self.root / (row["filename"] or "").strip()).resolve()
-            if split not in SPLITS:
-                raise ConfigError(f"{path} line {n}: split {split!r} is not one of train, val, test.")
-            if not file.is_relative_to(root) or not file.is_file():
-                raise ConfigError(f"{path} line {n}: {row['filename']!r} is not a file inside {self.root}.")
-            found[split].append((file, (row["label"] or "").strip()))
         classes = sorted({label for _, label in found["train"]})
         if len(classes) < 2:
             raise ConfigError(f"{path} has {len(classes)} label(s) in its training rows; a classifier needs 2 or more.")
@@ -78,6 +92,24 @@ class CSVImageDataModule(ImageFolderDataModule):
         if "val" not in self._files:
             validation_count(len(self._files["train"]), self.val_size)  # fail now, not after the run folder exists
         return classes
+
+    def _row(self, path: Path, n: int, row: dict, root: Path) -> tuple[str, Path, str]:
+        """One row's split, file (resolved, inside ``root``) and label, or a `ConfigError` naming its line."""
+        name, label_key, split_key = self.columns.values()
+        split = (row.get(split_key) or "train").strip().lower()
+        if split not in SPLITS:
+            raise ConfigError(f"{path} line {n}: split {split!r} is not one of train, val, test.")
+        label = (row.get(label_key) or "").strip()
+        if not label:
+            raise ConfigError(f"{path} line {n}: the label is empty; give every row a class name.")
+        try:
+            file = (self.root / (row.get(name) or "").strip()).resolve()
+            inside = file.is_relative_to(root) and file.is_file()
+        except (OSError, RuntimeError):  # a symbolic link loop
+            inside = False
+        if not inside:
+            raise ConfigError(f"{path} line {n}: {row.get(name)!r} is not a file inside {self.root}.")
+        return split, file, label
 
     def test_dataset(self) -> Any:
         """The images of the ``test`` rows."""

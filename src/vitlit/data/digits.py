@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -77,9 +78,24 @@ class DigitsDataModule(ImageFolderDataModule):
     def __init__(self, root: str | Path | None = None, **kwargs: Any) -> None:
         if root is None:
             root = default_digits_root()
+            if root.exists() and not _complete(root):  # e.g. left half-written by an older version: train 2 classes?
+                print(f"vitlit: the digits in {root} are incomplete; writing them again", file=sys.stderr)
+                stale = Path(tempfile.mkdtemp(prefix=f".{root.name}.stale.", dir=root.parent))
+                os.rename(root, stale / root.name)  # out of the way at once: another process writes its own copy
+                shutil.rmtree(stale, ignore_errors=True)
             if not root.exists():
                 _write_once(root)
         super().__init__(root=root, **kwargs)
+
+
+#: Images in scikit-learn's digits, and their classes: what a complete copy in the cache holds.
+DIGITS_IMAGES, DIGITS_CLASSES = 1797, 10
+
+
+def _complete(root: Path) -> bool:
+    """Whether ``root`` holds every digit image in `write_digits_folder`'s layout (file names only: no decoding)."""
+    classes = {p.name for p in root.glob("train/*") if p.is_dir()}
+    return len(classes) == DIGITS_CLASSES and len(list(root.glob("*/*/*.png"))) == DIGITS_IMAGES
 
 
 def _write_once(folder: Path) -> None:
