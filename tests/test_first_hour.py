@@ -205,3 +205,15 @@ def test_an_incomplete_digits_cache_is_written_again(
     assert "are incomplete; writing them again" in capsys.readouterr().err
     assert len(data.class_names) == 10 and len(list(cache.glob("*/*/*.png"))) == 1797
     assert [p.name for p in cache.parent.iterdir()] == ["digits"]  # nothing stale left beside it
+
+
+def test_lightning_lines_nobody_can_act_on_are_left_out(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 36, stumble 11: a pruned trial or a double Ctrl-C printed "An TrialPruned was raised with message"."""
+    from vitlit.cli import quiet
+
+    log = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    with caplog.at_level(logging.INFO), quiet():
+        for name in ("TrialPruned", "KeyboardInterrupt", "SIGTERMException"):
+            log.info(f"An {name} was raised with message: stop, saved checkpoint to x.ckpt")
+        log.info("vitlit: data path: on the device")
+    assert [r.getMessage() for r in caplog.records] == ["vitlit: data path: on the device"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -137,9 +138,13 @@ def test_unreadable_images_stop_the_run_before_it_starts(tmp_path: Path, capsys:
     assert not list((tmp_path / "out").rglob("*.*")), "a refused run left files behind"
 
 
-def test_skip_trains_without_them_and_lists_them(tmp_path: Path) -> None:
+def test_skip_trains_without_them_and_lists_them(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     root = _with_bad_files(tmp_path / "data")
-    cli = _fit(root, tmp_path / "out", "--data.bad_images", "skip")
+    with warnings.catch_warnings(record=True) as caught:  # a log line: a warning would print its source line too
+        warnings.simplefilter("always")
+        cli = _fit(root, tmp_path / "out", "--data.bad_images", "skip")
+    assert not [w for w in caught if "unreadable" in str(w.message)]
+    assert f"vitlit: skipping {len(BAD_FILES)} unreadable image(s) of train/" in caplog.text
     run = Path(cli.trainer.log_dir)
     listed = (run / "skipped_images.txt").read_text().splitlines()
     assert sorted(Path(line.split("\t")[0]).name for line in listed) == sorted(BAD_FILES)

@@ -49,7 +49,7 @@ TOOLS = {
 }
 #: Lightning's log lines a vitlit user cannot act on (advertisements, what the resume line says better, the seed that
 #: the run card keeps), and the loggers they come from.
-QUIET = ("💡 Tip:", "An SIGTERMException was raised", "Received SIGTERM", "attempting graceful shutdown", "Seed set to")
+QUIET = ("💡 Tip:", " was raised with message: ", "Received SIGTERM", "attempting graceful shutdown", "Seed set to")
 QUIET_LOGGERS = [
     f"lightning.{name}"
     for name in (

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info
 
 from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.images import (
@@ -134,7 +134,8 @@ class ImageFolderDataModule(ImageClassificationDataModule):
     def _report_skipped(self, split: str, bad: list[BadImage]) -> None:
         # The runs part lists them in the run's skipped_images.txt (`vitlit.runs.logs.SkippedImages`).
         self.skipped += bad
-        rank_zero_warn(f"skipping {len(bad)} unreadable image(s) of {split}/")
+        # A log line, not a Python warning: a warning would print vitlit's own source line under it.
+        rank_zero_info(f"vitlit: skipping {len(bad)} unreadable image(s) of {split}/ (--data.bad_images skip)")
 
     def train_dataset(self) -> ImageFiles:
         """The images of ``root/train``."""
