@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import warnings
@@ -216,3 +217,21 @@ def test_an_image_that_fails_to_decode_in_a_worker_is_named_and_leaves_no_run(
     assert exit_info.value.code == 2
     assert f"vitlit: error: image {broken} cannot be decoded" in _one_error_line(capsys)
     assert not list((tmp_path / "out").rglob("*.ckpt"))  # no half-trained run for --ckpt_path last to prefer
+
+
+def test_class_folders_without_train_are_split_seeded_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 36, stumble 9: mydata/<class>/*.jpg, the layout most people have (HF's imagefolder takes it)."""
+    flat = _folder(tmp_path / "data", per_class=20) / "train"  # its class folders are all there is
+    with caplog.at_level(logging.INFO):
+        data = ImageFolderDataModule(flat, img_size=16, num_workers=0, val_size=4, test_size=0.2)
+    assert data.class_names == ["a", "b"]
+    assert "holds class folders without train/: 40 images of 2 classes; 8 held out for test" in caplog.text
+    data.setup("fit")
+    train = {path for path, _ in data._files["train"]}
+    test = {path for path, _ in data._files["test"]}
+    assert len(train) == 32 and len(test) == 8 and not train & test and len(data.test_dataset()) == 8
+    assert len(data.train_set) + len(data.val_set) == 32 and len(data.val_set) == 4
+    again = ImageFolderDataModule(flat, img_size=16, num_workers=0, val_size=4, test_size=0.2)
+    assert again._files == data._files  # seeded: the same split every time

@@ -1,4 +1,4 @@
-"""Any image data set laid out in class folders: ``root/{train,val,test}/<class>/<image>``.
+"""Any image data set laid out in class folders: ``root/{train,val,test}/<class>/<image>``, or ``root/<class>/<image>``.
 
 This is the module to fork vitlit for new data: ``--data ImageFolderDataModule --data.root <dir>``.
 """
@@ -20,8 +20,9 @@ from vitlit.data.images import (
     image_files,
     without_bad,
 )
-from vitlit.data.split import validation_count
+from vitlit.data.split import split_indices, validation_count
 from vitlit.errors import ConfigError
+from vitlit.types import as_builtin
 
 SPLITS = ("train", "val", "test")
 
@@ -41,13 +42,16 @@ class ImageFolderDataModule(ImageClassificationDataModule):
     split is checked (header and file ending, not a full decode).
 
     Args:
-        root: Folder holding ``train/`` and optionally ``val/`` and ``test/``.
+        root: Folder holding ``train/`` and optionally ``val/`` and ``test/``; or only class folders
+            (``root/<class>/<images>``, the layout of Hugging Face's ``imagefolder``), of which ``test_size`` is
+            held out for ``test`` and ``val_size`` carved for validation, both seeded (``seed``).
         val_size: Validation images carved from ``train`` when there is no ``val/``: a count (int) or a fraction
             (float in (0, 1)); a fraction suits data sets of any size.
         bad_images: What to do with files that cannot be read as images (empty, truncated, not an image, a
             dangling link, over PIL's size limit): ``error`` stops before training and names the first one;
             ``skip`` trains without them and lists them in ``skipped`` (the runs part writes them into the run's
             ``skipped_images.txt`` and logs their count as ``data/skipped_images``).
+        test_size: With class folders only: test images held out, a count (int) or a fraction (float in (0, 1)).
         **kwargs: The common options of `vitlit.data.ImageClassificationDataModule` (``img_size``,
             ``batch_size``, ``val_size``, ``mean``, ``std``, ...). ``mean``/``std`` default to ImageNet's.
     """
@@ -57,9 +61,11 @@ class ImageFolderDataModule(ImageClassificationDataModule):
         root: str | Path,
         val_size: int | float = 0.1,
         bad_images: Literal["error", "skip"] = "error",
+        test_size: int | float = 0.1,
         **kwargs: Any,
     ) -> None:
         super().__init__(val_size=val_size, **kwargs)
+        self.test_size = as_builtin(test_size)
         if bad_images not in ("error", "skip"):
             raise ConfigError(f"bad_images={bad_images!r} is not one of 'error', 'skip'.")
         if self.in_chans not in PIL_MODES:
@@ -77,9 +83,12 @@ class ImageFolderDataModule(ImageClassificationDataModule):
         """Check the layout and list the image files before any work starts; return the class names."""
         train_dir = self.root / "train"
         if not train_dir.is_dir():
+            flat = _class_dirs(self.root) if self.root.is_dir() else []
+            if len(flat) >= 2 and not any((self.root / split).exists() for split in SPLITS):
+                return self._scan_flat(flat)
             raise ConfigError(
                 f"{train_dir} does not exist; --data.root must hold train/<class>/<images> "
-                f"(and optionally val/ and test/)."
+                f"(and optionally val/ and test/), or class folders <class>/<images> only."
             )
         classes = [c.name for c in _class_dirs(train_dir)]
         if len(classes) < 2:
@@ -108,6 +117,28 @@ class ImageFolderDataModule(ImageClassificationDataModule):
             self._files[split] = files
         if "val" not in self._files:
             validation_count(len(self._files["train"]), self.val_size)  # fail now, not after the run folder exists
+        return classes
+
+    def _scan_flat(self, class_dirs: list[Path]) -> list[str]:
+        """``root/<class>/<images>`` (no ``train/``): a seeded test split is held out, validation carved later."""
+        classes, files = [d.name for d in class_dirs], []
+        for index, class_dir in enumerate(class_dirs):
+            found = list(image_files(class_dir))
+            if not found:
+                raise ConfigError(f"{class_dir} holds no image ({', '.join(IMAGE_SUFFIXES)}); add images or remove it.")
+            files += [(path, index) for path in found]
+        try:
+            keep, held_out = split_indices(len(files), self.test_size, self.seed)
+        except ConfigError:
+            raise ConfigError(f"test_size={self.test_size} leaves no images to train on or none to test on in "
+                              f"{len(files)}; give a fraction such as 0.1.") from None  # fmt: skip
+        self._files = {"train": [files[i] for i in keep], "test": [files[i] for i in held_out]}
+        validation_count(len(keep), self.val_size)  # fail now, not after the run folder exists
+        rank_zero_info(
+            f"vitlit: {self.root} holds class folders without train/: {len(files):,} images of {len(classes)} classes; "
+            f"{len(held_out):,} held out for test (--data.test_size {self.test_size}, seed {self.seed}), validation "
+            f"carved from the rest (--data.val_size {self.val_size})"
+        )
         return classes
 
     @property
