@@ -28,7 +28,7 @@ from vitlit import ImageFolderDataModule
 from vitlit.data.digits import write_digits_folder
 from vitlit.data.images import image_files
 from vitlit.tools.export import export
-from vitlit.trained import load_classifier
+from vitlit.trained import PREPROCESS, load_classifier
 
 # The digits recipe, long enough to be confident: int8 agreement means little on a model whose logits are all
 # alike. Patch 16 (4 tokens + the class token): half the time of the recipe's patch 8, and on these upsampled 8x8
@@ -67,6 +67,7 @@ def test_onnx_export_runs_in_onnx_runtime_with_any_batch_and_carries_its_card(tr
     metadata = {p.key: json.loads(p.value) for p in onnx.load(str(output)).metadata_props}
     sidecar = json.loads(Path(f"{output}.json").read_text())
     for card_of_file in (metadata, sidecar):
+        assert card_of_file["preprocess"] == PREPROCESS
         assert card_of_file["class_names"] == [str(d) for d in range(10)]
         assert card_of_file["img_size"] == 32 and card_of_file["mean"] == [0.485, 0.456, 0.406]
 
@@ -475,3 +476,15 @@ def test_export_of_a_model_whose_outputs_are_nan_fails(trained, tmp_path: Path, 
     assert exit_info.value.code == 1
     assert "are not finite numbers" in capsys.readouterr().err
     assert not list(tmp_path.glob("x.onnx*"))
+
+
+def test_the_preprocessing_the_sidecar_describes_is_what_vitlit_does(trained) -> None:
+    """Issue 36, stumble 13: own code following the sidecar gives the inputs predict gives (PIL's resize does not)."""
+    from torchvision.transforms.v2 import functional as F
+
+    _, card = load_classifier(trained[0])
+    image = _image_in_mode("RGB").resize((70, 50))  # not square, not the model's size: the resize matters
+    by_the_words = F.resize(torch.from_numpy(np.asarray(image)).permute(2, 0, 1), card.img_size, antialias=True)
+    by_the_words = F.center_crop(by_the_words, card.img_size).float() / 255
+    by_the_words = (by_the_words - torch.tensor(card.mean)[:, None, None]) / torch.tensor(card.std)[:, None, None]
+    torch.testing.assert_close(by_the_words, card.preprocess()(image), rtol=0, atol=1e-6)

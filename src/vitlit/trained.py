@@ -45,6 +45,16 @@ class ModelCard:
         return torch.stack([transform(dataset[i][0]) for i in range(len(dataset))])
 
 
+#: How an exported model's input is made from an image file, for code of one's own (the sidecar and ONNX metadata
+#: carry it): what `ModelCard.preprocess` does. PIL's own bilinear resize differs enough to change some top-1 classes.
+PREPROCESS = (
+    "decode to uint8 with in_chans channels (1: L, 3: RGB, 4: RGBA); as a uint8 CHW tensor, resize the shorter side to "
+    "img_size with bilinear interpolation and antialiasing (torchvision.transforms.v2.Resize(img_size, "
+    "antialias=True) on the tensor, not on the PIL image); centre-crop to img_size x img_size; divide by 255; "
+    "subtract mean and divide by std per channel; float32 NCHW, input 'images'"
+)
+
+
 #: Bounds on the hyperparameters read from a checkpoint: a crafted file must not make vitlit allocate hundreds of GB.
 #: (ImageNet-21k has 21,843 classes; a ViT at 4,096 px with 16 px patches has 65,536 tokens.)
 LIMITS = {"num_classes": 100_000, "img_size": 4096, "in_chans": 64, "patch_size": 4096}

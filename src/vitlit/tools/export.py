@@ -30,7 +30,7 @@ from torch import nn
 from vitlit.atomic import replacing, write_atomically
 from vitlit.data.images import image_files, image_problem
 from vitlit.errors import CheckFailed, ConfigError
-from vitlit.trained import ModelCard, load_classifier
+from vitlit.trained import PREPROCESS, ModelCard, load_classifier
 
 Format = Literal["onnx", "int8", "pt2"]
 #: Largest difference of a logit between PyTorch and the exported fp32 model that still counts as the same model.
@@ -90,7 +90,7 @@ def _with_metadata(path: Path, card: ModelCard) -> None:
     import onnx
 
     model = onnx.load(str(path))
-    for key, value in asdict(card).items():
+    for key, value in {**asdict(card), "preprocess": PREPROCESS}.items():
         model.metadata_props.add(key=key, value=json.dumps(value))
     onnx.save(model, str(path))
 
@@ -234,7 +234,10 @@ def export(
                 f"the exported model's logits differ from PyTorch's by {difference:.2e} (more than {TOLERANCE:g}); "
                 f"nothing was written to {output}; report it with the model name {card.model_name}"
             )
-        write_atomically(Path(f"{output}.json"), json.dumps({**asdict(card), "export": report}, indent=2) + "\n")
+        write_atomically(
+            Path(f"{output}.json"),
+            json.dumps({**asdict(card), "preprocess": PREPROCESS, "export": report}, indent=2) + "\n",
+        )
     print(
         f"vitlit: wrote {output} ({report['bytes'] / 2**20:.1f} MiB, {format}); against PyTorch on {len(batch)} "
         f"images: max |logit difference| {difference:.2e}, same top-1 class for {agreement:.0%}"
