@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,9 @@ from vitlit.errors import ConfigError
 
 
 @pytest.mark.parametrize("suffix", [".pth", ".safetensors"])
-def test_pretrained_file_loads_through_timm_and_adapts_to_32px(tmp_path: Path, suffix: str) -> None:
+def test_pretrained_file_loads_through_timm_and_adapts_to_32px(
+    tmp_path: Path, suffix: str, caplog: pytest.LogCaptureFixture
+) -> None:
     # test_vit's own geometry is 160 px, patch 16, 1000 classes: timm must resample patch and position embeddings
     # and drop the head, exactly as it does for hub weights.
     source = timm.create_model("test_vit")
@@ -22,8 +25,12 @@ def test_pretrained_file_loads_through_timm_and_adapts_to_32px(tmp_path: Path, s
     state = {k: v.contiguous() for k, v in source.state_dict().items()}
     save_file(state, path) if suffix == ".safetensors" else torch.save(state, path)
 
-    model = ViTClassifier("test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(path))
+    with caplog.at_level(logging.INFO):
+        model = ViTClassifier("test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(path))
     net = model.net
+    said = caplog.text  # issue 36, stumble 14: what was loaded and what adapted
+    assert f"vitlit: loaded {path} into test_vit; adapted: pos_embed (1, 101, 64) -> (1, 65, 64) (resampled)" in said
+    assert "head.weight (1000, 64) -> (7, 64) (new)" in said
     torch.testing.assert_close(net.blocks[3].mlp.fc1.weight, source.blocks[3].mlp.fc1.weight)
     assert net.patch_embed.proj.weight.shape[-2:] == (4, 4)
     assert net.pos_embed.shape[1] == (32 // 4) ** 2 + 1
@@ -92,3 +99,12 @@ def test_the_activation_estimate_is_a_lower_bound_of_what_training_keeps() -> No
     assert activation_bytes(net, 8, training=True, precision="bf16-mixed", checkpointing=False) == fit // 2
     assert activation_bytes(net, 8, training=True, precision="32-true", checkpointing=True) < fit
     assert activation_bytes(torch.nn.Linear(2, 2), 8, True, "32-true", False) is None  # not a ViT: no estimate
+
+
+def test_a_weights_file_of_another_shape_names_the_tensor(tmp_path: Path) -> None:
+    """Issue 36, stumble 14: the message ended at torch's "Error(s) in loading state_dict for VisionTransformer:"."""
+    weights = timm.create_model("test_vit").state_dict()
+    weights["blocks.0.attn.qkv.weight"] = torch.zeros(5, 5)
+    torch.save(weights, tmp_path / "w.pth")
+    with pytest.raises(ConfigError, match=r"\(size mismatch for blocks\.0\.attn\.qkv\.weight: copying a param"):
+        ViTClassifier("test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "w.pth"))

@@ -10,6 +10,7 @@ import timm
 import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 from torchmetrics import MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
@@ -22,6 +23,16 @@ from vitlit.types import Fraction, PositiveInt, Rate, as_builtin
 
 # Hyperparameters that fix the shape of the weights: a checkpoint only fits a model with the same values.
 _ARCHITECTURE_KEYS = ("model_name", "num_classes", "img_size", "in_chans", "patch_size")
+
+
+def _say_adapted(model_name: str, net: nn.Module, source: str) -> None:
+    """Say in one line which pretrained tensors timm adapted to this run's geometry (and which it left new)."""
+    with torch.device("meta"):  # the weights' own geometry: the model with its pretrained defaults
+        original = timm.create_model(model_name, pretrained=False).state_dict()
+    changed = [(k, tuple(original[k].shape), tuple(v.shape)) for k, v in net.state_dict().items()
+               if k in original and original[k].shape != v.shape]  # fmt: skip
+    said = [f"{k} {a} -> {b} ({'new' if k.startswith('head') else 'resampled'})" for k, a, b in changed]
+    rank_zero_info(f"vitlit: loaded {source} into {model_name}; adapted: {', '.join(said) or 'nothing'}")
 
 
 class ViTClassifier(LightningModule):
@@ -204,15 +215,20 @@ class ViTClassifier(LightningModule):
                 # skipped without a word and training would start from random weights: check the names first.
                 if not set(timm.models.load_state_dict(str(path))) & set(probe.state_dict()):
                     raise KeyError("it shares no parameter name with the model")
-                return timm.create_model(hp.model_name, pretrained=True, **kwargs)
+                net = timm.create_model(hp.model_name, pretrained=True, **kwargs)
             except (*UNREADABLE, KeyError) as err:
-                first_line = (str(err).strip("'\" \n").splitlines() or [type(err).__name__])[0]
+                # torch's report starts "Error(s) in loading state_dict for ...:"; the line after it names the key.
+                lines = [line.strip() for line in str(err).strip("'\" \n").splitlines() if line.strip()]
+                first_line = lines[1:2] if lines and lines[0].startswith("Error(s) in loading") else lines[:1]
+                first_line = first_line[0] if first_line else type(err).__name__
                 raise ConfigError(
                     f"pretrained_file={hp.pretrained_file!r} is not a readable state dict of {hp.model_name} "
                     f"({first_line[:200]}); give a .pth/.safetensors file of that timm model's weights."
                 ) from None
+            _say_adapted(hp.model_name, probe, str(path))
+            return net
         try:
-            return timm.create_model(hp.model_name, pretrained=hp.pretrained, **kwargs)
+            net = timm.create_model(hp.model_name, pretrained=hp.pretrained, **kwargs)
         except (OSError, RuntimeError, ValueError) as err:  # no network (the hub's errors are OSErrors), no weights
             if not hp.pretrained:
                 raise
@@ -220,6 +236,9 @@ class ViTClassifier(LightningModule):
                 f"timm's pretrained weights of {hp.model_name} could not be loaded ({type(err).__name__}); without "
                 f"access to the Hugging Face hub give them as a file: --model.pretrained_file <weights>."
             ) from None
+        if hp.pretrained:
+            _say_adapted(hp.model_name, probe, "timm's pretrained weights")
+        return net
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Return class logits (batch, num_classes) for images of shape (batch, in_chans, img_size, img_size)."""
