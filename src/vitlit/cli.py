@@ -169,7 +169,10 @@ class VitLitCLI(LightningCLI):
             check_weights(checkpoint["state_dict"], model.state_dict(), ckpt)
         self.config_init[subcommand]["ckpt_path"] = None if ckpt is None else str(ckpt)  # what the run loads
         check_activations(model, self.datamodule, trainer, subcommand)
-        reach_loggers(trainer)
+        if any(type(logger).__name__ not in ("TensorBoardLogger", "CSVLogger") for logger in trainer.loggers):
+            from vitlit.services import reach_loggers  # MLflow, W&B: runs that log to a service only
+
+            reach_loggers(trainer)
         self.run = place_run(trainer, subcommand, ckpt)
 
     before_fit = before_validate = before_test = before_predict = _start  # LightningCLI's hooks before each subcommand
@@ -207,37 +210,6 @@ class VitLitCLI(LightningCLI):
         if trainer is None or trainer.is_global_zero:  # one line, not one per DDP process
             print(line, file=sys.stderr)
         raise SystemExit(status) from None
-
-
-#: Bounds on each request to a tracking server (MLflow's own settings, unless the user set them): a server that
-#: does not answer costs seconds, not MLflow's default of minutes of retries.
-SERVICE_TIMEOUTS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "15", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1"}
-
-
-def reach_loggers(trainer: Trainer) -> None:
-    """Reach each logger's service (an MLflow server, W&B) before the run's folder exists; refuse one that fails.
-
-    A logger connects at its first use, inside the run: an unreachable server would cost minutes of retries and end
-    in chained tracebacks with the run started. Folder loggers (TensorBoard, CSV) are placed by `place_run`.
-    """
-    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-
-    for key, value in SERVICE_TIMEOUTS.items():
-        os.environ.setdefault(key, value)
-    for logger in trainer.loggers if trainer.is_global_zero else []:
-        if isinstance(logger, (TensorBoardLogger, CSVLogger)):
-            continue
-        where = next((str(v) for k in ("_tracking_uri", "tracking_uri") if (v := getattr(logger, k, None))), "")
-        try:
-            logger.experiment  # noqa: B018 (its connection: the experiment is made or found on the server)
-        except Exception as err:
-            from vitlit.errors import ConfigError
-
-            reason = (str(err).strip().splitlines() or [type(err).__name__])[-1][:160]
-            raise ConfigError(
-                f"{type(logger).__name__} cannot reach its service{f' at {where}' if where else ''} ({reason}); "
-                f"start it, check --trainer.logger's settings, or log with TensorBoard (the default)."
-            ) from None
 
 
 @contextlib.contextmanager

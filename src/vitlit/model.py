@@ -10,7 +10,6 @@ import timm
 import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
-from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 from torchmetrics import MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
@@ -23,16 +22,6 @@ from vitlit.types import Fraction, PositiveInt, Rate, as_builtin
 
 # Hyperparameters that fix the shape of the weights: a checkpoint only fits a model with the same values.
 _ARCHITECTURE_KEYS = ("model_name", "num_classes", "img_size", "in_chans", "patch_size")
-
-
-def _say_adapted(model_name: str, net: nn.Module, source: str) -> None:
-    """Say in one line which pretrained tensors timm adapted to this run's geometry (and which it left new)."""
-    with torch.device("meta"):  # the weights' own geometry: the model with its pretrained defaults
-        original = timm.create_model(model_name, pretrained=False).state_dict()
-    changed = [(k, tuple(original[k].shape), tuple(v.shape)) for k, v in net.state_dict().items()
-               if k in original and original[k].shape != v.shape]  # fmt: skip
-    said = [f"{k} {a} -> {b} ({'new' if k.startswith('head') else 'resampled'})" for k, a, b in changed]
-    rank_zero_info(f"vitlit: loaded {source} into {model_name}; adapted: {', '.join(said) or 'nothing'}")
 
 
 class ViTClassifier(LightningModule):
@@ -225,7 +214,9 @@ class ViTClassifier(LightningModule):
                     f"pretrained_file={hp.pretrained_file!r} is not a readable state dict of {hp.model_name} "
                     f"({first_line[:200]}); give a .pth/.safetensors file of that timm model's weights."
                 ) from None
-            _say_adapted(hp.model_name, probe, str(path))
+            from vitlit.pretrained import say_adapted  # runs from pretrained weights only
+
+            say_adapted(hp.model_name, probe, str(path))
             return net
         try:
             net = timm.create_model(hp.model_name, pretrained=hp.pretrained, **kwargs)
@@ -237,7 +228,9 @@ class ViTClassifier(LightningModule):
                 f"access to the Hugging Face hub give them as a file: --model.pretrained_file <weights>."
             ) from None
         if hp.pretrained:
-            _say_adapted(hp.model_name, probe, "timm's pretrained weights")
+            from vitlit.pretrained import say_adapted
+
+            say_adapted(hp.model_name, probe, "timm's pretrained weights")
         return net
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,11 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from typing import Any
 
+import timm
+import torch
+from lightning.pytorch.utilities import rank_zero_info
 from timm.models import get_pretrained_cfg
+from torch import nn
 
 from vitlit.data.transforms import channel_statistics
 
@@ -52,3 +56,13 @@ def fill_pretrained_normalization(model: MutableMapping[str, Any], data: Mutable
     for key, values in zip(("mean", "std"), stats, strict=True):
         if data.get(key) is None:
             data[key] = list(values)
+
+
+def say_adapted(model_name: str, net: nn.Module, source: str) -> None:
+    """Say in one line which pretrained tensors timm adapted to this run's geometry (and which it left new)."""
+    with torch.device("meta"):  # the weights' own geometry: the model with its pretrained defaults
+        original = timm.create_model(model_name, pretrained=False).state_dict()
+    changed = [(k, tuple(original[k].shape), tuple(v.shape)) for k, v in net.state_dict().items()
+               if k in original and original[k].shape != v.shape]  # fmt: skip
+    said = [f"{k} {a} -> {b} ({'new' if k.startswith('head') else 'resampled'})" for k, a, b in changed]
+    rank_zero_info(f"vitlit: loaded {source} into {model_name}; adapted: {', '.join(said) or 'nothing'}")

@@ -20,7 +20,7 @@ from vitlit.data.images import (
     image_files,
     without_bad,
 )
-from vitlit.data.split import split_indices, validation_count
+from vitlit.data.split import validation_count
 from vitlit.errors import ConfigError
 from vitlit.types import as_builtin
 
@@ -85,7 +85,10 @@ class ImageFolderDataModule(ImageClassificationDataModule):
         if not train_dir.is_dir():
             flat = _class_dirs(self.root) if self.root.is_dir() else []
             if len(flat) >= 2 and not any((self.root / split).exists() for split in SPLITS):
-                return self._scan_flat(flat)
+                from vitlit.data.flat import scan_flat  # this layout's runs only
+
+                self._files, classes = scan_flat(self, flat)
+                return classes
             raise ConfigError(
                 f"{train_dir} does not exist; --data.root must hold train/<class>/<images> "
                 f"(and optionally val/ and test/), or class folders <class>/<images> only."
@@ -117,28 +120,6 @@ class ImageFolderDataModule(ImageClassificationDataModule):
             self._files[split] = files
         if "val" not in self._files:
             validation_count(len(self._files["train"]), self.val_size)  # fail now, not after the run folder exists
-        return classes
-
-    def _scan_flat(self, class_dirs: list[Path]) -> list[str]:
-        """``root/<class>/<images>`` (no ``train/``): a seeded test split is held out, validation carved later."""
-        classes, files = [d.name for d in class_dirs], []
-        for index, class_dir in enumerate(class_dirs):
-            found = list(image_files(class_dir))
-            if not found:
-                raise ConfigError(f"{class_dir} holds no image ({', '.join(IMAGE_SUFFIXES)}); add images or remove it.")
-            files += [(path, index) for path in found]
-        try:
-            keep, held_out = split_indices(len(files), self.test_size, self.seed)
-        except ConfigError:
-            raise ConfigError(f"test_size={self.test_size} leaves no images to train on or none to test on in "
-                              f"{len(files)}; give a fraction such as 0.1.") from None  # fmt: skip
-        self._files = {"train": [files[i] for i in keep], "test": [files[i] for i in held_out]}
-        validation_count(len(keep), self.val_size)  # fail now, not after the run folder exists
-        rank_zero_info(
-            f"vitlit: {self.root} holds class folders without train/: {len(files):,} images of {len(classes)} classes; "
-            f"{len(held_out):,} held out for test (--data.test_size {self.test_size}, seed {self.seed}), validation "
-            f"carved from the rest (--data.val_size {self.val_size})"
-        )
         return classes
 
     @property
