@@ -484,7 +484,7 @@ def test_the_preprocessing_the_sidecar_describes_is_what_vitlit_does(trained) ->
 
     _, card = load_classifier(trained[0])
     image = _image_in_mode("RGB").resize((70, 50))  # not square, not the model's size: the resize matters
-    by_the_words = F.resize(torch.from_numpy(np.asarray(image)).permute(2, 0, 1), card.img_size, antialias=True)
+    by_the_words = F.resize(torch.from_numpy(np.array(image)).permute(2, 0, 1), card.img_size, antialias=True)
     by_the_words = F.center_crop(by_the_words, card.img_size).float() / 255
     by_the_words = (by_the_words - torch.tensor(card.mean)[:, None, None]) / torch.tensor(card.std)[:, None, None]
     torch.testing.assert_close(by_the_words, card.preprocess()(image), rtol=0, atol=1e-6)

@@ -80,7 +80,8 @@ def check_config_files(argv: list[str]) -> None:
 
 def check_finite_flags(argv: list[str]) -> None:
     """Refuse a flag given NaN or infinity (``--model.optimizer.init_args.lr nan``), which no option of vitlit takes."""
-    for flag, value in zip(argv, [*argv[1:], ""], strict=True):  # a --flag=value may come last
+    for i, flag in enumerate(argv):
+        value = argv[i + 1] if i + 1 < len(argv) else ""  # a --flag=value may come last
         flag, value = (flag.split("=", 1) if "=" in flag else (flag, value)) if flag.startswith("--") else ("", "")
         if value.strip().lower().lstrip("+-.") in ("nan", "inf", "infinity"):
             raise ConfigError(f"{flag}={value} is not a finite number; give a number such as 0.1.")

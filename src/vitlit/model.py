@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,9 @@ class ViTClassifier(LightningModule):
         self.criterion = loss if loss is not None else nn.CrossEntropyLoss(label_smoothing=smoothing)
         if loss is not None:  # tried on what it will get (logits, class indices) before the run starts
             try:
-                value = loss(torch.zeros(2, num_classes), torch.zeros(2, dtype=torch.long))
+                with warnings.catch_warnings():  # MSELoss warns of broadcasting before it fails: the line below says it
+                    warnings.simplefilter("ignore")
+                    value = loss(torch.zeros(2, num_classes), torch.zeros(2, dtype=torch.long))
                 problem = None if value.numel() == 1 else f"it gives shape {tuple(value.shape)}, not one number"
             except Exception as err:
                 problem = str(err).splitlines()[0][:120]
