@@ -188,3 +188,11 @@ def test_a_model_that_outputs_nan_fails_instead_of_predicting(digits_run: Path, 
             run_cli(subcommand, *common)
         assert exit_info.value.code == 1, subcommand
     assert not list((tmp_path / "out").rglob("predictions.csv"))
+
+
+def test_the_digits_recipe_on_a_folder_is_saved_as_the_folder_it_read(digits_run: Path) -> None:
+    """Issue 36, stumble 10: own images trained from configs/digits.yaml were saved as DigitsDataModule."""
+    import yaml
+
+    data = yaml.safe_load((digits_run / "config.yaml").read_text())["data"]
+    assert data["class_path"] == "vitlit.data.folder.ImageFolderDataModule" and data["init_args"]["root"]

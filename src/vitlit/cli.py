@@ -146,6 +146,10 @@ class VitLitCLI(LightningCLI):
         config = self.config[self.subcommand]
         config["ckpt_path"] = self._ckpt_path  # as typed, in the saved config
         cfg.absolute_paths(config)  # the saved config must work from any folder (the notebooks', a resume's)
+        data = config["data"]
+        if str(data.get("class_path")).endswith(".DigitsDataModule") and data["init_args"].get("root") is not None:
+            # The digits recipe on a folder of one's own: saved (and run) as what it is, class folders.
+            data["class_path"] = "vitlit.data.folder.ImageFolderDataModule"
         model = config["model"]["init_args"]
         if model.get("pretrained") or model.get("pretrained_file"):  # the statistics the weights were trained with
             from vitlit.pretrained import fill_pretrained_normalization
