@@ -114,6 +114,8 @@ class VitLitCLI(LightningCLI):
     def setup_parser(self, add_subcommands: bool, main_kwargs: dict, subparser_kwargs: dict) -> None:
         super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
         self.parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+        # After the subcommands took their names from it: the usage line lists the tools' subcommands too.
+        self.parser.usage = f"{PROG} [--version] {{{','.join(['fit', 'validate', 'test', 'predict', *TOOLS])}}} ..."
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # The data decides what it delivers; the model adapts (these --model.* flags disappear). The mean and std

@@ -176,6 +176,8 @@ def place_run(trainer: Trainer, subcommand: str, ckpt: Path | None) -> Placed | 
     spec = spec[0] if isinstance(spec, list) and spec else spec  # a list: the first logger holds the folder
     configured = hasattr(spec, "get") and str(spec.get("class_path")).endswith(type(logger).__name__)
     init_args = dict(spec.get("init_args") or {}) if configured else {}
+    if isinstance(logger, TensorBoardLogger):  # no "hp_metric -1" row in TensorBoard unless asked for
+        init_args.setdefault("default_hp_metric", False)
     relocated = type(logger)(**{**init_args, "save_dir": os.fspath(save_dir), "name": name, "version": version})
     trainer.loggers = [relocated, *trainer.loggers[1:]]
     return Placed(run_dir, fd, (run_dir, *made) if config_name is None else ())

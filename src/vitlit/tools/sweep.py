@@ -182,6 +182,7 @@ def sweep(
     seed: int = 0,
     prune_after: PositiveInt = 2,
     heartbeat: PositiveInt = 30,
+    max_epochs: PositiveInt | None = None,
 ) -> dict[str, Any]:
     """Tune a recipe with Optuna: trials are vitlit fits, ranked by their best ``val/acc``.
 
@@ -199,6 +200,8 @@ def sweep(
         prune_after: Epochs every trial trains before the median pruner may stop it.
         heartbeat: Seconds between a running trial's signs of life in the storage. A trial silent for twice as long
             (its process was killed) is marked failed by the next trial of any machine, so it never stays running.
+        max_epochs: Epochs of each trial (``--trainer.max_epochs`` of its fit); default: the recipe's, or the
+            search file's ``fixed``.
 
     Returns:
         The best trial's number, ``val/acc`` and values.
@@ -247,7 +250,9 @@ def sweep(
         values = suggest(trial, space)
         run_root = folder / f"trial_{trial.number:03d}"
         trial.set_user_attr("run_root", str(run_root))
-        args = ["fit", "--config", config, *as_flags({**fixed, **values}), "--trainer.default_root_dir", str(run_root)]
+        length = {} if max_epochs is None else {"trainer.max_epochs": int(max_epochs)}
+        args = ["fit", "--config", config, *as_flags({**fixed, **length, **values}),
+                "--trainer.default_root_dir", str(run_root)]  # fmt: skip
         try:
             cli = main(args, callbacks=[PyTorchLightningPruningCallback(trial, monitor="val/acc")])
         except SystemExit as stop:
