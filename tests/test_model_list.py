@@ -13,7 +13,9 @@ def test_models_lists_sizes_as_vitlit_builds_them(capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     (tiny,) = listed
     built = ViTClassifier(model_name="vit_tiny_patch16_224", patch_size=4, img_size=32, num_classes=10).net
-    assert tiny["params"] == sum(p.numel() for p in built.parameters()) and tiny["tokens"] == 64
+    assert (
+        tiny["params"] == sum(p.numel() for p in built.parameters()) and tiny["tokens"] == 65
+    )  # 64 patches and the class token
     # Forward FLOPs of one 32 px image: 12 blocks of 65 tokens at width 192 are about 0.7 GFLOPs (2 per MAC).
     assert 0.6 < tiny["gflops"] < 0.8 and tiny["weights"] >= 1  # augreg weight sets, counted without a download
     assert "vit_tiny_patch16_224" in out and "5.4M" in out

@@ -26,7 +26,7 @@ MODULES = ("vision_transformer", "deit")
 
 
 def describe(name: str, img_size: int, patch_size: int | None, in_chans: int, num_classes: int) -> dict[str, Any]:
-    """Parameters, tokens and forward FLOPs of one image for timm model ``name`` built with these sizes."""
+    """Parameters, tokens (patches and prefix tokens: what attention sees) and forward FLOPs of one image."""
     kwargs: dict[str, Any] = {"img_size": img_size, "in_chans": in_chans, "num_classes": num_classes}
     if patch_size is not None:
         kwargs["patch_size"] = patch_size
@@ -36,7 +36,7 @@ def describe(name: str, img_size: int, patch_size: int | None, in_chans: int, nu
     grid = net.patch_embed.grid_size if hasattr(net, "patch_embed") else (0, 0)
     return {
         "params": sum(p.numel() for p in net.parameters()),
-        "tokens": int(grid[0] * grid[1]),
+        "tokens": int(grid[0] * grid[1]) + int(getattr(net, "num_prefix_tokens", 0)),  # patches and class token
         "flops": measure_flops(net, lambda: net(images)),
     }
 
