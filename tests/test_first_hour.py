@@ -218,3 +218,18 @@ def test_lightning_lines_nobody_can_act_on_are_left_out(caplog: pytest.LogCaptur
             log.info(f"An {name} was raised with message: stop, saved checkpoint to x.ckpt")
         log.info("vitlit: data path: on the device")
     assert [r.getMessage() for r in caplog.records] == ["vitlit: data path: on the device"]
+
+
+def test_a_resumes_notes_nobody_can_act_on_are_left_out() -> None:
+    """Issue 36, stumble 11: a resume warned of its own checkpoint folder and of a mid-epoch resume that is exact."""
+    from lightning.pytorch.utilities import rank_zero_warn
+
+    from vitlit.cli import quiet
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with quiet():
+            rank_zero_warn("Checkpoint directory /runs/version_0/checkpoints exists and is not empty.")
+            rank_zero_warn("You're resuming from a checkpoint that ended before the epoch ended and your dataloader")
+            rank_zero_warn("The number of training batches (3) is smaller than the logging interval")
+    assert [str(w.message)[:14] for w in caught] == ["The number of "]  # that one the user can act on

@@ -265,6 +265,8 @@ def quiet() -> Iterator[None]:
         for message in ("LightningCLI's args parameter is intended",  # main(args) from Python: a notebook, pytest
                         r"Precision .* is not supported by the model summary", "The dirpath has changed from",
                         r"`isinstance\(treespec, LeafSpec\)` is deprecated",  # Lightning's own, of torch's API
+                        # A resume writes into its own run's folder, and restores mid-epoch exactly (RNG, sampler).
+                        r"Checkpoint directory .* exists and is not empty", r".*resuming from a checkpoint that ended",
                         r"(?s).*was deprecated in v4"):  # jsonargparse's, of what Lightning calls  # fmt: skip
             warnings.filterwarnings("ignore", message=message)
         try:
