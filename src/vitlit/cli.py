@@ -12,12 +12,9 @@ before the run starts, and a stopped fit's last line with the command that resum
 from __future__ import annotations
 
 import contextlib
-import importlib
-import inspect
 import logging
 import math
 import os
-import re
 import shutil
 import signal
 import sys
@@ -293,7 +290,9 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
     argv = sys.argv[1:] if args is None else [str(a) for a in args]
     try:
         if argv and argv[0] in TOOLS:
-            return _tool(argv[0], argv[1:])
+            from vitlit.run_tool import run_tool  # loaded for a tool's run only
+
+            return run_tool(argv[0], argv[1:])
         cfg.check_config_files(argv)
         with quiet(), interrupts_stop_the_fit() if argv[:1] == ["fit"] else contextlib.nullcontext():
             defaults = {"default_config_files": [str(cfg.DEFAULTS)]}
@@ -325,23 +324,3 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         if line is None:  # not a user's error: its traceback is wanted
             raise
         _exit(line)
-
-
-def _tool(name: str, argv: list[str]) -> Any:
-    """Run a `TOOLS` function with its typed, documented arguments as flags (``vitlit export --help``)."""
-    module, function = TOOLS[name].split(":")
-    try:
-        run = getattr(importlib.import_module(module), function)
-    except ModuleNotFoundError as err:
-        if not module.startswith(str(err.name)):  # a package the tool needs, not the tool itself
-            raise
-        _exit(f"the {name} subcommand's module {module} is not in this copy of vitlit; restore it or drop {name}.")
-    parser = VitLitArgumentParser(prog=f"{PROG} {name}", description=(run.__doc__ or name).split("\n\n")[0],
-                                  allow_abbrev=False)  # fmt: skip
-    parser.add_function_arguments(run, as_group=False)
-    if argv and not argv[0].startswith("-"):  # a leading word is the first argument: `vitlit models 'vit_*'`
-        argv = [f"--{next(iter(inspect.signature(run).parameters))}", *argv]
-    # Options may be spelled with dashes too (--n-trials for --n_trials), as most command-line tools take them.
-    argv = [re.sub(r"^--([\w-]+)", lambda m: "--" + m.group(1).replace("-", "_"), a) for a in argv]
-    cfg.check_finite_flags(argv)
-    return run(**parser.parse_args(argv).as_dict())
