@@ -197,6 +197,25 @@ def test_the_servers_processes_end_with_it_even_when_it_is_killed(trained, tmp_p
         again.listen()
 
 
+@pytest.mark.slow
+def test_ctrl_c_in_a_terminal_ends_every_process_of_the_server_without_a_traceback(trained, tmp_path: Path) -> None:
+    """Issue 36, stumble 11: a terminal's Ctrl-C (SIGINT to the whole group) printed ~60 lines of tracebacks."""
+    port = free_port()
+    command = [sys.executable, "-m", "vitlit", "serve", "--ckpt_path", str(trained[0]), "--port", str(port),
+               "--accelerator", "cpu"]  # fmt: skip
+    with (tmp_path / "server.log").open("w") as log:
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+        try:
+            wait_for(f"http://127.0.0.1:{port}/health", timeout=180, alive=lambda: server.poll() is None)
+            os.killpg(server.pid, signal.SIGINT)  # what the terminal sends: to every process of the group
+            assert server.wait(timeout=60) == 0
+        finally:
+            alive = _alive(server.pid)
+    assert not alive, f"processes outlived the server: {_descendants(server.pid)}"
+    assert "Traceback" not in (tmp_path / "server.log").read_text()
+
+
 def _descendants(pid: int) -> list[int]:
     """The processes below ``pid`` (Linux's /proc), children first."""
     found, todo = [], [pid]

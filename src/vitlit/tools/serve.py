@@ -202,6 +202,8 @@ class ViTClassifierAPI(ls.LitAPI):
 
     def setup(self, device: str) -> None:
         die_with(self.owner)  # a worker process, started by the server: it must not outlive it
+        if os.getpid() != self.owner:  # a terminal's Ctrl-C reaches every process; the server stops this one itself
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         net, card = load_classifier(self.ckpt_path, self.weights_only)
         self.net, self.card, self.device = net.to(device), card, device
         self.transform = card.preprocess()
