@@ -507,3 +507,36 @@ def test_the_preprocessing_the_sidecar_describes_is_what_vitlit_does(trained) ->
     by_the_words = F.center_crop(by_the_words, card.img_size).float() / 255
     by_the_words = (by_the_words - torch.tensor(card.mean)[:, None, None]) / torch.tensor(card.std)[:, None, None]
     torch.testing.assert_close(by_the_words, card.preprocess()(image), rtol=0, atol=1e-6)
+
+
+def test_a_timm_folder_loads_with_timm_alone_and_classifies_as_the_checkpoint(
+    trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 37: the trained model handed to the timm / Hugging Face world, checked like the other formats."""
+    ckpt, test_dir = trained
+    folder = tmp_path / "vit-digits"
+    report = export(ckpt, folder, "timm", images=test_dir, license="mit")
+    assert report["max_abs_diff"] <= 1e-3 and report["files"] == ["README.md", "config.json", "model.safetensors"]
+    net, card = load_classifier(ckpt)
+    images, _ = _test_batch(card, test_dir)
+    torch.save(images[:64], tmp_path / "batch.pt")
+    alone = (  # a fresh process with timm alone: no vitlit
+        "import sys, timm, torch; m = timm.create_model('local-dir:' + sys.argv[1], pretrained=True).eval(); "
+        "print(*m(torch.load(sys.argv[2])).argmax(1).tolist()); print(*m.pretrained_cfg['label_names']); "
+        "assert not [k for k in sys.modules if k.startswith('vitlit')]"
+    )
+    done = subprocess.run([sys.executable, "-c", alone, str(folder), str(tmp_path / "batch.pt")], capture_output=True,
+                          text=True, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    predicted, labels = done.stdout.splitlines()
+    assert predicted.split() == [str(i) for i in net(images[:64]).argmax(1).tolist()]
+    assert labels.split() == card.class_names
+    config = json.loads((folder / "config.json").read_text())["pretrained_cfg"]
+    assert config["mean"] == list(card.mean) and config["input_size"] == [3, card.img_size, card.img_size]
+    readme = (folder / "README.md").read_text()
+    assert "license: mit" in readme and "timm.create_model(" in readme and "huggingface-cli upload" in readme
+    # Refused in one line, as for ONNX: an existing folder, the checkpoint's own, a file; nothing left behind.
+    for output, said in ((folder, "already exists"), (ckpt.parent.parent, "holds the checkpoint"),
+                         (ckpt, "holds the checkpoint")):  # fmt: skip
+        assert said in _refused(capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--output", output)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

@@ -4,7 +4,9 @@
 
 Formats: ``onnx`` (opset 17, dynamic batch), checked in ONNX Runtime against PyTorch's logits; ``int8``, the ONNX
 model with its matrix products quantized to int8 by ONNX Runtime's dynamic quantization, for CPUs; ``pt2``, a
-``torch.export`` program (``torch.export.load(path).module()``), PyTorch's successor to TorchScript. int8 uses
+``torch.export`` program (``torch.export.load(path).module()``), PyTorch's successor to TorchScript; ``timm``, the
+folder timm and the Hugging Face hub share (`vitlit.tools.hf_folder`: config.json, model.safetensors, a model card),
+which ``timm.create_model("local-dir:<folder>", pretrained=True)`` loads. int8 uses
 ONNX Runtime's quantizer rather than ``torch.ao.quantization.quantize_dynamic``, which PyTorch has deprecated (in
 favour of torchao) and whose result only PyTorch can run. Each file gets a sidecar ``<file>.json`` (and ONNX files
 the same in their metadata): class names, image size, channels and normalisation, so nothing else is needed to run
@@ -32,7 +34,7 @@ from vitlit.data.images import image_files, image_problem
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.trained import PREPROCESS, ModelCard, load_classifier
 
-Format = Literal["onnx", "int8", "pt2"]
+Format = Literal["onnx", "int8", "pt2", "timm"]
 #: Largest difference of a logit between PyTorch and the exported fp32 model that still counts as the same model.
 TOLERANCE = 1e-3
 
@@ -171,6 +173,7 @@ def export(
     opset: int = 17,
     overwrite: bool = False,
     weights_only: bool = True,
+    license: str | None = None,
 ) -> dict[str, Any]:
     """Export a checkpoint and check the result against PyTorch on a batch; print and return the figures.
 
@@ -180,12 +183,16 @@ def export(
     Args:
         ckpt_path: A checkpoint written by ``vitlit fit`` (``<run>/checkpoints/*.ckpt``).
         output: The file to write (``.onnx`` for onnx and int8, ``.pt2`` for pt2); ``<output>.json`` is written
-            beside it with the class names and the input transform. Never the checkpoint itself.
-        format: ``onnx`` (fp32), ``int8`` (ONNX with int8 matrix products, for CPUs) or ``pt2`` (torch.export).
+            beside it with the class names and the input transform. Never the checkpoint itself. For ``timm``: a
+            new folder.
+        format: ``onnx`` (fp32), ``int8`` (ONNX with int8 matrix products, for CPUs), ``pt2`` (torch.export) or
+            ``timm`` (a timm / Hugging Face folder with a model card).
         images: A folder of images to check the export on; without it, a batch of random pixels.
         opset: ONNX opset (17 or newer: LayerNorm is one operator from 17 on).
         overwrite: Replace ``output`` and its sidecar if they exist (otherwise an existing file is refused).
         weights_only: ``false`` reads checkpoints that hold Python objects; only for files you trust.
+        license: ``--format timm``: the model card's license field (default ``other``: the weights' terms follow
+            from the data and any pretrained weights, which only you know).
 
     Raises:
         ConfigError: For a bad checkpoint, output, opset or images folder.
@@ -193,8 +200,15 @@ def export(
             written then).
     """
     output = Path(output).expanduser()
-    check_output(output, Path(ckpt_path).expanduser(), overwrite)
-    if format != "pt2":
+    if license is not None and format != "timm":
+        raise ConfigError(f"--license is the model card's, which --format timm writes; drop it for --format {format}.")
+    if format == "timm":
+        from vitlit.tools.hf_folder import check_folder_output
+
+        check_folder_output(output, Path(ckpt_path), overwrite)
+    else:
+        check_output(output, Path(ckpt_path).expanduser(), overwrite)
+    if format not in ("pt2", "timm"):
         check_opset(opset)
     net, card = load_classifier(ckpt_path, weights_only)
     batch = sample_batch(card, images)
@@ -206,6 +220,14 @@ def export(
             f"nothing was written to {output}; export an earlier checkpoint of the run"
         )
     report: dict[str, Any] = {"format": format, "output": str(output), "batch": len(batch)}
+    if format == "timm":
+        from vitlit.tools.hf_folder import write_timm_folder
+
+        report |= write_timm_folder(net, card, batch, output, Path(ckpt_path), license or "other", TOLERANCE)
+        print(f"vitlit: wrote {output}/ ({', '.join(report['files'])}; {report['bytes'] / 2**20:.1f} MiB); timm's "
+              f"model from it against the checkpoint on {len(batch)} images: max |logit difference| "
+              f"{report['max_abs_diff']:.2e}")  # fmt: skip
+        return report
     with replacing(output) as staged:
         if format == "pt2":
             # Traced on two images at least: torch.export specialises a batch dimension of 1 to a constant.

@@ -1,0 +1,122 @@
+"""``vitlit export --format timm``: a trained model as the folder timm and the Hugging Face hub share.
+
+The folder is what timm's ``save_for_hf`` writes (``config.json`` with the architecture, the class names as
+``label_names`` and the normalisation as ``pretrained_cfg``, and ``model.safetensors``) plus a ``README.md`` model
+card. ``timm.create_model("local-dir:<folder>", pretrained=True)`` loads it, and so does ``hf-hub:<user>/<name>``
+once uploaded. Like the other formats, it is written beside its destination, loaded back with timm alone, compared
+with the checkpoint's logits, and takes its name only once it agrees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import timm
+import torch
+from timm.models._hub import save_for_hf  # timm's own writer of hub folders (also timm.models.push_to_hf_hub's)
+
+from vitlit.errors import CheckFailed, ConfigError
+from vitlit.run_dir import run_of_checkpoint
+from vitlit.trained import PREPROCESS, ModelCard
+
+
+def check_folder_output(output: Path, ckpt_path: Path, overwrite: bool) -> None:
+    """Refuse a destination folder that would replace the checkpoint's, another file, or an existing export."""
+    output, ckpt = output.expanduser().absolute(), ckpt_path.expanduser().resolve()
+    if ckpt.is_relative_to(output.resolve()):
+        raise ConfigError(f"output={output} holds the checkpoint being exported; give a new folder, e.g. vit-timm.")
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"output={output} is a file; --format timm writes a folder: give a new folder's name.")
+    if output.exists() and not overwrite:
+        raise ConfigError(f"output={output} already exists; pass --overwrite true to replace it, or choose another.")
+    parent = output.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"output={output}: the folder {parent} does not exist or is not writable; choose another.")
+
+
+def write_timm_folder(
+    net: torch.nn.Module, card: ModelCard, batch: torch.Tensor, output: Path, ckpt_path: Path, license: str,
+    tolerance: float,
+) -> dict[str, Any]:  # fmt: skip
+    """Write, load back with timm, compare on ``batch``, and move into ``output``; return the figures.
+
+    Raises:
+        CheckFailed: When timm's model from the folder disagrees with the checkpoint (nothing is left then).
+    """
+    output = output.expanduser().absolute()
+    staged = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        data_config = {"mean": tuple(card.mean), "std": tuple(card.std), "interpolation": "bilinear",
+                       "input_size": (card.in_chans, card.img_size, card.img_size), "crop_pct": 1.0}  # fmt: skip
+        save_for_hf(net, str(staged), model_config={"label_names": list(card.class_names)}, data_config=data_config,
+                    safe_serialization=True)  # fmt: skip
+        text = model_card(card, run_of_checkpoint(Path(ckpt_path)), license, output.name)
+        (staged / "README.md").write_text(text, errors="backslashreplace")  # a class folder's name may not be UTF-8
+        loaded = timm.create_model(f"local-dir:{staged}", pretrained=True).eval()
+        with torch.no_grad():
+            expected, got = net(batch), loaded(batch)
+        difference = float((got - expected).abs().max())
+        if not difference <= tolerance:  # NaN fails too
+            raise CheckFailed(f"timm's model from the folder differs from the checkpoint by {difference:.2e} (more "
+                              f"than {tolerance:g}); nothing was written to {output}")  # fmt: skip
+        size = sum(p.stat().st_size for p in staged.iterdir())
+        previous = output.with_name(f".{output.name}.replaced") if output.exists() else None
+        if previous is not None:
+            os.rename(output, previous)
+        os.rename(staged, output)
+        if previous is not None:
+            shutil.rmtree(previous, ignore_errors=True)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)  # gone already where it took its name
+    return {"max_abs_diff": difference, "bytes": size, "files": sorted(p.name for p in output.iterdir())}
+
+
+def model_card(card: ModelCard, run: Path | None, license: str, name: str) -> str:
+    """The folder's README.md: what the model is, how it was trained and scored, how to load and upload it."""
+    facts = json.loads((run / "run_card.json").read_text()) if run and (run / "run_card.json").is_file() else {}
+    classes = ", ".join(card.class_names[:20]) + (f", ... ({len(card.class_names)} in all)" if len(card.class_names)
+                                                    > 20 else "")  # fmt: skip
+    if isinstance(facts.get("versions"), dict):
+        facts["versions"] = ", ".join(f"{k} {v}" for k, v in facts["versions"].items())
+    trained = [f"- {label}: {facts[key]}" for key, label in (
+        ("epochs_done", "epochs"), ("seed", "seed"), ("precision", "precision"), ("effective_batch", "effective batch"),
+        ("best_val_acc", "best validation accuracy"), ("best_epoch", "at epoch"), ("test_acc", "test accuracy"),
+        ("versions", "versions"), ("git_commit", "vitlit commit")) if facts.get(key) is not None]  # fmt: skip
+    recipe = f"its options are the run's `config.yaml` (run folder `{run.name}`)" if run else "from a loose checkpoint"
+    return f"""---
+library_name: timm
+license: {license}
+tags: [image-classification, timm, vitlit]
+---
+# {name}
+
+A timm Vision Transformer (`{card.model_name}`, {card.img_size} px, {card.in_chans} channels) trained with
+vitlit (PyTorch Lightning and timm) to classify {len(card.class_names)} classes: {classes}.
+
+## Training
+
+Trained with `python -m vitlit fit`; {recipe}.
+
+{chr(10).join(trained) or "- (no run card was found beside the checkpoint)"}
+
+## Use it with timm
+
+```python
+import timm
+model = timm.create_model("local-dir:{name}", pretrained=True).eval()  # or "hf-hub:<user>/{name}" once uploaded
+config = timm.data.resolve_data_config({{}}, model=model)  # mean, std, input size, as trained
+labels = model.pretrained_cfg["label_names"]
+```
+
+vitlit's own preprocessing, for inputs identical to training's evaluation: {PREPROCESS}.
+
+## Upload
+
+`huggingface-cli upload <user>/{name} {name} .` (or `huggingface_hub.upload_folder`); check the license field above
+first: it is what you chose at export (`--license`), and must fit the data and any pretrained weights used.
+"""
