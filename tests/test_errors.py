@@ -82,6 +82,11 @@ def _bzip2(tmp: Path) -> Path:
     return tmp / "bz.ckpt"
 
 
+def _loop(tmp: Path) -> Path:
+    (tmp / "loop.ckpt").symlink_to(tmp / "loop.ckpt")
+    return tmp / "loop.ckpt"
+
+
 def _dangling(tmp: Path) -> Path:
     (tmp / "runs").symlink_to(tmp / "gone")
     return tmp / "runs"
@@ -231,6 +236,8 @@ CASES = [
         ["bz.ckpt holds compressed records, which torch.save never writes"],
     ),
     ("checkpoint is a folder", lambda tmp, run: ["--ckpt_path", run], ["is a folder", "last.ckpt"]),
+    ("checkpoint is the file system's root", lambda tmp, run: ["--ckpt_path", "/"], ["--ckpt_path / is a folder"]),
+    ("checkpoint is a symlink loop", lambda tmp, run: ["--ckpt_path", _loop(tmp)], ["loop.ckpt does not exist"]),
     ("negative learning rate", lambda tmp, run: ["--model.optimizer.init_args.lr", "-1"], ["learning rate: -1.0"]),
     ("patch size zero", lambda tmp, run: ["--model.patch_size", "0"], ["patch_size", "0"]),
     ("negative patch size", lambda tmp, run: ["--model.patch_size", "-4"], ["patch_size", "-4"]),

@@ -34,8 +34,9 @@ def read_checkpoint(path: str | Path, weights_only: bool | None = True, mmap: bo
     """
     file = Path(path).expanduser()
     if file.is_dir():
-        # A run folder, a lightning_logs folder or a root of runs; globs of bounded depth (`/` holds /proc).
-        found = sorted(p for depth in range(4) for p in file.glob("*/" * depth + "*.ckpt"))
+        # A run folder, a lightning_logs folder or a root of runs: their layouts only, never a walk (`/` holds /proc).
+        layouts = ("*.ckpt", "checkpoints/*.ckpt", "*/checkpoints/*.ckpt", "*/*/checkpoints/*.ckpt")
+        found = sorted(p for pattern in layouts for p in file.glob(pattern) if p.is_file())
         hint = f", e.g. {found[-1]}" if found else ""
         raise ConfigError(f"--ckpt_path {path} is a folder; give a .ckpt file in it{hint}.")
     if not file.is_file():
