@@ -18,7 +18,7 @@ from typing import Any
 
 import timm
 import torch
-from timm.models._hub import save_for_hf  # timm's own writer of hub folders (also timm.models.push_to_hf_hub's)
+X
 
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.run_dir import run_of_checkpoint
