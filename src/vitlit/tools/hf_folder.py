@@ -18,7 +18,7 @@ from typing import Any
 
 import timm
 import torch
-X
+from timm.models import save_for_hf  # timm's own writer of hub folders (push_to_hf_hub's too)
 
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.run_dir import run_of_checkpoint
