@@ -182,8 +182,8 @@ class VitLitCLI(LightningCLI):
 
     def _metrics_are_numbers(self) -> None:
         """A validate or test whose loss or accuracy is NaN or infinite fails (status 1) rather than exiting 0."""
-        metrics = {k: float(v) for k, v in self.trainer.callback_metrics.items() if v.numel() == 1}
-        bad = [f"{k} {v}" for k, v in metrics.items() if not math.isfinite(v)]
+        metrics = self.trainer.callback_metrics.items()
+        bad = [f"{k} {float(v)}" for k, v in metrics if v.numel() == 1 and not math.isfinite(float(v))]
         if bad:
             raise CheckFailed(
                 f"{self.subcommand} gave {', '.join(bad)}: the model's outputs are not finite numbers; evaluate an "
