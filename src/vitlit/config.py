@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -131,10 +130,6 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
     budget = trainer.get("max_time")
     if isinstance(budget, str) and not budget.replace(":", "").strip("0"):
         raise ConfigError(f"--trainer.max_time={budget} would train nothing; give a time budget such as 00:12:00:00.")
-    budgeted = any("TimeBudget" in str(c) for c in trainer.get("callbacks") or [])  # without max_time: its own error
-    if subcommand == "fit" and budget and not budgeted:  # a note, not an error: a plain time limit is legitimate
-        print("vitlit: the learning-rate schedule follows max_epochs, and max_time may cut it before it anneals; "
-              "--config configs/addons/budget.yaml ends it with the budget", file=sys.stderr)  # fmt: skip
     precision, accelerator = str(trainer.get("precision")), str(trainer.get("accelerator"))
     import torch  # not at the top: `vitlit --version` and the tools' --help must not load torch
 
