@@ -490,3 +490,12 @@ def test_pretrained_weights_without_the_hub_are_one_line(
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("vitlit: error: timm's pretrained")
     assert "--model.pretrained_file" in err and not (tmp_path / "lightning_logs").exists()
+
+
+def test_a_malformed_shared_settings_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 36, class 8: a broken defaults.yaml was reported as '<unicode string>'."""
+    broken = tmp_path / "defaults.yaml"
+    broken.write_text("trainer:\n  callbacks: [unclosed\n")
+    monkeypatch.setattr(config, "DEFAULTS", broken)
+    with pytest.raises(config.ConfigError, match=f"config file {broken}"):
+        config.check_config_files(["fit"])
