@@ -262,7 +262,8 @@ def quiet() -> Iterator[None]:
         for message in ("LightningCLI's args parameter is intended",  # main(args) from Python: a notebook, pytest
                         r"Precision .* is not supported by the model summary", "The dirpath has changed from",
                         r"`isinstance\(treespec, LeafSpec\)` is deprecated",  # Lightning's own, of torch's API
-                        # A resume writes into its own run's folder, and restores mid-epoch exactly (RNG, sampler).
+                        # A resume writes into its own run's folder; a mid-epoch one is said in vitlit's words
+                        # (`vitlit.runs.resume.RNGStateCheckpoint`: not bit-identical, end-of-epoch ones are).
                         r"Checkpoint directory .* exists and is not empty", r".*resuming from a checkpoint that ended",
                         r"(?s).*was deprecated in v4"):  # jsonargparse's, of what Lightning calls  # fmt: skip
             warnings.filterwarnings("ignore", message=message)

@@ -20,6 +20,7 @@ import timm
 import torch
 from timm.models import save_for_hf  # timm's own writer of hub folders (push_to_hf_hub's too)
 
+from vitlit.config import check_writable_folder
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.run_dir import run_of_checkpoint
 from vitlit.trained import PREPROCESS, ModelCard
@@ -34,9 +35,9 @@ def check_folder_output(output: Path, ckpt_path: Path, overwrite: bool) -> None:
         raise ConfigError(f"output={output} is a file; --format timm writes a folder: give a new folder's name.")
     if output.exists() and not overwrite:
         raise ConfigError(f"output={output} already exists; pass --overwrite true to replace it, or choose another.")
-    parent = output.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"output={output}: the folder {parent} does not exist or is not writable; choose another.")
+    if not output.parent.is_dir():
+        raise ConfigError(f"output={output}: the folder {output.parent} does not exist; create it or choose another.")
+    check_writable_folder(output.parent, "--output")  # the runs' check: names too long, permissions
 
 
 def write_timm_folder(
