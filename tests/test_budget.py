@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -22,11 +24,19 @@ def test_a_budgeted_run_ends_with_the_budget_at_its_learning_rate_floor(
     fit = _fit(digits_dir, tmp_path, "--trainer.max_time", "00:00:00:10", "--trainer.callbacks.every_n_steps", "5")
     trainer = fit.trainer
     schedule, lr = trainer.lr_scheduler_configs[0].scheduler, trainer.optimizers[0].param_groups[0]["lr"]
-    assert lr / schedule.base_lrs[0] < 0.1  # annealed (a truncated cosine over 1000 epochs: about 1.0)
+    # Annealed (a cosine over 1000 epochs, cut: about 1.0); on a busy machine the budget may end a step or two before
+    # the plan, in the last 20% where the rate falls.
+    assert lr / schedule.base_lrs[0] < 0.5
     assert 0.5 * trainer.global_step <= schedule.total_steps <= 1.5 * trainer.global_step  # the plan was the run
+    assert schedule.decay_fraction == 0.2  # the addon's warmup-stable-decay shape
     err = capsys.readouterr().err
     assert "vitlit: budget 0:00:10: about " in err and "the learning-rate schedule ends with it" in err
-    assert "vitlit: budget: 0:00:10 spent of 0:00:10; ended at step" in err
+    assert re.search(r"vitlit: budget: 0:00:1\d spent of 0:00:10; ended at step", err)
+    card = json.loads((Path(trainer.logger.log_dir) / "run_card.json").read_text())["time_budget"]
+    assert card["budget_seconds"] == 10 and card["steps"] == trainer.global_step
+    assert card["planned_steps"] == schedule.total_steps and card["end_lr_of_peak"] == pytest.approx(
+        lr / schedule.base_lrs[0], abs=1e-4
+    )
 
 
 def test_a_budget_addon_without_a_budget_is_one_line(

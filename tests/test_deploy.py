@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
 import json
 import os
@@ -12,7 +13,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -121,52 +124,69 @@ def test_a_missing_or_foreign_checkpoint_is_one_line(
 @pytest.mark.slow
 def test_the_server_answers_predictions_and_refuses_bad_uploads(trained, tmp_path: Path) -> None:
     ckpt, test_dir = trained
-    port = free_port()
-    command = [sys.executable, "-m", "vitlit", "serve", "--ckpt_path", str(ckpt), "--port", str(port),
-               "--max_upload_mb", "1", "--accelerator", "cpu"]  # fmt: skip
-    log = (tmp_path / "server.log").open("w")
-    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(f"{url}/health", timeout=180, alive=lambda: server.poll() is None)
-        image = next(p for p in image_files(test_dir / "3"))
-        status, answer = post_file(f"{url}/predict", "image", image.name, image.read_bytes())
-        assert status == 200, answer
-        top = answer["predictions"]
-        assert len(top) == 3 and all(p["class"] in [str(d) for d in range(10)] for p in top)
-        assert top[0]["probability"] >= top[1]["probability"] >= top[2]["probability"]
-        encoded = base64.b64encode(image.read_bytes()).decode()
-        assert post_json(f"{url}/predict", {"image": encoded}) == (200, answer)  # the same image, the same answer
-        started = time.monotonic()
-        bad = [
-            post_file(f"{url}/predict", "image", "fake.png", b"not an image at all"),
-            post_file(f"{url}/predict", "image", "cut.png", image.read_bytes()[:100]),
-            post_json(f"{url}/predict", {"image": "***"}),
-            post_json(f"{url}/predict", {"picture": encoded}),
-            post_json(f"{url}/predict", b"{not json"),
-            post_raw(f"{url}/predict", image.read_bytes(), "image/png"),
-            post_raw(f"{url}/predict", image.read_bytes(), None),
-            post_raw(f"{url}/predict", b"--x\r\n", "multipart/form-data"),
-            post_json(f"{url}/predict", b"[" * 100_000 + b"]" * 100_000),
-            post_raw(
-                f"{url}/predict",
-                b"--x\r\nContent-Disposition: form-data; name=a\r\n\r\n1\r\n" * 1001 + b"--x--",
-                "multipart/form-data; boundary=x",
-            ),
-            post_file(f"{url}/predict", "image", "bomb.png", _png(Image.new("1", (13_000, 13_000)))),  # 20 KB
-            post_file(f"{url}/predict", "image", "streak.png", _png(Image.new("L", (1, 400_000)))),
-        ]
-        assert [status for status, _ in bad] == [400] * len(bad), bad
-        assert all(detail["detail"] for _, detail in bad)
-        assert time.monotonic() - started < 20, "the hostile uploads took the server's time"
-        assert post_file(f"{url}/predict", "image", "big.png", b"0" * (2 * 2**20))[0] == 413
-        assert post_file(f"{url}/predict", "image", image.name, image.read_bytes()) == (200, answer)  # still up
-    finally:
-        server.terminate()  # SIGTERM: vitlit serve shuts LitServe down as on Ctrl-C, worker processes included
-        server.wait(timeout=60)
-        log.close()
+    with _serving(ckpt, tmp_path, "--max_upload_mb", "1", cwd=tmp_path) as (server, port):
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _answers_and_refuses(url, test_dir)
+        finally:
+            server.terminate()  # SIGTERM: vitlit serve shuts LitServe down as on Ctrl-C, worker processes included
+            server.wait(timeout=60)
     assert "Traceback" not in (tmp_path / "server.log").read_text()
     assert not _alive(server.pid), "a process of the server outlived it"
+
+
+def _answers_and_refuses(url: str, test_dir: Path) -> None:
+    """A digit's prediction (as a file and as base64 JSON), then hostile and oversized uploads: 400 and 413, quickly."""
+    image = next(p for p in image_files(test_dir / "3"))
+    status, answer = post_file(f"{url}/predict", "image", image.name, image.read_bytes())
+    assert status == 200, answer
+    top = answer["predictions"]
+    assert len(top) == 3 and all(p["class"] in [str(d) for d in range(10)] for p in top)
+    assert top[0]["probability"] >= top[1]["probability"] >= top[2]["probability"]
+    encoded = base64.b64encode(image.read_bytes()).decode()
+    assert post_json(f"{url}/predict", {"image": encoded}) == (200, answer)  # the same image, the same answer
+    started = time.monotonic()
+    bad = [
+        post_file(f"{url}/predict", "image", "fake.png", b"not an image at all"),
+        post_file(f"{url}/predict", "image", "cut.png", image.read_bytes()[:100]),
+        post_json(f"{url}/predict", {"image": "***"}),
+        post_json(f"{url}/predict", {"picture": encoded}),
+        post_json(f"{url}/predict", b"{not json"),
+        post_raw(f"{url}/predict", image.read_bytes(), "image/png"),
+        post_raw(f"{url}/predict", image.read_bytes(), None),
+        post_raw(f"{url}/predict", b"--x\r\n", "multipart/form-data"),
+        post_json(f"{url}/predict", b"[" * 100_000 + b"]" * 100_000),
+        post_raw(
+            f"{url}/predict",
+            b"--x\r\nContent-Disposition: form-data; name=a\r\n\r\n1\r\n" * 1001 + b"--x--",
+            "multipart/form-data; boundary=x",
+        ),
+        post_file(f"{url}/predict", "image", "bomb.png", _png(Image.new("1", (13_000, 13_000)))),  # 20 KB
+        post_file(f"{url}/predict", "image", "streak.png", _png(Image.new("L", (1, 400_000)))),
+    ]
+    assert [status for status, _ in bad] == [400] * len(bad), bad
+    assert all(detail["detail"] for _, detail in bad)
+    assert time.monotonic() - started < 20, "the hostile uploads took the server's time"
+    assert post_file(f"{url}/predict", "image", "big.png", b"0" * (2 * 2**20))[0] == 413
+    assert post_file(f"{url}/predict", "image", image.name, image.read_bytes()) == (200, answer)  # still up
+
+
+@contextlib.contextmanager
+def _serving(ckpt: Path, tmp_path: Path, *extra: str, **popen: Any) -> Iterator[tuple[subprocess.Popen, int]]:
+    """Start ``vitlit serve`` on a free port in a process group of its own (log: server.log); yield once it answers."""
+    port = free_port()
+    command = [sys.executable, "-m", "vitlit", "serve", "--ckpt_path", str(ckpt), "--port", str(port),
+               "--accelerator", "cpu", *extra]  # fmt: skip
+    with (tmp_path / "server.log").open("w") as log:
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **popen)
+        try:
+            wait_for(f"http://127.0.0.1:{port}/health", timeout=180, alive=lambda: server.poll() is None)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+            raise
+        yield server, port
 
 
 def _png(image: Image.Image) -> bytes:
@@ -177,13 +197,8 @@ def _png(image: Image.Image) -> bytes:
 
 @pytest.mark.slow
 def test_the_servers_processes_end_with_it_even_when_it_is_killed(trained, tmp_path: Path) -> None:
-    port = free_port()
-    command = [sys.executable, "-m", "vitlit", "serve", "--ckpt_path", str(trained[0]), "--port", str(port),
-               "--accelerator", "cpu"]  # fmt: skip
-    with (tmp_path / "server.log").open("w") as log:
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with _serving(trained[0], tmp_path) as (server, port):
         try:
-            wait_for(f"http://127.0.0.1:{port}/health", timeout=180, alive=lambda: server.poll() is None)
             children = _descendants(server.pid)
             assert children, "LitServe started no process of its own"
             os.kill(server.pid, signal.SIGKILL)  # no handler runs: the children must notice by themselves
@@ -200,14 +215,8 @@ def test_the_servers_processes_end_with_it_even_when_it_is_killed(trained, tmp_p
 @pytest.mark.slow
 def test_ctrl_c_in_a_terminal_ends_every_process_of_the_server_without_a_traceback(trained, tmp_path: Path) -> None:
     """Issue 36, stumble 11: a terminal's Ctrl-C (SIGINT to the whole group) printed ~60 lines of tracebacks."""
-    port = free_port()
-    command = [sys.executable, "-m", "vitlit", "serve", "--ckpt_path", str(trained[0]), "--port", str(port),
-               "--accelerator", "cpu"]  # fmt: skip
-    with (tmp_path / "server.log").open("w") as log:
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    with _serving(trained[0], tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as (server, _):
         try:
-            wait_for(f"http://127.0.0.1:{port}/health", timeout=180, alive=lambda: server.poll() is None)
             os.killpg(server.pid, signal.SIGINT)  # what the terminal sends: to every process of the group
             assert server.wait(timeout=60) == 0
         finally:

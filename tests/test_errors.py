@@ -310,6 +310,19 @@ CASES = [
         ["fit at --data.img_size 4096 with batches of", "GB for the model's activations", "grad_checkpointing"],
     ),
     ("no time", lambda tmp, run: ["--trainer.max_time", "00:00:00:00"], ["max_time=00:00:00:00 would train nothing"]),
+    (
+        "a second best-val/acc checkpoint",
+        lambda tmp, run: [
+            "--trainer.callbacks+=ModelCheckpoint",
+            "--trainer.callbacks.monitor",
+            "val/acc",
+            "--trainer.callbacks.mode",
+            "max",
+            "--trainer.callbacks.save_top_k",
+            "3",
+        ],
+        ["two ModelCheckpoint callbacks have the same settings", "another monitor, mode or every_n_epochs"],
+    ),
 ]
 
 

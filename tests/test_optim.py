@@ -36,6 +36,16 @@ def test_warmup_then_cosine_to_the_floor() -> None:
     assert all(a >= b for a, b in itertools.pairwise(lrs[4:]))  # monotone decay
 
 
+def test_a_decay_fraction_holds_the_peak_until_the_last_part_of_the_run() -> None:
+    """Warmup-stable-decay (the time budget's shape): the cosine spans the last 20% of the 20 steps after warmup."""
+    lrs = _lrs(WarmupCosineLR(_sgd(), warmup_steps=4, total_steps=24, min_lr_ratio=0.1, decay_fraction=0.2), 26)
+    assert lrs[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    assert lrs[4:21] == pytest.approx([1.0] * 17)  # at the peak until step 20 = 24 - 0.2 * 20
+    assert lrs[22] == pytest.approx(0.1 + 0.9 * 0.5)  # half way through the 4 decaying steps
+    assert lrs[24:] == pytest.approx([0.1, 0.1])
+    assert all(a >= b for a, b in itertools.pairwise(lrs[4:]))
+
+
 def test_schedule_position_survives_state_dict() -> None:
     first = WarmupCosineLR(_sgd(), warmup_steps=2, total_steps=10)
     _lrs(first, 6)

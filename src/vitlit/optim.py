@@ -86,6 +86,10 @@ def apply_lr_scale(optimizer: torch.optim.Optimizer) -> None:
 class WarmupCosineLR(LambdaLR):
     """Linear warmup to the optimizer's learning rate, then cosine decay to a floor; stepped every optimizer step.
 
+    With ``decay_fraction`` below 1 the rate holds at its peak and the cosine spans only the last part of the run
+    (warmup-stable-decay): the shape for a run whose length is re-estimated as it goes (`vitlit.runs.budget`), since a
+    new estimate moves only where the decay starts, not the rate of the steps before it.
+
     ``total_steps`` may be left unset: `vitlit.ViTClassifier` then fills in the run's number of optimizer steps
     (``trainer.estimated_stepping_batches``, which accounts for epochs, gradient accumulation and ``max_steps``), so
     the schedule follows ``--trainer.max_epochs`` without a second number to keep in sync.
@@ -95,6 +99,8 @@ class WarmupCosineLR(LambdaLR):
         warmup_steps: Optimizer steps of linear warmup from ``lr / warmup_steps`` to ``lr`` (0 disables warmup).
         total_steps: Optimizer steps of the whole run, warmup included; ``None`` lets the model fill it in.
         min_lr_ratio: The floor at the end of the cosine, as a fraction of the peak learning rate.
+        decay_fraction: The share of the steps after the warmup over which the cosine decays; the rate holds at its
+            peak before it. 1.0: the cosine spans the whole run after the warmup.
     """
 
     def __init__(
@@ -103,12 +109,13 @@ class WarmupCosineLR(LambdaLR):
         warmup_steps: NonNegativeInt = 500,
         total_steps: PositiveInt | None = None,
         min_lr_ratio: Probability = 0.01,
+        decay_fraction: Probability = 1.0,
     ) -> None:
         # Plain numbers: the parser's constrained types would make the checkpoint's scheduler state unreadable for
         # torch.load(weights_only=True).
         self.warmup_steps = int(warmup_steps)
         self.total_steps = None if total_steps is None else int(total_steps)
-        self.min_lr_ratio = float(min_lr_ratio)
+        self.min_lr_ratio, self.decay_fraction = float(min_lr_ratio), float(decay_fraction)
         super().__init__(optimizer, self.lr_factor)
 
     #: The largest share of the run the warmup may take; a longer one is shortened when the run's length is known.
@@ -154,7 +161,8 @@ class WarmupCosineLR(LambdaLR):
             if step == 0:  # LambdaLR evaluates step 0 in its constructor, before the model can fill total_steps in.
                 return 1.0
             raise ConfigError("WarmupCosineLR needs total_steps; set it, or let ViTClassifier fill it in.")
-        progress = min(1.0, (step - self.warmup_steps) / max(1, self.total_steps - self.warmup_steps))
+        decay_steps = max(1.0, self.decay_fraction * (self.total_steps - self.warmup_steps))
+        progress = min(1.0, max(0.0, (step - self.total_steps + decay_steps) / decay_steps))
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 

@@ -16,6 +16,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import Timer
 
 from vitlit.errors import ConfigError
+from vitlit.runs.run_card import RunCard
 from vitlit.schedule import total_steps
 from vitlit.types import Fraction, PositiveInt
 
@@ -26,7 +27,10 @@ class TimeBudget(Callback):
     The pace is measured from the run's own steps, after the first ``every_n_steps`` (start-up, compilation and the
     data path's first decode are not extrapolated) and including what every epoch costs besides its steps
     (validation, checkpoints); every ``every_n_steps`` optimizer steps the schedule's length is set to the steps the
-    rest of the budget holds at that pace, so the learning rate reaches its floor as the budget ends. ``max_epochs``
+    rest of the budget holds at that pace, so the learning rate reaches its floor as the budget ends. The addon gives
+    `vitlit.optim.WarmupCosineLR` ``decay_fraction: 0.2``: at its peak until the last 20%, so that a new estimate
+    moves where the decay starts, not the rate of the steps before it. The plan and how the budget was spent are
+    said at the start and the end, and kept in the run card (``time_budget``). ``max_epochs``
     (or ``max_steps``) only bounds the run from above. A resumed run spends what is left of the budget (Lightning's
     Timer keeps the time spent in the checkpoint).
 
@@ -70,14 +74,17 @@ class TimeBudget(Callback):
         bound = total_steps(trainer)
         planned = int(trainer.strategy.broadcast(min(planned, bound) if bound else planned))  # one plan on all GPUs
         schedule, planned = self._schedule(trainer), max(planned, step + 1)
+        note = None
         if callable(getattr(schedule, "set_total_steps", None)):
-            schedule.set_total_steps(planned)  # WarmupCosineLR: a warmup over 10% of the new length is shortened
+            note = schedule.set_total_steps(planned)  # WarmupCosineLR: a warmup over 10% of the new length is shortened
         else:
             schedule.total_steps = planned
         if not self._said:
             per_epoch = max(1, trainer.num_training_batches // max(1, trainer.accumulate_grad_batches))
             _say(trainer, f"budget {_clock(spent + timer.time_remaining())}: about {planned:,} optimizer steps "
                           f"({planned / per_epoch:.1f} epochs); the learning-rate schedule ends with it")  # fmt: skip
+            if note:
+                _say(trainer, note)
             self._said = True
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -89,6 +96,11 @@ class TimeBudget(Callback):
         _say(trainer, f"budget: {_clock(spent)} spent of {_clock(budget)}; ended at step {trainer.global_step:,} of "
                       f"{schedule.total_steps:,} planned, the learning rate at {lr / peak:.3f} of its peak (floor "
                       f"{getattr(schedule, 'min_lr_ratio', 0):g})")  # fmt: skip
+        card = next((c.card for c in trainer.callbacks if isinstance(c, RunCard) and c.card), None)
+        if card is not None:  # RunCard writes it when the fit ends, after this hook
+            card["time_budget"] = {"budget_seconds": round(budget, 1), "spent_seconds": round(spent, 1),
+                                   "planned_steps": schedule.total_steps, "steps": trainer.global_step,
+                                   "end_lr_of_peak": round(lr / peak, 4)}  # fmt: skip
 
     @staticmethod
     def _schedule(trainer: Trainer) -> Any:
