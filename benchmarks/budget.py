@@ -94,8 +94,8 @@ def main() -> None:
                   f"{statistics.mean(r['fit_seconds'] for r in rows):.1f} | "
                   f"{statistics.mean(r['lr_end'] for r in rows):.3f} |")  # fmt: skip
         lr_ok = all(r["lr_end"] <= FLOOR * 1.05 for r in results if r["budget"] == budget and r["arm"] == "budgeted")
+        by_seed = {(r["arm"], r["seed"]): r["test_acc"] for r in results if r["budget"] == budget}
         for other in (a for a in args.arms if a != "budgeted"):
-            by_seed = {(r["arm"], r["seed"]): r["test_acc"] for r in results if r["budget"] == budget}
             diffs = [100 * (by_seed[("budgeted", s)] - by_seed[(other, s)]) for s in args.seeds
                      if ("budgeted", s) in by_seed and (other, s) in by_seed]  # fmt: skip
             if diffs:
