@@ -22,6 +22,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+import yaml
 from helpers.cli import DIGITS_CONFIG, run_cli
 from helpers.http import free_port, post_file, post_json, post_raw, wait_for
 from helpers.learning import CASES
@@ -525,7 +526,12 @@ def test_a_timm_folder_loads_with_timm_alone_and_classifies_as_the_checkpoint(
     ckpt, test_dir = trained
     folder = tmp_path / "vit-digits"
     report = export(ckpt, folder, "timm", images=test_dir, license="mit")
-    assert report["max_abs_diff"] <= 1e-3 and report["files"] == ["README.md", "config.json", "model.safetensors"]
+    assert report["max_abs_diff"] <= 1e-3 and report["files"] == [
+        ".vitlit-export",
+        "README.md",
+        "config.json",
+        "model.safetensors",
+    ]
     net, card = load_classifier(ckpt)
     images, _ = _test_batch(card, test_dir)
     torch.save(images[:64], tmp_path / "batch.pt")
@@ -549,3 +555,73 @@ def test_a_timm_folder_loads_with_timm_alone_and_classifies_as_the_checkpoint(
                          (ckpt, "holds the checkpoint")):  # fmt: skip
         assert said in _refused(capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--output", output)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_an_export_replaces_only_a_folder_an_export_wrote(
+    trained, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 46, class 1: `--overwrite true` deleted whatever folder --output named (., '', a user's folder)."""
+    ckpt, test_dir = trained
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "notes.txt").write_text("mine")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    monkeypatch.chdir(project / "src")
+    for output, said in ((".", "names the current folder"), ("", "names the current folder"),
+                         ("..", "holds the current folder"), (tmp_path, "holds the current folder"),
+                         (project / "notes.txt", "is a file"), (tmp_path / "dangling", "symbolic link (to a missing"),
+                         (tmp_path / "project", "holds the current folder")):  # fmt: skip
+        line = _refused(capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--overwrite", "true",
+                        "--output", output)  # fmt: skip
+        assert said in line, (output, line)
+    monkeypatch.chdir(tmp_path)
+    line = _refused(capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--overwrite", "true", "--output",
+                    project)  # fmt: skip
+    assert "holds notes.txt, src, which no vitlit export wrote" in line
+    assert (project / "notes.txt").read_text() == "mine" and (project / "src").is_dir()
+    # An earlier export's folder is replaced; the same folder with a file of the user's in it is not.
+    export(ckpt, tmp_path / "vit", "timm", images=test_dir)
+    assert (tmp_path / "vit" / ".vitlit-export").is_file()
+    export(ckpt, tmp_path / "vit", "timm", images=test_dir, overwrite=True)
+    (tmp_path / "vit" / "eval.txt").write_text("mine too")
+    line = _refused(capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--overwrite", "true", "--output",
+                    tmp_path / "vit")  # fmt: skip
+    assert "holds eval.txt, which no vitlit export wrote" in line and (tmp_path / "vit" / "eval.txt").is_file()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "is a folder no vitlit export wrote" in _refused(
+        capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--overwrite", "true", "--output", empty
+    )
+
+
+def test_the_model_card_shows_hostile_names_as_text_and_its_front_matter_holds_only_its_own_keys(
+    trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 46, class 2: class names and --license went raw into the card's Markdown and YAML front matter."""
+    from markdown_it import MarkdownIt
+
+    hostile = ["<script>alert(1)</script>", "```\n---\nlicense: evil\n---", "# heading", "\x1b]0;pwned\x07",
+               "[link](javascript:alert(1))", "a|b", "\u202etxt.exe", "7", "8", "9"]  # fmt: skip
+    checkpoint = torch.load(trained[0], weights_only=True)
+    checkpoint["hyper_parameters"]["class_names"] = hostile
+    torch.save(checkpoint, tmp_path / "hostile.ckpt")
+    for license in ("mit\nevil: true", "MIT", "mit # x", ""):
+        line = _refused(capsys, "export", "--ckpt_path", tmp_path / "hostile.ckpt", "--format", "timm",
+                        "--output", tmp_path / "x", "--license", license)  # fmt: skip
+        assert "is not a license identifier" in line and "\n" not in line.strip()
+    assert not (tmp_path / "x").exists()
+    folder = tmp_path / "vit <b>`x` #1"
+    export(tmp_path / "hostile.ckpt", folder, "timm", license="apache-2.0")
+    readme = (folder / "README.md").read_text(encoding="utf-8")
+    _, front, body = readme.split("---\n", 2)
+    assert yaml.safe_load(front) == {"library_name": "timm", "license": "apache-2.0",
+                                     "tags": ["image-classification", "timm", "vitlit"]}  # fmt: skip
+    assert "\x1b" not in readme and "\u202e" not in readme
+    html = MarkdownIt("commonmark", {"html": True}).render(body)
+    assert "<script>" not in html and "<b>" not in html and "<a " not in html
+    assert html.count("<h1>") == 1 and html.count("<h2>") == 3 and html.count("<pre>") == 2
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "# heading" in html
+    assert json.loads((folder / "config.json").read_text())["label_names"] == hostile  # JSON quotes them itself
+    # The code in the card loads this very folder.
+    code = body.split("```python\n")[1].split("```")[0]
+    assert f"timm.create_model({'local-dir:' + folder.name!r}, pretrained=True)" in code

@@ -58,9 +58,12 @@ QUIET_LOGGERS = [
 ]
 
 
-def _exit(text: str) -> NoReturn:
-    print(f"{PROG}: error: {text}", file=sys.stderr)
-    raise SystemExit(2)
+def _exit(text: object, status: int = 2) -> NoReturn:
+    """End with one error line: the escapes of names in it made visible, the credentials of URLs left out."""
+    from vitlit.text import redacted, shown  # on the error path only
+
+    print(f"{PROG}: error: {shown(redacted(text))}", file=sys.stderr)
+    raise SystemExit(status)
 
 
 class VitLitArgumentParser(LightningArgumentParser):
@@ -316,8 +319,7 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
                 trainer_defaults={"callbacks": list(callbacks)} if callbacks else None,
             )
     except CheckFailed as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        raise SystemExit(1) from None
+        _exit(err, status=1)
     except Exception as err:
         from vitlit.messages import one_line_error
 

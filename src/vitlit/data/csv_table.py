@@ -57,18 +57,21 @@ class CSVImageDataModule(ImageFolderDataModule):
         Returns:
             The class names.
         """
-        path = self.root / self.table
+        path, root = self.root / self.table, self.root.resolve()
         if not path.is_file():
             what = "is not a regular file" if path.exists() else "does not exist"
             raise ConfigError(f"{path} {what}; --data.root must hold {self.table} (filename,label[,split]).")
+        if not path.resolve().is_relative_to(root):  # a link or a ../ to a file elsewhere: never read, never quoted
+            raise ConfigError(f"--data.table {self.table} leads out of {self.root}; give a table inside the root.")
         name, label_key, split_key = self.columns.values()
-        root, found, seen = self.root.resolve(), {split: [] for split in SPLITS}, {}
+        found, seen = {split: [] for split in SPLITS}, {}
         try:
             with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: spreadsheets write a byte-order mark
                 reader = csv.DictReader(f)
                 if not {name, label_key} <= set(reader.fieldnames or []):
+                    columns = [column[:40] for column in (reader.fieldnames or [])[:10]]
                     raise ConfigError(
-                        f"{path} has columns {reader.fieldnames}; it needs {name} and {label_key} ({split_key} is "
+                        f"{path} has columns {columns}; it needs {name} and {label_key} ({split_key} is "
                         f"optional), or name yours with --data.filename_column and --data.label_column."
                     )
                 for n, row in enumerate(reader, start=2):  # line numbers as an editor shows them

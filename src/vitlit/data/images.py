@@ -32,6 +32,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from vitlit.errors import ConfigError
+from vitlit.text import shown
 
 _SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N", "I")
 #: The PIL formats vitlit decodes (PIL's names; ``PPM`` covers ``.pgm``). Any other bytes are "not an image", whatever
@@ -271,7 +272,7 @@ def readable_images(
     """
     bad = check_images(files, img_size, decode=True)
     for image in bad if speak else []:  # one line each, as vitlit's other notes, not a warning with a traceback line
-        print(f"vitlit: skipping {image.path}: {image.problem}", file=sys.stderr)
+        print(f"vitlit: skipping {shown(image.path)}: {shown(image.problem)}", file=sys.stderr)
     kept = without_bad([(path, -1) for path in files], bad)
     if not kept:
         raise ConfigError(f"predict_dir={folder} holds no readable image; all {len(bad)} were skipped.")

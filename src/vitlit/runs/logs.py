@@ -11,6 +11,8 @@ from pathlib import Path
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
+from vitlit.text import shown
+
 
 class SkippedImages(Callback):
     """List the images a data module left out (``--data.bad_images skip``) in the run's ``skipped_images.txt``.
@@ -30,7 +32,8 @@ class SkippedImages(Callback):
         where = Path(trainer.log_dir)
         where.mkdir(parents=True, exist_ok=True)
         with (where / "skipped_images.txt").open("a") as f:
-            f.writelines(f"{bad.path}\t{bad.problem}\n" for bad in skipped[self.listed :])
+            # One line per file: a name's newlines, tabs and terminal escapes are written as escapes.
+            f.writelines(f"{shown(bad.path)}\t{shown(bad.problem)}\n" for bad in skipped[self.listed :])
         self.listed = len(skipped)
         for logger in trainer.loggers:
             logger.log_metrics({"data/skipped_images": float(len(skipped))}, step=0)

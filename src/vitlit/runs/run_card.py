@@ -29,6 +29,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
 import vitlit
 from vitlit.atomic import write_atomically
+from vitlit.text import markdown
 
 CARD = "run_card.json"
 
@@ -60,8 +61,9 @@ def read_card(run_dir: Path) -> dict[str, Any]:
 def write_card(run_dir: Path, card: dict[str, Any]) -> None:
     """Write ``run_card.json`` and a Markdown table of the same fields, ``run_card.md``."""
     write_atomically(run_dir / CARD, json.dumps(card, indent=2, default=str) + "\n")
-    rows = "\n".join(f"| {key} | {'—' if value is None else value} |" for key, value in card.items())
-    write_atomically(run_dir / "run_card.md", f"# Run card: {card.get('run_dir')}\n\n| | |\n| --- | --- |\n{rows}\n")
+    rows = "\n".join(f"| {key} | {'—' if value is None else markdown(value)} |" for key, value in card.items())
+    title = markdown(card.get("run_dir"))
+    write_atomically(run_dir / "run_card.md", f"# Run card: {title}\n\n| | |\n| --- | --- |\n{rows}\n")
 
 
 class RunCard(Callback):

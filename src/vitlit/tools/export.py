@@ -205,7 +205,7 @@ def export(
     if format == "timm":
         from vitlit.tools.hf_folder import check_folder_output
 
-        check_folder_output(output, Path(ckpt_path), overwrite)
+        check_folder_output(output, Path(ckpt_path), overwrite, "other" if license is None else license)
     else:
         check_output(output, Path(ckpt_path).expanduser(), overwrite)
     if format not in ("pt2", "timm"):

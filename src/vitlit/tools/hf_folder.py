@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -23,18 +25,49 @@ from timm.models import save_for_hf  # timm's own writer of hub folders (push_to
 from vitlit.config import check_writable_folder
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.run_dir import run_of_checkpoint
+from vitlit.text import markdown, shown
 from vitlit.trained import PREPROCESS, ModelCard
 
+#: Written into every folder this export makes: ``--overwrite true`` replaces a folder only if it holds this file and
+#: nothing but what an export writes, so a mistyped ``--output`` (``.``, ``~``, a project) is never deleted.
+MARKER = ".vitlit-export"
+WRITTEN = frozenset({"README.md", "config.json", "model.safetensors", MARKER})
+#: A model card's license: one of the Hugging Face hub's identifiers (``mit``, ``apache-2.0``, ``cc-by-nc-4.0``,
+#: ``other``), which go into the card's YAML front matter as they are.
+LICENSE = re.compile(r"[a-z0-9][a-z0-9.+-]{0,63}")
 
-def check_folder_output(output: Path, ckpt_path: Path, overwrite: bool) -> None:
-    """Refuse a destination folder that would replace the checkpoint's, another file, or an existing export."""
-    output, ckpt = output.expanduser().absolute(), ckpt_path.expanduser().resolve()
+
+def check_folder_output(output: Path, ckpt_path: Path, overwrite: bool, license: str) -> None:
+    """Refuse a destination that is not a new folder or an earlier export's, and a license that is no identifier.
+
+    Raises:
+        ConfigError: For the current folder or one above it, a link, a file, the checkpoint's own folder, an existing
+            folder without ``overwrite`` or one that an export did not write (or holds other files too).
+    """
+    if not LICENSE.fullmatch(license):
+        raise ConfigError(f"--license {license!r} is not a license identifier of the Hugging Face hub; give "
+                          f"one such as mit, apache-2.0, cc-by-4.0 or other (lowercase, digits, . + -).")  # fmt: skip
+    output, ckpt = output.expanduser(), ckpt_path.expanduser().resolve()
+    if str(output) in ("", "."):  # jsonargparse reads --output '' as the current folder
+        raise ConfigError("--output names the current folder; give a new folder's name for the export, e.g. vit-timm.")
+    if output.is_symlink():
+        target = "a missing path" if not output.exists() else os.readlink(output)
+        raise ConfigError(f"output={output} is a symbolic link (to {target}); give the path of a new folder instead.")
+    output = output.absolute()
+    if Path.cwd().resolve().is_relative_to(output.resolve()):
+        raise ConfigError(f"output={output} holds the current folder; give a new folder's name, e.g. vit-timm.")
     if ckpt.is_relative_to(output.resolve()):
         raise ConfigError(f"output={output} holds the checkpoint being exported; give a new folder, e.g. vit-timm.")
     if output.exists() and not output.is_dir():
         raise ConfigError(f"output={output} is a file; --format timm writes a folder: give a new folder's name.")
     if output.exists() and not overwrite:
         raise ConfigError(f"output={output} already exists; pass --overwrite true to replace it, or choose another.")
+    if output.exists():
+        other = sorted(p.name for p in output.iterdir() if p.name not in WRITTEN or p.is_symlink() or not p.is_file())
+        if other or not (output / MARKER).is_file():
+            what = f"holds {', '.join(other[:3])}{' ...' if len(other) > 3 else ''}, which" if other else "is a folder"
+            raise ConfigError(f"output={output} {what} no vitlit export wrote; --overwrite true replaces only an "
+                              f"earlier export's folder: choose a new folder's name.")  # fmt: skip
     if not output.parent.is_dir():
         raise ConfigError(f"output={output}: the folder {output.parent} does not exist; create it or choose another.")
     check_writable_folder(output.parent, "--output")  # the runs' check: names too long, permissions
@@ -57,7 +90,8 @@ def write_timm_folder(
         save_for_hf(net, str(staged), model_config={"label_names": list(card.class_names)}, data_config=data_config,
                     safe_serialization=True)  # fmt: skip
         text = model_card(card, run_of_checkpoint(Path(ckpt_path)), license, output.name)
-        (staged / "README.md").write_text(text, errors="backslashreplace")  # a class folder's name may not be UTF-8
+        (staged / "README.md").write_text(text, encoding="utf-8")  # `markdown` wrote undecodable bytes as escapes
+        (staged / MARKER).write_text("vitlit export --format timm wrote this folder; --overwrite may replace it.\n")
         loaded = timm.create_model(f"local-dir:{staged}", pretrained=True).eval()
         with torch.no_grad():
             expected, got = net(batch), loaded(batch)
@@ -78,25 +112,34 @@ def write_timm_folder(
 
 
 def model_card(card: ModelCard, run: Path | None, license: str, name: str) -> str:
-    """The folder's README.md: what the model is, how it was trained and scored, how to load and upload it."""
+    """The folder's README.md: what the model is, how it was trained and scored, how to load and upload it.
+
+    Every text that comes from the data, the checkpoint or the run card (class names, the model's and folder's names,
+    the run's facts) is written as literal Markdown text (`vitlit.text.markdown`), as a Python string literal in the
+    code (``repr``) or as a quoted shell word: none of it can add HTML, a heading, a code fence or a front-matter key.
+    ``license`` is an identifier (`check_folder_output`).
+    """
     facts = json.loads((run / "run_card.json").read_text()) if run and (run / "run_card.json").is_file() else {}
-    classes = ", ".join(card.class_names[:20]) + (f", ... ({len(card.class_names)} in all)" if len(card.class_names)
-                                                    > 20 else "")  # fmt: skip
+    names = [markdown(c) for c in card.class_names[:20]]
+    classes = ", ".join(names) + (f", ... ({len(card.class_names)} in all)" if len(card.class_names) > 20 else "")
     if isinstance(facts.get("versions"), dict):
         facts["versions"] = ", ".join(f"{k} {v}" for k, v in facts["versions"].items())
-    trained = [f"- {label}: {facts[key]}" for key, label in (
+    trained = [f"- {label}: {markdown(facts[key])}" for key, label in (
         ("epochs_done", "epochs"), ("seed", "seed"), ("precision", "precision"), ("effective_batch", "effective batch"),
         ("best_val_acc", "best validation accuracy"), ("best_epoch", "at epoch"), ("test_acc", "test accuracy"),
         ("versions", "versions"), ("git_commit", "vitlit commit")) if facts.get(key) is not None]  # fmt: skip
-    recipe = f"its options are the run's `config.yaml` (run folder `{run.name}`)" if run else "from a loose checkpoint"
+    recipe = "exported from a loose checkpoint"
+    if run is not None:
+        recipe = f"its options are the run's config.yaml (run folder {markdown(run.name)})"
+    local, folder = repr(f"local-dir:{name}"), shlex.quote(shown(name))  # repr escapes what a terminal acts on
     return f"""---
 library_name: timm
 license: {license}
 tags: [image-classification, timm, vitlit]
 ---
-# {name}
+# {markdown(name)}
 
-A timm Vision Transformer (`{card.model_name}`, {card.img_size} px, {card.in_chans} channels) trained with
+A timm Vision Transformer ({markdown(card.model_name)}, {card.img_size} px, {card.in_chans} channels) trained with
 vitlit (PyTorch Lightning and timm) to classify {len(card.class_names)} classes: {classes}.
 
 ## Training
@@ -109,7 +152,7 @@ Trained with `python -m vitlit fit`; {recipe}.
 
 ```python
 import timm
-model = timm.create_model("local-dir:{name}", pretrained=True).eval()  # or "hf-hub:<user>/{name}" once uploaded
+model = timm.create_model({local}, pretrained=True).eval()  # or "hf-hub:<user>/<name>" once uploaded
 config = timm.data.resolve_data_config({{}}, model=model)  # mean, std, input size, as trained
 labels = model.pretrained_cfg["label_names"]
 ```
@@ -118,6 +161,11 @@ vitlit's own preprocessing, for inputs identical to training's evaluation: {PREP
 
 ## Upload
 
-`huggingface-cli upload <user>/{name} {name} .` (or `huggingface_hub.upload_folder`); check the license field above
-first: it is what you chose at export (`--license`), and must fit the data and any pretrained weights used.
+```sh
+huggingface-cli upload <user>/<name> {folder} .   # or huggingface_hub.upload_folder
+```
+
+Check the license field above first: it is what you chose at export (`--license`), and must fit the data and any
+pretrained weights used. The file {MARKER} marks the folder as an export's (`--overwrite` replaces only such a
+folder); leave it out of an upload if you like.
 """

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import re
 import shlex
 import sys
 import warnings
@@ -33,8 +34,11 @@ import yaml
 
 from vitlit.config import check_writable_folder, load_yaml
 from vitlit.errors import ConfigError
+from vitlit.text import redacted, shown
 from vitlit.types import PositiveInt
 
+#: A study's name: it names files and a folder inside ``--root`` (``<name>.db``, ``<name>/``), so never a path.
+STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 #: Distribution types of a search space and the keys each takes (besides ``type``).
 KINDS = {
     "log_uniform": ("low", "high"),
@@ -213,6 +217,9 @@ def sweep(
         raise ConfigError('vitlit sweep needs Optuna; pip install -e ".[sweep]"') from None
     from vitlit.cli import main
 
+    if not STUDY_NAME.fullmatch(study_name) or ".." in study_name:
+        raise ConfigError(f"--study_name {study_name!r} is not a plain name (letters, digits, _ . -, no ..); it "
+                          f"names the study's files inside --root, e.g. --study_name digits-lr.")  # fmt: skip
     space, fixed = read_space(Path(search))
     if not Path(config).is_file():
         raise ConfigError(f"--config {config} does not exist; give the base recipe's config file.")
@@ -291,7 +298,7 @@ def sweep(
         try:
             study.optimize(objective, n_trials=remaining, catch=(RuntimeError,), callbacks=[report])
         except KeyboardInterrupt:
-            print(f"vitlit: sweep interrupted; the same command continues it ({url})", file=sys.stderr)
+            print(f"vitlit: sweep interrupted; the same command continues it ({redacted(url)})", file=sys.stderr)
             raise SystemExit(130) from None
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if not complete:
@@ -301,10 +308,10 @@ def sweep(
     fixed_flags = shlex.join(as_flags(fixed))
     # The tuned values only: the search file's `fixed` ones are command-line flags (some, like callbacks+, have no
     # YAML form), so the command below repeats them.
-    best_file.write_text(
+    best_file.write_text(  # a comment line holds no newline: shown() writes it as an escape
         f"# Best trial {best.number} of sweep {study_name}: val/acc {best.value:.4f}. Give it after the base config:\n"
-        f"#   python -m vitlit fit --config {config} --config {best_file} {fixed_flags}\n"
-        + yaml.safe_dump(nested(best.params)),
+        f"#   {shown(shlex.join(['python', '-m', 'vitlit', 'fit', '--config', config, '--config', str(best_file)]))} "
+        f"{shown(fixed_flags)}\n" + yaml.safe_dump(nested(best.params)),
         encoding="utf-8",
     )
     flags = as_flags({**fixed, **best.params})
