@@ -1,25 +1,22 @@
-"""Images per second of the two CIFAR training pipelines on the same CPU: per-image DataLoader vs batched on-device.
+"""Images per second of vitlit's one image pipeline from each source, and its cost against timm's loader.
 
-The per-image path is what ``--data.on_device false`` runs: torchvision's CIFAR item (a PIL image), then
-RandomCrop(32, padding 4) + flip + ToDtype + Normalize per image, collated by a DataLoader with worker processes.
-The batched path is ``--data.on_device true``: all images as one uint8 tensor, cropped, flipped and normalised a
-batch at a time (`vitlit.fast.device`); here it runs on the CPU too, so the figure is the pipeline's own speed-up,
-before a GPU multiplies it. Random CIFAR-shaped images stand in for the real files (the work does not depend on
-the pixel values).
+Default: 20,000 random CIFAR-shaped images (the work does not depend on the pixel values), training batches of
+``--batch-size``, crop (pad 4) + flip + normalise, and again with AutoAugment (the CIFAR-10 policy, batched), from
+both sources of `vitlit.data.sources`: held in memory (``--data.on_device true``: one uint8 tensor, a batch is one
+gather) and streamed (``false``: ``--workers`` DataLoader workers decode each PIL image to uint8 and collate). Either
+way the batch then goes through the data module's ``on_after_batch_transfer`` (the training device's half of the
+pipeline), here on the CPU: the figures are the pipeline's own speed, before a GPU multiplies the in-memory one.
 
-The policy case repeats both with AutoAugment (the CIFAR-10 policy) on top: torchvision's per image in the
-DataLoader's workers, `vitlit.fast.policies.BatchPolicy` on whole batches (each image its own draw).
+    python benchmarks/data_pipeline.py    # last lines: source ratio=<in memory / streamed>, and the same with AA
 
-    python benchmarks/data_pipeline.py    # last lines: data speedup=<batched/per-image>, policy speedup=<same, AA>
-
-Goals (issue 16): data speedup >= 20, policy speedup >= 10 on two CPU cores.
-
-``--against-timm`` instead times the per-image path against timm's on the same real image files (scikit-learn's
+``--against-timm`` times the streamed source against timm's loader on the same real image files (scikit-learn's
 digits written as a PNG folder at 32 px, the digits recipe's loader: batch 64, no workers): vitlit's
-``ImageFolderDataModule`` training loader (decode, crop with padding 4, normalise) against timm's ``ImageDataset``
-with ``create_transform(32, is_training=True, no_aug=True)`` (decode, resize, centre crop, normalise; what timm's
-train.py feeds with ``--no-aug``) in the same DataLoader, alternating, best of ``--repeats``. Last line:
-``timm cost ratio=<vitlit ms per batch / timm ms per batch>`` (goal <= 1).
+``ImageFolderDataModule`` training batches (decode, uint8 collate, then crop with padding 4 and normalise on the
+batch) against timm's ``ImageDataset`` with ``create_transform(32, is_training=True, no_aug=True)`` (decode, resize,
+centre crop, normalise per image; what timm's train.py feeds with ``--no-aug``) in the same DataLoader, alternating,
+best of ``--repeats``. Last line: ``timm cost ratio=<vitlit ms per batch / timm ms per batch>`` (goal <= 1).
+
+``--policy-device cuda`` times the batched AutoAugment alone on that device, at 32 and 224 px.
 """
 
 from __future__ import annotations
@@ -28,18 +25,15 @@ import argparse
 import os
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader, Dataset
 
-from vitlit.data.base import TransformedSubset
-from vitlit.data.transforms import policy_transform, train_transform
-from vitlit.fast.device import DeviceLoader
-from vitlit.fast.policies import BatchPolicy
-
-MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+from vitlit.data import ImageClassificationDataModule
+from vitlit.data.policies import BatchPolicy
 
 
 class FakeCIFAR(Dataset):
@@ -57,14 +51,47 @@ class FakeCIFAR(Dataset):
         return Image.fromarray(self.data[i]), self.targets[i]
 
 
-def images_per_second(loader: object, epochs: int) -> float:
-    """Iterate ``loader`` once to warm up (workers start, caches fill), then time ``epochs`` full passes."""
-    for _ in loader:
-        pass
+class FakeCIFARData(ImageClassificationDataModule):
+    """A data module over `FakeCIFAR`, shaped as vitlit's CIFAR one (32 px stored, its array taken as it is)."""
+
+    native_size = 32
+
+    def __init__(self, n: int, **kwargs: object) -> None:
+        super().__init__(mean=[0.4914, 0.4822, 0.4465], std=[0.2470, 0.2435, 0.2616], **kwargs)
+        self.images = FakeCIFAR(n)
+
+    @property
+    def class_names(self) -> list[str]:
+        return [str(i) for i in range(10)]
+
+    def train_dataset(self) -> Dataset:
+        return self.images
+
+    def test_dataset(self) -> Dataset:
+        return self.images
+
+    def uint8_images_of(self, dataset: FakeCIFAR) -> torch.Tensor:
+        return torch.from_numpy(dataset.data).permute(0, 3, 1, 2)
+
+
+def training(data: ImageClassificationDataModule) -> ImageClassificationDataModule:
+    """``data`` as a Trainer's ``fit`` sees it: training batches, one process, the CPU."""
+    data.trainer = SimpleNamespace(training=True, global_rank=0, world_size=1, num_devices=1, max_epochs=1,
+                                   strategy=SimpleNamespace(root_device=torch.device("cpu")))  # fmt: skip
+    data.setup("fit")
+    return data
+
+
+def images_per_second(data: ImageClassificationDataModule, epochs: int) -> float:
+    """One warm-up pass (workers start, caches fill), then ``epochs`` timed passes through loader and pipeline."""
+    loader = data.train_dataloader()
+    for batch in loader:
+        data.on_after_batch_transfer(batch, 0)
     count, start = 0, time.perf_counter()
-    for _ in range(epochs):
-        for images, _ in loader:
-            count += len(images)
+    for epoch in range(epochs):
+        loader.sampler.set_epoch(epoch)
+        for batch in loader:
+            count += len(data.on_after_batch_transfer(batch, 0)[0])
     return count / (time.perf_counter() - start)
 
 
@@ -84,16 +111,18 @@ def policy_alone(device: str, size: int, batch_size: int, steps: int = 20) -> fl
     return steps * batch_size / (time.perf_counter() - start)
 
 
-def ms_per_batch(loader: DataLoader) -> float:
-    """Milliseconds per batch of one pass over ``loader`` (no workers: the pipeline's own cost in this process)."""
-    start, batches = time.perf_counter(), 0
-    for _ in loader:
-        batches += 1
-    return (time.perf_counter() - start) * 1000 / batches
+def ms_per_batch(batches: object, step: object = None) -> float:
+    """Milliseconds per batch of one pass (no workers: the pipeline's own cost in this process)."""
+    start, count = time.perf_counter(), 0
+    for batch in batches:
+        if step is not None:
+            step(batch, 0)
+        count += 1
+    return (time.perf_counter() - start) * 1000 / count
 
 
 def against_timm(repeats: int) -> tuple[float, float]:
-    """Best ms per 64-image batch of vitlit's and timm's per-image training pipelines on the same digits files."""
+    """Best ms per 64-image batch of vitlit's streamed training batches and timm's loader on the same digits files."""
     import tempfile
 
     from timm.data import ImageDataset, create_transform
@@ -103,15 +132,14 @@ def against_timm(repeats: int) -> tuple[float, float]:
 
     with tempfile.TemporaryDirectory() as folder:
         write_digits_folder(folder)
-        data = ImageFolderDataModule(root=folder, batch_size=64, num_workers=0, hflip=False, on_device=False)
-        data.setup("fit")
+        data = training(ImageFolderDataModule(root=folder, batch_size=64, num_workers=0, hflip=False, on_device=False))
         ours = data.train_dataloader()
         theirs_set = ImageDataset(str(Path(folder) / "train"))
         theirs_set.transform = create_transform(32, is_training=True, no_aug=True, mean=data.mean, std=data.std)
         theirs = DataLoader(theirs_set, batch_size=64, shuffle=True, drop_last=True, num_workers=0)
         times: dict[str, list[float]] = {"vitlit": [], "timm": []}
         for _ in range(repeats):  # alternating, so that both see the same machine
-            times["vitlit"].append(ms_per_batch(ours))
+            times["vitlit"].append(ms_per_batch(ours, data.on_after_batch_transfer))
             times["timm"].append(ms_per_batch(theirs))
     return min(times["vitlit"]), min(times["timm"])
 
@@ -120,15 +148,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=20_000)
     parser.add_argument("--batch-size", type=int, default=512)
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="DataLoader workers (per-image)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="DataLoader workers (streamed)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--policy-device", help="only time the batched AutoAugment on this device, 32 and 224 px")
-    parser.add_argument("--against-timm", action="store_true", help="only time the per-image path against timm's")
+    parser.add_argument("--against-timm", action="store_true", help="only time the streamed source against timm's")
     parser.add_argument("--repeats", type=int, default=5, help="--against-timm: passes over the data per pipeline")
     args = parser.parse_args()
     if args.against_timm:
         ours, theirs = against_timm(args.repeats)
-        print(f"per-image training batch of 64, digits PNG files at 32 px: vitlit {ours:.2f} ms, timm {theirs:.2f} ms")
+        print(f"training batch of 64, digits PNG files at 32 px: vitlit {ours:.2f} ms, timm {theirs:.2f} ms")
         print(f"timm cost ratio={ours / theirs:.2f}")
         return
     if args.policy_device:
@@ -136,38 +164,20 @@ def main() -> None:
             rate = policy_alone(args.policy_device, size, args.batch_size)
             print(f"AutoAugment on {args.policy_device}, batch {args.batch_size}, {size} px: {rate:,.0f} img/s")
         return
-
-    source = FakeCIFAR(args.images)
-    # As CIFARDataModule.uint8_images_of takes torchvision's array: channels first, no decoding.
-    images = torch.from_numpy(source.data).permute(0, 3, 1, 2).contiguous()
-    targets = torch.tensor(source.targets)
     speeds = {}
-    for policy in (None, "autoaugment"):
-        transform = train_transform(
-            32, MEAN, STD, resize=False, crop_padding=4, hflip=True, policy=policy and policy_transform(policy)
-        )
-        per_image = DataLoader(
-            TransformedSubset(source, None, transform),
-            batch_size=args.batch_size,
-            shuffle=True,
-            drop_last=True,
-            num_workers=args.workers,
-            persistent_workers=args.workers > 0,
-        )
-        batched = DeviceLoader(
-            images, targets, args.batch_size, img_size=32, mean=MEAN, std=STD, sampler=RandomSampler(targets),
-            drop_last=True, crop_padding=4, hflip=True, policy=policy and BatchPolicy(policy),
-        )  # fmt: skip
-        fast = images_per_second(batched, args.epochs)  # first, while no worker process of the other is alive
-        speeds[policy] = (images_per_second(per_image, args.epochs), fast)
-        del per_image  # its persistent workers end here
+    for policy in ("none", "autoaugment"):
+        common = {"n": args.images, "batch_size": args.batch_size, "val_size": 16, "augment": policy, "crop_padding": 4}
+        held = images_per_second(training(FakeCIFARData(on_device=True, **common)), args.epochs)
+        streamed = FakeCIFARData(on_device=False, num_workers=args.workers, **common)
+        speeds[policy] = (images_per_second(training(streamed), args.epochs), held)
+        del streamed  # its persistent workers end here
     print(f"cpu threads={torch.get_num_threads()} workers={args.workers} images={args.images}")
-    for policy, (slow, fast) in speeds.items():
-        label = f" + {policy}" if policy else ""
-        print(f"per-image DataLoader{label}: {slow:,.0f} img/s")
-        print(f"batched on-device{label}:    {fast:,.0f} img/s")
-    print(f"data speedup={speeds[None][1] / speeds[None][0]:.1f}")
-    print(f"policy speedup={speeds['autoaugment'][1] / speeds['autoaugment'][0]:.1f}")
+    for policy, (streamed, held) in speeds.items():
+        label = "" if policy == "none" else f" + {policy}"
+        print(f"streamed by {args.workers} workers{label}: {streamed:,.0f} img/s")
+        print(f"held in memory{label}: {held:,.0f} img/s")
+    print(f"source ratio={speeds['none'][1] / speeds['none'][0]:.1f}")
+    print(f"source ratio with autoaugment={speeds['autoaugment'][1] / speeds['autoaugment'][0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Training throughput and MFU on one GPU: ViT-Ti/4 and ViT-S/4 at 32 px, ViT-B/16 at 224 px, eager and compiled.
 
-Each case is a real ``Trainer.fit`` of ViTClassifier in bf16-mixed with fused AdamW, fed by the on-device data path
-(`vitlit.fast.device.DeviceLoader`: uint8 images on the GPU, random crop + flip + normalise per batch; the 224 px
-case stores 32 px images and resizes each batch, as CIFAR at 224 does). The images are random (no data set can be
+Each case is a real ``Trainer.fit`` of ViTClassifier in bf16-mixed with fused AdamW, fed by a data module whose
+images are held in memory on the GPU (`vitlit.data.sources`: uint8, as stored) and go through vitlit's one pipeline
+there (`vitlit.data.augment`: random crop + flip + normalise per batch; the 224 px case stores 32 px images and
+resizes each batch, as CIFAR at 224 does). The images are random (no data set can be
 downloaded on a benchmark machine); the work per step does not depend on the pixels. After ``--warmup`` steps
 (compilation, allocator, cuDNN autotuning) the clock runs for ``--steps`` steps between two synchronisations.
 MFU is model FLOPs (forward + backward, `ViTClassifier.flops_per_image`) per second over the GPU's dense bf16 peak
@@ -28,14 +29,44 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from torch.utils.data import RandomSampler
+from torch.utils.data import Dataset
 
-from vitlit.fast.device import DeviceLoader
+from vitlit.data import ImageClassificationDataModule
 from vitlit.model import ViTClassifier
 from vitlit.optim import WarmupCosineLR
 from vitlit.runs.flops import COMPUTE_DTYPE, available_flops, flops_per_image
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+
+
+class RandomImages(ImageClassificationDataModule):
+    """``n`` random uint8 images of ``stored`` px and 100 classes, held in memory on the training device."""
+
+    def __init__(self, n: int, stored: int, img_size: int, batch_size: int) -> None:
+        super().__init__(img_size=img_size, batch_size=batch_size, val_size=batch_size, mean=list(CIFAR_MEAN),
+                         std=list(CIFAR_STD), on_device=True, crop_padding=img_size // 8)  # fmt: skip
+        self.native_size = stored
+        self.images = torch.randint(0, 256, (n, 3, stored, stored), dtype=torch.uint8)
+        self.targets = torch.randint(0, 100, (n,)).tolist()
+
+    @property
+    def class_names(self) -> list[str]:
+        return [str(i) for i in range(100)]
+
+    def train_dataset(self) -> Dataset:
+        return self  # only its length and targets are read: the images come from uint8_images_of
+
+    def test_dataset(self) -> Dataset:
+        return self
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return self.images[i], self.targets[i]
+
+    def uint8_images_of(self, dataset: Dataset) -> torch.Tensor:
+        return self.images
 
 
 @dataclass
@@ -121,13 +152,8 @@ def run_case(case: Case, compiled: bool, args: argparse.Namespace) -> dict[str, 
         optimizer=lambda params: torch.optim.AdamW(params, lr=5e-4, weight_decay=0.05, fused=True),
         scheduler=lambda optimizer: WarmupCosineLR(optimizer, warmup_steps=10, total_steps=10_000),
     )
-    n = case.batch_size * 8  # 8 distinct batches are plenty: the pipeline's cost does not depend on reuse
-    images = torch.randint(0, 256, (n, 3, case.stored_size, case.stored_size), dtype=torch.uint8, device=device)
-    targets = torch.randint(0, 100, (n,), device=device)
-    loader = DeviceLoader(
-        images, targets, case.batch_size, img_size=case.img_size, mean=CIFAR_MEAN, std=CIFAR_STD,
-        sampler=RandomSampler(targets), drop_last=True, crop_padding=case.img_size // 8, hflip=True,
-    )  # fmt: skip
+    # 8 distinct batches (and one for validation, never run) are plenty: the pipeline's cost does not depend on reuse.
+    data = RandomImages(case.batch_size * 9, case.stored_size, case.img_size, case.batch_size)
     clock = Clock(args.warmup)
     trainer = L.Trainer(
         accelerator=args.device,
@@ -140,11 +166,12 @@ def run_case(case: Case, compiled: bool, args: argparse.Namespace) -> dict[str, 
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
+        limit_val_batches=0,
         callbacks=[clock],
     )
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    trainer.fit(model, train_dataloaders=loader)
+    trainer.fit(model, datamodule=data)
     images_per_sec = args.steps * case.batch_size / clock.measured_s
     flops = flops_per_image(model)
     peak = available_flops(device, COMPUTE_DTYPE[args.precision])

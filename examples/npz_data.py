@@ -66,5 +66,5 @@ class NPZDataModule(ImageClassificationDataModule):
         return dataset.tensors[1].tolist()
 
     def uint8_images_of(self, dataset: TensorDataset) -> torch.Tensor:
-        """The images as they are (for the device path: nothing to decode)."""
+        """The images as they are (held in memory: nothing to decode)."""
         return dataset.tensors[0]

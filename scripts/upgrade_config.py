@@ -1,10 +1,11 @@
-"""Rewrite a run's config.yaml saved by vitlit 0.1 or 0.2 for vitlit 0.3, so that the run can be resumed or evaluated.
+"""Rewrite a run's config.yaml saved by vitlit 0.1 to 0.3 for vitlit 0.4, so that the run can be resumed or evaluated.
 
 A saved config lists every class a run used by its path. 0.2 moved the parts into subpackages and 0.3 names each
 callback by its module (``vitlit.runs.callbacks.Snapshots`` became ``vitlit.runs.snapshots.Snapshots``), does in the
 CLI what four callbacks did (run folders, checked resume, preflight, the resume line), and lists every callback of a
-default run in ``src/vitlit/defaults.yaml``, whose entries a saved list lacks are added. 0.1 configs also get the model
-as a ``class_path`` and ``trainer.nonfinite`` as the NonFiniteGuard's ``action``. The old file is kept beside it as
+default run in ``src/vitlit/defaults.yaml``, whose entries a saved list lacks are added. 0.4 has one image pipeline,
+whose source the data module picks itself: the ``DeviceData`` callback is gone. 0.1 configs also get the model as a
+``class_path`` and ``trainer.nonfinite`` as the NonFiniteGuard's ``action``. The old file is kept beside it as
 ``<name>.old``.
 
     python scripts/upgrade_config.py lightning_logs/version_0/config.yaml [more files ...]
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-#: Class paths of 0.1 and 0.2 -> 0.3 (None: the CLI does it now, the callback is dropped).
+#: Class paths of 0.1 to 0.3 -> 0.4 (None: the CLI or the data module does it now, the callback is dropped).
 MOVED = {
     "vitlit.callbacks.PredictionWriter": "vitlit.runs.predictions.PredictionWriter",
     "vitlit.runs.callbacks.PredictionWriter": "vitlit.runs.predictions.PredictionWriter",
@@ -37,8 +38,9 @@ MOVED = {
     "vitlit.interrupts.StopTogetherOnSigterm": "vitlit.runs.ddp.StopTogetherOnSigterm",
     "vitlit.runs.interrupts.StopTogetherOnSigterm": "vitlit.runs.ddp.StopTogetherOnSigterm",
     "vitlit.checkpoint_io.AtomicCheckpointIO": "vitlit.runs.checkpoint_io.AtomicCheckpointIO",
-    "vitlit.fast.DeviceData": "vitlit.fast.loader.DeviceData",
-    "vitlit.data.DeviceData": "vitlit.fast.loader.DeviceData",
+    "vitlit.fast.DeviceData": None,
+    "vitlit.data.DeviceData": None,
+    "vitlit.fast.loader.DeviceData": None,
     "vitlit.fast.BatchAugment": "vitlit.fast.batch_augment.BatchAugment",
     "vitlit.data.BatchAugment": "vitlit.fast.batch_augment.BatchAugment",
     "vitlit.data.batch_augment.BatchAugment": "vitlit.fast.batch_augment.BatchAugment",
@@ -59,7 +61,7 @@ def _path(entry: object) -> str | None:
 
 
 def upgrade(config: dict) -> dict:
-    """The 0.3 form of a 0.1 or 0.2 config (a parsed YAML mapping); a 0.3 config comes back unchanged."""
+    """The 0.4 form of a 0.1 to 0.3 config (a parsed YAML mapping); a 0.4 config comes back unchanged."""
     text = yaml.safe_dump(config, sort_keys=False)
     for old, new in MOVED.items():
         if new is not None:
@@ -69,7 +71,7 @@ def upgrade(config: dict) -> dict:
     callbacks = [c for c in trainer.get("callbacks") or [] if _path(c) not in MOVED]  # what the CLI does now
     if "callbacks" in trainer:
         trainer["callbacks"] = callbacks
-    if callbacks and any(str(_path(c)).startswith("vitlit.") for c in callbacks):  # a saved list: add what 0.3 adds
+    if callbacks and any(str(_path(c)).startswith("vitlit.") for c in callbacks):  # a saved list: add what 0.4 adds
         shared = yaml.safe_load(DEFAULTS.read_text(encoding="utf-8"))["trainer"]
         listed = {_path(c) for c in callbacks}
         added = [c for c in shared["callbacks"] if str(c).startswith("vitlit.") and _path(c) not in listed]
@@ -99,7 +101,7 @@ def main(paths: list[str]) -> None:
         old = yaml.safe_load(path.read_text(encoding="utf-8"))
         new = upgrade(old)
         if new == old:
-            print(f"{path}: already in 0.3's form")
+            print(f"{path}: already in 0.4's form")
             continue
         path.with_name(path.name + ".old").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
         path.write_text(yaml.safe_dump(new, sort_keys=False), encoding="utf-8")

@@ -9,9 +9,9 @@ import torch
 from PIL import Image
 
 from vitlit.data import ImageFolderDataModule
+from vitlit.data.augment import Augment
 from vitlit.data.cifar import CIFARDataModule
 from vitlit.data.split import split_indices
-from vitlit.data.transforms import eval_transform, train_transform
 from vitlit.errors import ConfigError
 
 
@@ -32,7 +32,9 @@ def test_cifar_reads_torchvision_files_and_keeps_test_apart(cifar_dir: Path) -> 
     data.setup("fit")
     assert (len(data.train_set), len(data.val_set), data.test_set) == (64, 16, None)  # test untouched by fit
     images, labels = next(iter(data.train_dataloader()))
-    assert images.shape == (8, 3, 32, 32) and images.dtype == torch.float32 and labels.dtype == torch.int64
+    assert images.shape == (8, 3, 32, 32) and images.dtype == torch.uint8 and labels.dtype == torch.int64
+    images, _ = data.on_after_batch_transfer((images, labels), 0)  # the training device's part of the pipeline
+    assert images.shape == (8, 3, 32, 32) and images.dtype == torch.float32
     assert data.class_names[:2] == ["airplane", "automobile"]
     data.setup("test")
     assert len(data.test_set) == 24
@@ -44,7 +46,7 @@ def test_cifar_normalises_with_its_statistics(cifar_dir: Path) -> None:
     raw, _ = data.val_set.dataset[data.val_set.indices[0]]
     expected = torch.tensor(list(raw.getdata()), dtype=torch.float32).T.reshape(3, 32, 32) / 255
     expected = (expected - torch.tensor(data.mean)[:, None, None]) / torch.tensor(data.std)[:, None, None]
-    torch.testing.assert_close(data.val_set[0][0], expected)
+    torch.testing.assert_close(data.pipeline(train=False)(data.val_set[0][0][None])[0], expected)
     assert data.mean == [0.4914, 0.4822, 0.4465]
 
 
@@ -52,29 +54,29 @@ def test_cifar100_and_resizing_for_patch16_models(cifar_dir: Path) -> None:
     data = _cifar(cifar_dir, dataset="cifar100", img_size=64)
     assert data.num_classes == 100
     data.setup("fit")
-    assert data.train_set[0][0].shape == (3, 64, 64) and data.val_set[0][0].shape == (3, 64, 64)
+    assert data.train_set[0][0].shape == (3, 32, 32)  # stored at CIFAR's own size; resized on the device
+    images, _ = data.on_after_batch_transfer(next(iter(data.val_dataloader())), 0)
+    assert images.shape == (8, 3, 64, 64) and data.pipeline(train=True)(data.train_set[0][0][None]).shape[-1] == 64
     assert len(data.class_names) == 100
 
 
-def test_train_transform_crops_and_flips_eval_is_deterministic() -> None:
-    image = Image.fromarray((torch.arange(32 * 32 * 3) % 251).reshape(32, 32, 3).to(torch.uint8).numpy())
+def test_the_pipeline_crops_and_flips_in_training_and_evaluates_deterministically() -> None:
+    image = (torch.arange(32 * 32 * 3) % 251).reshape(3, 32, 32).to(torch.uint8)
+    batch = image.expand(64, -1, -1, -1)
     mean, std = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
-    evaluate = eval_transform(32, mean, std, resize=False)
-    reference = evaluate(image)
-    assert torch.equal(evaluate(image), reference)
+    evaluate = Augment(32, mean, std)
+    reference = evaluate(image[None])[0]
+    assert torch.equal(evaluate(batch), reference.expand(64, -1, -1, -1))
 
-    flip_only = train_transform(32, mean, std, resize=False, crop_padding=0, hflip=True)
-    outputs = [flip_only(image) for _ in range(64)]
+    outputs = Augment(32, mean, std, hflip=True)(batch)
     flipped = sum(torch.equal(out, reference.flip(-1)) for out in outputs)
     unchanged = sum(torch.equal(out, reference) for out in outputs)
     assert flipped + unchanged == 64 and 10 < flipped < 54  # each output is the image or its mirror, about half
 
-    crop_only = train_transform(32, mean, std, resize=False, crop_padding=4, hflip=False)
     padded = torch.nn.functional.pad(reference, (4, 4, 4, 4), value=(0 - 0.5) / 0.25)  # zero pixels, normalised
     windows = {(y, x): padded[:, y : y + 32, x : x + 32] for y in range(9) for x in range(9)}
     offsets = set()
-    for _ in range(64):
-        out = crop_only(image)
+    for out in Augment(32, mean, std, crop="pad", crop_padding=4)(batch):
         offsets |= {key for key, window in windows.items() if torch.equal(out, window)}
     assert len(offsets) > 10  # many of the 81 offsets, each output an exact window of the padded image
 

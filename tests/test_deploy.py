@@ -377,21 +377,23 @@ def _image_in_mode(mode: str) -> Image.Image:
 
 @pytest.mark.parametrize("mode", ["RGB", "L", "I;16", "P", "CMYK", "LA"])
 def test_every_entry_point_sees_the_same_pixels(mode: str, trained, tmp_path: Path) -> None:
-    from vitlit.data.images import PIL_MODES, ImageFiles
+    from vitlit.data.images import PIL_MODES
     from vitlit.tools.serve import decode_image
 
-    path = tmp_path / ("image.jpg" if mode == "CMYK" else "image.png")
+    path = tmp_path / "inbox" / ("image.jpg" if mode == "CMYK" else "image.png")
+    path.parent.mkdir()
     _image_in_mode(mode).save(path)
     _, card = load_classifier(trained[0])
     exported = card.batch([path])[0]  # export --images and the ONNX check
     for name in ("a", "b"):  # the smallest class folders a data module takes
         (tmp_path / "data" / "train" / name).mkdir(parents=True)
         _image_in_mode("RGB").save(tmp_path / "data" / "train" / name / "0.png")
-    data = ImageFolderDataModule(  # fit and predict: the data module's files and eval transform
-        tmp_path / "data", img_size=card.img_size, mean=card.mean, std=card.std, num_workers=0, val_size=1
-    )
-    files = ImageFiles([(str(path), 0)], ["x"], PIL_MODES[card.in_chans], card.img_size)
-    predicted = data.eval_transform(resize=True)(files[0][0])
+    data = ImageFolderDataModule(  # predict: the data module's source and the pipeline on the device
+        tmp_path / "data", img_size=card.img_size, mean=card.mean, std=card.std, num_workers=0, val_size=1,
+        predict_dir=path.parent,
+    )  # fmt: skip
+    data.setup("predict")
+    predicted = data.on_after_batch_transfer(next(iter(data.predict_dataloader())), 0)[0][0]
     upload = {"image": base64.b64encode(path.read_bytes()).decode()}
     served = card.preprocess()(decode_image(upload, PIL_MODES[card.in_chans], card.img_size))
     torch.testing.assert_close(served, exported, rtol=0, atol=0)

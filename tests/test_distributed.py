@@ -24,9 +24,8 @@ from torch.utils.data import DistributedSampler
 
 from vitlit.config import check_run
 from vitlit.data import ImageFolderDataModule
+from vitlit.data.base import ImageClassificationDataModule
 from vitlit.errors import ConfigError
-from vitlit.fast.device import DeviceLoader
-from vitlit.fast.policies import BatchPolicy
 from vitlit.model import ViTClassifier
 from vitlit.runs.ddp import interleave
 from vitlit.runs.logs import read_scalars
@@ -40,37 +39,59 @@ DDP = ["--config", DIGITS_CONFIG, "--config", DDP_CONFIG, "--trainer.devices", "
 # -- the pieces, in one process ---------------------------------------------------------------------------------------
 
 
-def _loader(rank: int, world_size: int, train: bool, batch_size: int = 8, n: int = 101) -> DeviceLoader:
-    # Image i is filled with i (and a gradient, so crops and flips show), its target is i: batches name their images.
-    ramp = torch.arange(12, dtype=torch.uint8).view(1, 1, 1, 12).expand(n, 3, 12, 12)
-    images = (torch.arange(n, dtype=torch.uint8).view(n, 1, 1, 1) + ramp).contiguous()
-    # The samplers the data module gives both data paths (`ImageClassificationDataModule.sampler`).
-    if train:
-        sampler = DistributedSampler(range(n), num_replicas=world_size, rank=rank, seed=7, drop_last=True)
-    else:
-        sampler = UnrepeatedDistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=False)
-    return DeviceLoader(images, torch.arange(n), batch_size, sampler=sampler, img_size=12, mean=[0.0] * 3,
-                        std=[1 / 255] * 3, drop_last=train, crop_padding=2 if train else 0, hflip=train,
-                        policy=BatchPolicy("autoaugment") if train else None)  # fmt: skip
+class _Numbered(ImageClassificationDataModule):
+    """101 images of 12 px held in memory, image i filled with i (and a gradient, so crops and flips show), its
+    target i: batches name their images. Validation is the same 101 images, not carved."""
+
+    native_size = 12
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(img_size=12, mean=[0.0] * 3, std=[1 / 255] * 3, on_device=True, crop_padding=2,
+                         augment="autoaugment", **kwargs)  # fmt: skip
+        ramp = torch.arange(12, dtype=torch.uint8).view(1, 1, 1, 12).expand(101, 3, 12, 12)
+        self.images = (torch.arange(101, dtype=torch.uint8).view(101, 1, 1, 1) + ramp).contiguous()
+        self.items = [(image, i) for i, image in enumerate(self.images)]
+
+    @property
+    def class_names(self) -> list[str]:
+        return [str(i) for i in range(101)]
+
+    def train_dataset(self):
+        return self.items
+
+    def val_dataset(self):
+        return self.items
+
+    def test_dataset(self):
+        return self.items
+
+    def uint8_images_of(self, dataset) -> torch.Tensor:
+        return self.images
 
 
-def _batches(loader: DeviceLoader) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _batches(rank: int, world_size: int, train: bool, batch_size: int = 8) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One epoch of the data module's batches as this process of ``world_size`` gets them, after the pipeline."""
+    data = _Numbered(batch_size=batch_size, seed=7)
+    data.trainer = SimpleNamespace(global_rank=rank, world_size=world_size, training=train, num_devices=1,
+                                   strategy=SimpleNamespace(root_device=torch.device("cpu")))  # fmt: skip
+    data.setup("fit")
+    loader = data.train_dataloader() if train else data.val_dataloader()
     torch.manual_seed(0)  # every DDP process draws the same numbers (same seed, same draws)
-    return list(loader)
+    return [data.on_after_batch_transfer(batch, 0) for batch in loader]
 
 
-def _epoch(loader: DeviceLoader) -> list[int]:
-    return [int(i) for _, targets in _batches(loader) for i in targets]
+def _epoch(rank: int, world_size: int) -> list[int]:
+    return [int(i) for _, targets in _batches(rank, world_size, train=False) for i in targets]
 
 
 def test_device_path_training_shards_are_one_big_batch_split_between_the_processes() -> None:
-    shards = [_batches(_loader(rank, 3, train=True)) for rank in range(3)]
+    shards = [_batches(rank, 3, train=True) for rank in range(3)]
     assert [len(s) for s in shards] == [4, 4, 4]  # as many steps on every process, or DDP would wait for ever
     seen = [int(i) for shard in shards for _, targets in shard for i in targets]
     assert len(seen) == 4 * 3 * 8 and len(set(seen)) == len(seen)  # disjoint: no image twice in one epoch
     # Step by step, the three shares are exactly one process's batch of 3 x 8, augmentations included (crop, flip
     # and AutoAugment draws of the whole step, each process applying its part): DDP changes only where images go.
-    single = _batches(_loader(0, 1, train=True, batch_size=24))
+    single = _batches(0, 1, train=True, batch_size=24)
     assert len(single) == 4
     for step, (images, targets) in enumerate(single):
         assert torch.equal(interleave([shard[step][1] for shard in shards]), targets)
@@ -78,7 +99,7 @@ def test_device_path_training_shards_are_one_big_batch_split_between_the_process
 
 
 def test_device_path_evaluation_shards_cover_every_image_once_and_interleave_back() -> None:
-    shards = [_epoch(_loader(rank, 2, train=False)) for rank in range(2)]
+    shards = [_epoch(rank, 2) for rank in range(2)]
     assert [len(s) for s in shards] == [51, 50]  # no image repeated to even them out
     assert interleave([torch.tensor(s) for s in shards]).tolist() == list(range(101))
     with pytest.raises(ValueError, match=r"shard 0 of 2 holds 51 items, but positions 0, 2, \.\.\. of 99 are 50"):
@@ -92,7 +113,7 @@ def test_evaluation_dataloaders_shard_without_repeats(digits_dir: Path) -> None:
     val = data.val_dataloader()
     assert isinstance(val.sampler, UnrepeatedDistributedSampler)  # Lightning leaves a DistributedSampler alone
     assert list(val.sampler) == list(range(1, len(data.val_set), 2))
-    train = data.train_dataloader().sampler  # the same shards for the device path (DeviceLoader takes the sampler)
+    train = data.train_dataloader().sampler  # the same shards whatever the source (one sampler)
     assert isinstance(train, DistributedSampler) and (train.rank, train.num_replicas, train.drop_last) == (1, 2, True)
 
 

@@ -16,6 +16,7 @@ from helpers.cli import CPU, DIGITS_CONFIG, TINY_CONFIG, TINY_MODEL, run_cli, ti
 
 import vitlit
 from vitlit import ImageFolderDataModule
+from vitlit.data.sources import InMemory
 from vitlit.optim import WarmupCosineLR
 
 
@@ -116,11 +117,11 @@ def test_a_run_starts_without_notes_nobody_can_act_on(
 
 @pytest.mark.slow  # a fit (or a fresh process): the default suite stays within its time
 def test_evaluations_warn_nothing_nobody_can_act_on(tmp_path: Path, digits_dir: Path) -> None:
-    """No "dirpath has changed" on test/predict; no "batch indices" on predict from the device path's loader."""
+    """No "dirpath has changed" on test/predict; no "batch indices" on predict from the in-memory source's loader."""
     fit = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.max_epochs", "1",
                   "--trainer.limit_train_batches", "2", "--trainer.default_root_dir", tmp_path)  # fmt: skip
     run = Path(fit.trainer.log_dir)
-    assert fit.datamodule.loader is not None and fit.datamodule.loader.use == "auto"  # the device path
+    assert isinstance(fit.datamodule.train_dataloader().dataset, InMemory)  # the source auto chose here
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for subcommand in ("test", "predict"):

@@ -68,7 +68,7 @@ def test_svhn_recipe_trains_class_balanced_on_both_data_paths(svhn_dir: Path, tm
     targets = data.targets(data.train_set)
     assert targets == [int(source.labels[i]) for i in data.train_set.indices] and 0 in targets  # label 10 -> 0
     if on_device:  # the array itself, channels first, not images decoded one by one
-        images, _ = data.loader._uint8[id(source)]
+        images, _ = data._uint8[id(source)]
         assert torch.equal(images, torch.from_numpy(source.data))
     test = run_cli(
         "test", "--config", SVHN_CONFIG, *SMALL, "--data.data_dir", svhn_dir, "--data.download", "false",

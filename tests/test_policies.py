@@ -1,4 +1,4 @@
-"""Batched AutoAugment, RandAugment, TrivialAugmentWide (vitlit.fast.policies) against torchvision: ops and draws."""
+"""Batched AutoAugment, RandAugment, TrivialAugmentWide (vitlit.data.policies) against torchvision: ops and draws."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from helpers.learning import CASES as LEARNING
 from scipy.stats import binomtest, chisquare
 from torchvision.transforms import v2
 
-from vitlit.fast.device import DeviceLoader
-from vitlit.fast.policies import (
+from vitlit.data.augment import Augment, random_crop
+from vitlit.data.policies import (
     _AUTOAUGMENT_SPACE,
     _RANDAUGMENT_SPACE,
     _TRIVIAL_SPACE,
@@ -22,6 +22,7 @@ from vitlit.fast.policies import (
     BatchPolicy,
     apply_operations,
 )
+from vitlit.data.sources import InMemory
 
 # The operations as torchvision applies them to one image (its policies' shared dispatch, nearest, zero fill).
 _TORCHVISION = v2.AutoAugment()
@@ -131,21 +132,19 @@ def test_autoaugment_draws_sub_policies_with_their_probabilities() -> None:
 
 
 def _spread_digits(folder: Path, n: int) -> torch.Tensor:
-    """``n`` images spread over ``folder`` (every class) as (n, 3, H, W) uint8, decoded as the device path does."""
+    """``n`` images spread over ``folder`` (every class) as (n, 3, H, W) uint8, decoded as the sources do."""
     from vitlit.data.images import ImageFiles, image_files
-    from vitlit.fast.device import decode_uint8
+    from vitlit.data.sources import Decode, decode_uint8
 
     files = list(image_files(folder))
     files = files[:: len(files) // n][:n]
-    return decode_uint8(ImageFiles([(str(p), 0) for p in files], ["digit"]), 32, 3, resize=False)
+    return decode_uint8(ImageFiles([(str(p), 0) for p in files], ["digit"]), Decode(3, None))
 
 
 def test_every_operation_of_the_cifar10_policy_equals_torchvision_on_real_digits(digits_dir: Path) -> None:
     # Issue 25: cropped digits are mostly black, a degenerate histogram for Equalize, AutoContrast, Solarize and
     # Posterize that the structured noise of the tests above does not have. Each (operation, magnitude, sign) the
     # CIFAR-10 policy uses, on 64 real digits after the training crop.
-    from vitlit.fast.device import random_crop
-
     torch.manual_seed(0)
     images = random_crop(_spread_digits(digits_dir / "train", 64), 4)
     table = BatchPolicy("autoaugment")._table(32, 32, images.device)
@@ -216,8 +215,6 @@ def test_every_image_of_a_fixed_batch_gets_torchvisions_distribution_of_outputs(
     """
     from scipy.stats import chi2
 
-    from vitlit.fast.device import random_crop
-
     torch.manual_seed(0)
     images, repeats = random_crop(_spread_digits(digits_dir / "train", 8), 4), 1500
     outputs = BatchPolicy(name, num_ops, magnitude)(images.repeat(repeats, 1, 1, 1))
@@ -240,38 +237,35 @@ def test_every_image_of_a_fixed_batch_gets_torchvisions_distribution_of_outputs(
 
 
 @pytest.mark.parametrize("name", ["autoaugment", "randaugment", "trivialaugment"])
-def test_the_device_loader_delivers_the_per_image_pipelines_distribution(name: str, digits_dir: Path) -> None:
-    """Issue 25's candidates together: crop, flip, policy and normalisation in the device loader, in their order.
+def test_the_pipeline_delivers_torchvisions_per_image_distribution(name: str, digits_dir: Path) -> None:
+    """Issue 25's candidates together: crop, flip, policy and normalisation in the pipeline, in their order.
 
-    The same 200 real digits (from the tests' digits folder), 6 epochs each through the device loader and through
-    torchvision's per-image pipeline (`train_transform`): per image, the mean, the spread, the share of dark pixels
-    and the distance from the plain normalised image must come from one distribution (two-sample KS), and both must
-    keep as many images unchanged.
+    The same 200 real digits (from the tests' digits folder), 6 epochs each through vitlit's batched pipeline and
+    through torchvision's transforms image by image (RandomCrop, RandomHorizontalFlip, the policy, ToDtype,
+    Normalize): per image, the mean, the spread, the share of dark pixels and the distance from the plain normalised
+    image must come from one distribution (two-sample KS), and both must keep as many images unchanged.
     """
     from scipy.stats import ks_2samp
 
-    from vitlit.data.transforms import eval_transform, policy_transform, train_transform
-
     images, epochs, mean, std = _spread_digits(digits_dir / "train", 200), 6, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
     torch.manual_seed(0)
-    policy = BatchPolicy(name, num_ops=1, magnitude=5)
-    loader = DeviceLoader(images, torch.zeros(len(images), dtype=torch.long), 100, img_size=32, mean=mean, std=std,
-                          crop_padding=4, hflip=True, policy=policy)  # fmt: skip
-    device = torch.cat([batch for _ in range(epochs) for batch, _ in loader])
-    pipeline = train_transform(32, mean, std, resize=False, crop_padding=4, hflip=True,
-                               policy=policy_transform(name, num_ops=1, magnitude=5))  # fmt: skip
-    per_image = torch.stack([pipeline(image) for _ in range(epochs) for image in images])
-    plain = torch.stack([eval_transform(32, mean, std, resize=False)(image) for image in images]).repeat(
-        epochs, 1, 1, 1
-    )
+    augment = Augment(32, mean, std, crop="pad", crop_padding=4, hflip=True,
+                      policy=BatchPolicy(name, num_ops=1, magnitude=5))  # fmt: skip
+    ours = torch.cat([augment(batch) for _ in range(epochs) for batch in images.split(100)])
+    policy = {"autoaugment": v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10), "trivialaugment": v2.TrivialAugmentWide(),
+              "randaugment": v2.RandAugment(num_ops=1, magnitude=5)}[name]  # fmt: skip
+    normalise = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(mean), list(std))]
+    theirs = v2.Compose([v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip(), policy, *normalise])
+    per_image = torch.stack([theirs(image) for _ in range(epochs) for image in images])
+    plain = v2.Compose(normalise)(images).repeat(epochs, 1, 1, 1)
     for statistic in (
         lambda x: x.mean((1, 2, 3)),
         lambda x: x.std((1, 2, 3)),
         lambda x: (x < -1.5).float().mean((1, 2, 3)),  # dark pixels (the digits' background)
         lambda x: (x - plain).abs().mean((1, 2, 3)),  # how far the augmentation moved each image
     ):
-        assert ks_2samp(statistic(device).numpy(), statistic(per_image).numpy()).pvalue > 1e-3
-    unchanged = [float((x == plain).flatten(1).all(1).float().mean()) for x in (device, per_image)]
+        assert ks_2samp(statistic(ours).numpy(), statistic(per_image).numpy()).pvalue > 1e-3
+    unchanged = [float((x == plain).flatten(1).all(1).float().mean()) for x in (ours, per_image)]
     assert abs(unchanged[0] - unchanged[1]) < 0.02, unchanged
 
 
@@ -283,8 +277,8 @@ def test_a_digits_fit_learns_with_each_policy_on_the_device(name: str, digits_di
     case = LEARNING[f"policy-{name}"]
     cli = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path,
                   *case.flags)  # fmt: skip
-    loader = cli.datamodule.train_dataloader()
-    assert isinstance(loader, DeviceLoader) and isinstance(loader.policy, BatchPolicy) and loader.policy.name == name
+    policy = cli.datamodule.pipeline(train=True).policy
+    assert isinstance(policy, BatchPolicy) and policy.name == name
     best = cli.trainer.checkpoint_callback.best_model_score
     assert case.metric == "best_val_acc" and float(best) > case.threshold
 
@@ -298,7 +292,7 @@ def test_ema_averages_every_step_and_validates_the_average_on_both_paths(digits_
         cli = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.on_device", on_device,
                       "--data.augment", "autoaugment", "--trainer.max_epochs", "1", *ema_flags,
                       "--trainer.default_root_dir", tmp_path / on_device)  # fmt: skip
-        assert isinstance(cli.datamodule.train_dataloader(), DeviceLoader) == (on_device == "true")
+        assert isinstance(cli.datamodule.train_dataloader().dataset, InMemory) == (on_device == "true")
         ema = next(cb for cb in cli.trainer.callbacks if type(cb).__name__ == "EMAWeightAveraging")
         steps = cli.trainer.global_step
         assert steps > 0 and ema._average_model.n_averaged.item() == steps

@@ -12,17 +12,17 @@ from PIL import Image
 from timm.data.random_erasing import RandomErasing
 
 from vitlit import ImageFolderDataModule, ViTClassifier
-from vitlit.data.transforms import POLICIES, policy_transform
+from vitlit.data.augment import Policy
+from vitlit.data.policies import BatchPolicy
 from vitlit.fast.batch_augment import BatchAugment, random_erasing
 
 
-@pytest.mark.parametrize("policy", [p for p in POLICIES if p != "none"])
+@pytest.mark.parametrize("policy", [p for p in Policy.__args__ if p != "none"])
 def test_policies_change_images_but_keep_shape_and_dtype(policy: str) -> None:
     torch.manual_seed(0)
     image = (torch.rand(3, 32, 32) * 255).to(torch.uint8)
-    transform = policy_transform(policy, num_ops=2, magnitude=9)
-    outputs = [transform(image) for _ in range(20)]
-    assert all(o.shape == image.shape and o.dtype == torch.uint8 for o in outputs)
+    outputs = BatchPolicy(policy, num_ops=2, magnitude=9)(image.expand(20, -1, -1, -1))
+    assert outputs.shape == (20, 3, 32, 32) and outputs.dtype == torch.uint8
     assert sum(not torch.equal(o, image) for o in outputs) >= 10
 
 

@@ -6,10 +6,11 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
 import timm
 import torch
 import yaml
-from helpers.cli import ROOT, run_cli
+from helpers.cli import DIGITS_CONFIG, ROOT, run_cli
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import upgrade_config
@@ -26,7 +27,7 @@ def test_a_0_1_config_upgrades_and_trains(tmp_path: Path, digits_dir: Path) -> N
     assert upgrade_config.upgrade(new) == new  # idempotent
     text = config.read_text()
     assert "vitlit.monitor." not in text and "vitlit.runs.monitor.SpeedMonitor" in text and "nonfinite:" not in text
-    assert "vitlit.runs.run_card.RunCard" in text and "vitlit.fast.loader.DeviceData" in text  # 0.3's defaults
+    assert "vitlit.runs.run_card.RunCard" in text and "DeviceData" not in text  # 0.4's defaults
     teacher = tmp_path / "teacher.pth"  # the saved config names timm's test_vit; its weights from a file (offline)
     torch.save(timm.create_model("test_vit", num_classes=10).state_dict(), teacher)
     cli = run_cli("fit", "--config", config, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path / "r",
@@ -50,3 +51,26 @@ def test_a_0_2_config_upgrades_and_trains(tmp_path: Path, digits_dir: Path) -> N
     flags = ["--trainer.strategy", "auto", "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1"]
     cli = run_cli("fit", "--config", config, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path, *flags)
     assert cli.trainer.global_step == 2 and (Path(cli.trainer.log_dir) / "run_card.json").is_file()
+
+
+def test_a_0_3_config_names_the_upgrade_and_trains_after_it(
+    tmp_path: Path, digits_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0.3 listed vitlit.fast.loader.DeviceData in every run's config; 0.4's data modules pick their source."""
+    short = ["--trainer.max_steps", "1", "--trainer.limit_val_batches", "1"]
+    fit = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, *short,
+                  "--trainer.default_root_dir", tmp_path / "a")  # fmt: skip
+    rng = "  - class_path: vitlit.runs.resume.RNGStateCheckpoint"
+    text = (Path(fit.trainer.log_dir) / "config.yaml").read_text()
+    assert rng in text
+    config = tmp_path / "config.yaml"
+    config.write_text(text.replace(rng, f"  - class_path: vitlit.fast.loader.DeviceData\n{rng}"))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        run_cli("fit", "--config", config, "--trainer.default_root_dir", tmp_path / "b")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1, err
+    assert "vitlit.fast.loader.DeviceData is not in this vitlit" in err[0] and "scripts/upgrade_config.py" in err[0]
+    upgrade_config.main([str(config)])
+    assert "DeviceData" not in config.read_text()
+    assert run_cli("fit", "--config", config, "--trainer.default_root_dir", tmp_path / "b").trainer.global_step == 1

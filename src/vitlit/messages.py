@@ -8,6 +8,7 @@ constructor refused its arguments is named with its error. Anything else is a bu
 from __future__ import annotations
 
 import errno
+import re
 import traceback
 from pathlib import Path
 
@@ -18,6 +19,10 @@ from vitlit.errors import ConfigError
 
 def one_line(report: str) -> str:
     """Jsonargparse's multi-line report (bad key, wrong type, value out of range) as one line naming key and value."""
+    gone = re.search(r"(?s)class_path '(vitlit\.[\w.]+)'.*(?:has no attribute|No module named)", report)
+    if gone:  # a config saved by an older vitlit names a class that moved or went
+        return (f"{gone.group(1)} is not in this vitlit; a run's config.yaml saved by an older vitlit is rewritten by "
+                f"python scripts/upgrade_config.py <config.yaml>, or correct the class path.")  # fmt: skip
     noise = ("Does not validate against any of the Union", "Subtypes:", "Errors:", "- Expected a <class 'NoneType'>",
              "Given value type:")  # fmt: skip
     lines = (line.strip().removeprefix("- ") for line in report.splitlines())

@@ -17,7 +17,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from timm.models import get_pretrained_cfg
 from torch import nn
 
-from vitlit.data.transforms import channel_statistics
+from vitlit.data.augment import channel_statistics
 
 
 def pretrained_statistics(model_name: str, in_chans: int = 3) -> tuple[tuple[float, ...], tuple[float, ...]] | None:

@@ -17,8 +17,9 @@ import torch
 from torch import nn
 
 from vitlit.checkpoints import check_weights, read_checkpoint
+from vitlit.data.augment import to_normalized_float
 from vitlit.data.images import PIL_MODES, ImageFiles
-from vitlit.data.transforms import eval_transform
+from vitlit.data.sources import Decode
 from vitlit.errors import ConfigError
 
 
@@ -34,8 +35,9 @@ class ModelCard:
     std: list[float]
 
     def preprocess(self) -> Any:
-        """The eval transform of training: resize (shorter side), centre crop, scale to [0, 1], normalise."""
-        return eval_transform(self.img_size, self.mean, self.std, resize=True)
+        """The evaluation pipeline of training for one image: resize (shorter side), centre crop, normalise."""
+        decode = Decode(self.in_chans, self.img_size)
+        return lambda image: to_normalized_float(decode(image), self.mean, self.std)
 
     def batch(self, files: Sequence[Path]) -> torch.Tensor:
         """Image files, decoded with ``in_chans`` channels and prepared by `preprocess`, as one batch."""

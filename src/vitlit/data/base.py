@@ -1,8 +1,12 @@
-"""What every vitlit data module shares: the data contract, the seeded validation split, transforms and loaders.
+"""What every vitlit data module shares: the data contract, the seeded validation split, the pipeline and loaders.
 
 A subclass says what data it has through the hooks of `ImageClassificationDataModule` (its datasets, class names and,
 optionally, cheaper ways to read targets, raw images and file names); everything else, and every common flag, lives
 here once and reads the data only through those hooks. The forking guide in the README walks through one subclass.
+
+Images take one way whatever their source: a source (`vitlit.data.sources`: in memory, or streamed by DataLoader
+workers) hands over uint8 batches of one size, and `on_after_batch_transfer` runs the pipeline
+(`vitlit.data.augment`: resize, crop, flip, policy, normalise; then ``batch_augment``) on the training device.
 """
 
 from __future__ import annotations
@@ -17,18 +21,13 @@ import torch
 from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler
+from torchvision.transforms import v2
 
+from vitlit.data import sources
+from vitlit.data.augment import Augment, Crop, Interpolation, Magnitude, Policy, channel_statistics
 from vitlit.data.images import channels_of, predict_files, readable_images
 from vitlit.data.split import class_balanced_sampler, split_indices
-from vitlit.data.transforms import (
-    Magnitude,
-    Policy,
-    channel_statistics,
-    eval_transform,
-    policy_transform,
-    train_transform,
-)
 from vitlit.errors import ConfigError
 from vitlit.schedule import training_progress
 from vitlit.types import NonNegativeInt, PositiveFloat, PositiveInt, as_builtin
@@ -36,7 +35,7 @@ from vitlit.types import NonNegativeInt, PositiveFloat, PositiveInt, as_builtin
 #: Normalisation statistics of ImageNet, the default of data modules that name none of their own.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-#: Channel counts the per-image augmentation policies (torchvision's colour operations) accept.
+#: Channel counts the augmentation policies (torchvision's colour operations) accept.
 POLICY_CHANNELS = (1, 3)
 
 
@@ -54,22 +53,11 @@ class BatchTransform(Protocol):
         """Return the augmented batch; ``progress`` is the fraction of the run done, targets may become soft."""
 
 
-class SplitLoader(Protocol):
-    """Another way to batch a split than the per-image DataLoader, set as a data module's ``loader`` attribute.
-
-    `vitlit.fast.loader.OnDevice` (the splits as uint8 tensors on the training device) is one; the fast part's
-    `vitlit.fast.loader.DeviceData` callback sets it for ``on_device``. A fork may set its own in ``__init__``.
-    """
-
-    def make(self, data: ImageClassificationDataModule, split: TransformedSubset, sampler: Sampler, train: bool) -> Any:
-        """An iterable of ``(images, targets)`` batches of ``split`` in ``sampler``'s order, or ``None``."""
-
-
 class TransformedSubset(Dataset):
-    """A view of ``dataset`` at ``indices`` with its own transform.
+    """A view of ``dataset`` at ``indices`` with a per-image transform: what the streamed source's workers do.
 
-    The train and validation parts of one split share the decoded images but need different pipelines, which
-    ``torch.utils.data.Subset`` cannot express.
+    The train and validation parts of one split share a dataset but may need different per-image geometry (a
+    RandomResizedCrop at the source's resolution), which ``torch.utils.data.Subset`` cannot express.
     """
 
     def __init__(self, dataset: Dataset, indices: Sequence[int] | None, transform: Any) -> None:
@@ -92,8 +80,9 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     the data has its own validation split): datasets of ``(image, class index)`` without transforms, the image a
     PIL image or a ``(C, H, W)`` uint8 tensor with ``in_chans`` channels. Three optional hooks make it faster:
     `targets_of` (class indices without decoding, for ``class_balanced``), `uint8_images_of` (all images as one
-    uint8 tensor, for the device path) and `files_of` (file names, for ``predictions.csv``); ``native_size``
-    avoids a resize, ``default_mean``/``default_std`` give the data's statistics. Nothing else of a dataset is read.
+    uint8 tensor, to hold them in memory without decoding) and `files_of` (file names, for ``predictions.csv``);
+    ``native_size`` says that every image has that size (stored so, resized on the device), ``default_mean``/
+    ``default_std`` give the data's statistics. Nothing else of a dataset is read.
 
     Args:
         img_size: Side of the square images fed to the model; linked to ``model.img_size`` by the CLI.
@@ -111,11 +100,18 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         mean: Per-channel normalisation mean, one value per channel; ``None`` uses the data's own statistics, or
             with pretrained weights those the weights were trained with (timm's pretrained config).
         std: Per-channel normalisation standard deviation; ``None`` as for ``mean``.
-        crop_padding: Padding of the training random crop in pixels; ``None`` means ``img_size // 8`` (4 at 32 px),
+        crop: The training crop: ``pad`` (CIFAR's: a random ``img_size`` window of the image zero-padded by
+            ``crop_padding``), ``resized`` (RandomResizedCrop as in timm's and DeiT's recipes: a box of
+            ``crop_scale`` of the area and ``crop_ratio`` aspect, resized to ``img_size``) or ``none``.
+        crop_padding: ``crop: pad``: padding in pixels on each side; ``None`` means ``img_size // 8`` (4 at 32 px),
             0 disables the crop.
+        crop_scale: ``crop: resized``: the range of the box's share of the image's area (timm's ``--scale``).
+        crop_ratio: ``crop: resized``: the range of the box's aspect ratio, width / height (timm's ``--ratio``).
+        interpolation: ``crop: resized``: how the box is resampled to ``img_size``, ``bilinear`` or ``bicubic``.
         hflip: Random horizontal flips in training.
-        augment: Per-image augmentation policy after crop and flip: ``none``, ``trivialaugment``
-            (TrivialAugmentWide), ``randaugment`` or ``autoaugment`` (the CIFAR-10 policy). 1 or 3 channels.
+        augment: Augmentation policy after crop and flip, torchvision's drawn per image on whole batches: ``none``,
+            ``trivialaugment`` (TrivialAugmentWide), ``randaugment`` or ``autoaugment`` (the CIFAR-10 policy). 1 or 3
+            channels.
         randaugment_num_ops: RandAugment: operations per image.
         randaugment_magnitude: RandAugment: magnitude of each operation, 0 to 30 (9 in DeiT's recipe).
         batch_augment: A transform of whole training batches on the training device (`BatchTransform`, given like
@@ -123,10 +119,10 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             for random erasing and Mixup/CutMix; ``None`` for none.
         class_balanced: Draw training images with probability inversely proportional to their class's frequency
             (with replacement, one epoch = as many draws as images), for class-imbalanced data.
-        on_device: Keep every split as one uint8 tensor on the training device and crop, flip, augment and
-            normalise whole batches there (the fast part, `vitlit.fast.loader.OnDevice`): no worker processes, no CPU
-            bottleneck. ``auto`` does so where the images fit in a quarter of the device's free memory and the fast
-            part is installed, and says which path it took; ``true``/``false`` force one path.
+        on_device: Where the uint8 images come from (`vitlit.data.sources`): ``true`` holds every split as one uint8
+            tensor on the training device (no worker processes), ``false`` streams them through ``num_workers``
+            DataLoader workers, ``auto`` holds them where they fit, at their stored size, in a quarter of the device's
+            free memory, and says which it took. The pipeline after the source is the same either way.
         predict_dir: A folder of images for ``predict`` to classify instead of the test split: any layout, nested
             folders included, no class folders needed; files that cannot be read are named and left out.
     """
@@ -150,7 +146,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         seed: int = 42,
         mean: list[float] | None = None,
         std: list[PositiveFloat] | None = None,
+        crop: Crop = "pad",
         crop_padding: NonNegativeInt | None = None,
+        crop_scale: tuple[PositiveFloat, PositiveFloat] = (0.08, 1.0),
+        crop_ratio: tuple[PositiveFloat, PositiveFloat] = (0.75, 1.3333333333333333),
+        interpolation: Interpolation = "bilinear",
         hflip: bool = True,
         augment: Policy = "none",
         randaugment_num_ops: PositiveInt = 2,
@@ -178,6 +178,10 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
                 f"augment={augment!r} needs 1 or 3 channels (torchvision's colour operations), but "
                 f"in_chans={in_chans}; pass --data.augment none."
             )
+        scale, ratio = tuple(crop_scale), tuple(crop_ratio)
+        if not 0 < scale[0] <= scale[1] <= 1 or not 0 < ratio[0] <= ratio[1]:
+            raise ConfigError(f"crop_scale={list(scale)} or crop_ratio={list(ratio)} is not a range [low, high] with "
+                              f"0 < low <= high (<= 1 for the scale); e.g. [0.08, 1.0] and [0.75, 1.333].")  # fmt: skip
         if getattr(batch_augment, "mixes", False) and batch_size % 2:
             raise ConfigError(
                 f"batch_size={batch_size} is odd, but Mixup/CutMix mix images in pairs; use an even size."
@@ -192,7 +196,9 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self.seed = as_builtin(seed)
         self._mean = None if mean is None else tuple(float(v) for v in mean)
         self._std = None if std is None else tuple(float(v) for v in std)
+        self.crop = crop
         self.crop_padding = self.img_size // 8 if crop_padding is None else int(crop_padding)
+        self.crop_scale, self.crop_ratio, self.interpolation = scale, ratio, interpolation
         self.hflip = hflip
         self.augment = augment
         self.randaugment_num_ops = as_builtin(randaugment_num_ops)
@@ -200,7 +206,9 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self.batch_augment = batch_augment
         self.class_balanced = class_balanced
         self.on_device = on_device
-        self.loader: SplitLoader | None = None  # set by the fast part (or a fork); None: the DataLoader
+        self._in_memory: bool | None = None  # decided at the first loader (`vitlit.data.sources.keep_in_memory`)
+        self._cropped_at_source = False  # the training crop done by the workers, at the images' own resolution
+        self._augments: dict[bool, Augment] = {}  # the device half of the pipeline: training (True) and evaluation
         self.predict_dir = None if predict_dir is None else Path(predict_dir).expanduser()
         self._predict_images = [] if self.predict_dir is None else predict_files(self.predict_dir, self.in_chans)
         self.train_set: TransformedSubset | None = None
@@ -239,9 +247,10 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         if self.predict_dir is None:
             return self.test_dataset()
         speak = self.trainer is None or self.trainer.is_global_zero
-        return readable_images(
+        self._predict_folder = readable_images(
             self._predict_images, self.predict_dir, self.class_names, self.in_chans, self.img_size, speak
         )
+        return self._predict_folder
 
     def targets_of(self, dataset: Dataset) -> Sequence[int]:
         """The class index of every item of ``dataset``, ideally without decoding an image.
@@ -255,11 +264,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         return [int(dataset[i][1]) for i in range(len(dataset))]
 
     def uint8_images_of(self, dataset: Dataset) -> torch.Tensor | None:
-        """All images of ``dataset`` as one (N, in_chans, H, W) uint8 tensor, for the device path; ``None`` decodes.
+        """All images of ``dataset`` as one (N, in_chans, H, W) uint8 tensor, to hold in memory; ``None`` decodes.
 
         Override it where the data already sits in one array (CIFAR, SVHN): taking it costs nothing, while decoding
         runs every image through PIL once (seconds to minutes for a large folder). Images of another size than
-        ``img_size`` are resized on the device, batch by batch.
+        ``img_size`` are resized on the device, batch by batch; set ``native_size`` to their size.
         """
         return None
 
@@ -312,31 +321,25 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
 
     def is_predict_folder(self, dataset: Dataset | None) -> bool:
         """Whether ``dataset`` is ``predict_dir``'s images (vitlit's own, not one of the subclass's datasets)."""
-        return self.predict_dir is not None and self.predict_set is not None and dataset is self.predict_set.dataset
+        return self.predict_dir is not None and dataset is getattr(self, "_predict_folder", None)
 
-    def needs_resize(self, dataset: Dataset | None = None) -> bool:
-        """Whether images must be resized to ``img_size``: always for ``predict_dir``'s files, of any size."""
-        return self.is_predict_folder(dataset) or self.native_size != self.img_size
+    def stored_size(self, dataset: Dataset) -> int:
+        """The side ``dataset``'s images are handed over at: ``native_size`` where they share it, else ``img_size``.
+
+        ``predict_dir``'s files may have any size; they are resized (shorter side) and centre-cropped to ``img_size``.
+        """
+        return self.native_size if self.native_size and not self.is_predict_folder(dataset) else self.img_size
+
+    def device(self) -> torch.device:
+        """The training device (the CPU outside a Trainer)."""
+        return self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
 
     # -- shared machinery ----------------------------------------------------------------------------------------
 
-    def train_transform(self) -> Any:
-        """The training pipeline for this module's settings."""
-        return train_transform(
-            self.img_size,
-            self.mean,
-            self.std,
-            resize=self.needs_resize(),
-            crop_padding=self.crop_padding,
-            hflip=self.hflip,
-            policy=policy_transform(self.augment, self.randaugment_num_ops, self.randaugment_magnitude),
-        )
-
-    def eval_transform(self, resize: bool | None = None) -> Any:
-        """The deterministic pipeline for validation, test and predict (``resize`` overrides the data's own need)."""
-        return eval_transform(
-            self.img_size, self.mean, self.std, resize=self.needs_resize() if resize is None else resize
-        )
+    def _view(self, dataset: Dataset, indices: Sequence[int] | None) -> TransformedSubset:
+        """Items ``indices`` of ``dataset``, decoded at its stored size (the streamed source's evaluation geometry)."""
+        native = self.native_size and not self.is_predict_folder(dataset)  # as they are: they share one size
+        return TransformedSubset(dataset, indices, sources.Decode(self.in_chans, None if native else self.img_size))
 
     def setup(self, stage: str) -> None:
         """Build the datasets that ``stage`` needs; idempotent, so a fit followed by a test reuses the split."""
@@ -346,16 +349,13 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             val_dataset = self.val_dataset()
             if val_dataset is None:
                 train_idx, val_idx = split_indices(len(dataset), self.val_size, self.seed)
-                self.train_set = TransformedSubset(dataset, train_idx, self.train_transform())
-                self.val_set = TransformedSubset(dataset, val_idx, self.eval_transform())
+                self.train_set, self.val_set = self._view(dataset, train_idx), self._view(dataset, val_idx)
             else:
-                self.train_set = TransformedSubset(dataset, None, self.train_transform())
-                self.val_set = TransformedSubset(val_dataset, None, self.eval_transform())
+                self.train_set, self.val_set = self._view(dataset, None), self._view(val_dataset, None)
         if stage == "test" and self.test_set is None:
-            self.test_set = TransformedSubset(self.test_dataset(), None, self.eval_transform())
+            self.test_set = self._view(self.test_dataset(), None)
         if stage == "predict" and self.predict_set is None:
-            transform = self.eval_transform(resize=True if self.predict_dir is not None else None)
-            self.predict_set = TransformedSubset(self.predict_dataset(), None, transform)
+            self.predict_set = self._view(self.predict_dataset(), None)
 
     def _check_channels(self, dataset: Dataset) -> None:
         """Refuse data whose images have another channel count than ``in_chans``, before the first step."""
@@ -366,44 +366,80 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
                 f"--data.in_chans {channels}."
             )
 
+    def pipeline(self, train: bool) -> Augment:
+        """The device half of the pipeline for training (``train``) or evaluation batches (`vitlit.data.augment`)."""
+        if train not in self._augments:
+            policy = None
+            if train and self.augment != "none":
+                from vitlit.data.policies import BatchPolicy  # runs that augment with a policy only
+
+                policy = BatchPolicy(self.augment, self.randaugment_num_ops, self.randaugment_magnitude)
+            crop = self.crop if train and not self._cropped_at_source else "none"
+            self._augments[train] = Augment(
+                self.img_size, self.mean, self.std, crop=crop, crop_padding=self.crop_padding, scale=self.crop_scale,
+                ratio=self.crop_ratio, interpolation=self.interpolation, hflip=self.hflip and train, policy=policy,
+            )  # fmt: skip
+        return self._augments[train]
+
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Apply the batch augmentations (erasing, Mixup/CutMix) to training batches, on the training device."""
-        if self.batch_augment is None or self.trainer is None or not self.trainer.training:
-            return batch
-        if not isinstance(batch, (list, tuple)) or len(batch) != 2:  # e.g. the model summary's example input
-            return batch
+        """Run the pipeline on a uint8 batch on the training device; training batches then get ``batch_augment``.
+
+        Under DDP, a training batch is this process's share of the step (positions ``rank``, ``rank + world_size``,
+        ... of the sampler's order): its random augmentation is drawn for the whole step and this share taken, so
+        the processes together draw what one process would for the whole step.
+        """
+        if not isinstance(batch, (list, tuple)) or len(batch) != 2 or getattr(batch[0], "dtype", None) != torch.uint8:
+            return batch  # e.g. the model summary's example input
         images, targets = batch
-        return self.batch_augment(images, targets, training_progress(self.trainer), self.num_classes)
+        train = self.trainer is not None and self.trainer.training
+        rank, world_size = self.rank_and_world_size()
+        among, share = (len(images) * world_size, slice(rank, None, world_size)) if train else (None, slice(None))
+        images = self.pipeline(train)(images, among, share)
+        if train and self.batch_augment is not None:
+            images, targets = self.batch_augment(images, targets, training_progress(self.trainer), self.num_classes)
+        return images, targets
 
     def sampler(self, split: TransformedSubset, train: bool) -> Sampler:
-        """The order of a split's items for both data paths: shuffled or in order, under DDP this process's shard.
+        """The order of a split's items, whatever the source: shuffled or in order, under DDP this process's shard.
 
-        Training draws a shuffled (or, with ``class_balanced``, a class-balanced) order, evaluation goes in order.
-        Training shards are Lightning's (a ``DistributedSampler`` seeded with ``seed_everything``, so every process
-        draws the same order and takes its own part). Lightning's evaluation shards repeat images to even out the
-        processes, so an accuracy would count some twice; here each process takes every ``world_size``-th image
-        (`UnrepeatedDistributedSampler`), which counts each exactly once.
+        Training draws a shuffled order from the run's seed and the epoch (a ``DistributedSampler``, also in one
+        process: every process draws the same order and takes its own part, and a resumed run draws what the
+        stopped one would have), or with ``class_balanced`` a class-balanced one; evaluation goes in order.
+        Lightning's evaluation shards repeat images to even out the processes, so an accuracy would count some
+        twice; here each process takes every ``world_size``-th image (`UnrepeatedDistributedSampler`), which counts
+        each exactly once.
         """
         rank, world_size = self.rank_and_world_size()
-        balanced = class_balanced_sampler(self.targets(split)) if train and self.class_balanced else None
-        if world_size == 1:
-            return balanced or (RandomSampler(split) if train else SequentialSampler(split))
         if not train:
+            if world_size == 1:
+                return SequentialSampler(split)
             return UnrepeatedDistributedSampler(split, num_replicas=world_size, rank=rank, shuffle=False)
         seed = int(os.environ.get("PL_GLOBAL_SEED", self.seed))
         shard = {"num_replicas": world_size, "rank": rank, "seed": seed, "drop_last": True}
-        return DistributedSamplerWrapper(balanced, **shard) if balanced else DistributedSampler(split, **shard)
+        if self.class_balanced:
+            balanced = class_balanced_sampler(self.targets(split))
+            return balanced if world_size == 1 else DistributedSamplerWrapper(balanced, **shard)
+        return DistributedSampler(split, **shard)
 
-    def _loader(self, dataset: TransformedSubset | None, train: bool) -> Any:
-        if dataset is None:
+    def _loader(self, split: TransformedSubset | None, train: bool) -> DataLoader:
+        """A DataLoader of ``split``'s uint8 batches from the source ``on_device`` chose, in the sampler's order."""
+        if split is None:
             raise RuntimeError("setup() must run before the loaders are requested; the Trainer does this for you.")
-        if self.loader is None and self.on_device is True:
-            raise ConfigError("on_device=true needs the fast data path (src/vitlit/fast/, named in "
-                              "vitlit/defaults.yaml); put it back, or pass --data.on_device false.")  # fmt: skip
-        sampler = self.sampler(dataset, train)
-        made = self.loader.make(self, dataset, sampler, train) if self.loader is not None else None
-        if made is not None:
-            return made
+        if self._in_memory is None:
+            self._in_memory = self.on_device is not False and sources.keep_in_memory(self)
+        sampler = self.sampler(split, train)
+        if train:  # images of many sizes are cropped by the workers, at their own resolution
+            self._cropped_at_source = not self._in_memory and self.crop == "resized" and not self.native_size
+            self._augments.pop(True, None)
+        if self._in_memory:
+            dataset, workers, collate = sources.in_memory(self, split.dataset, split.indices), 0, sources.whole_batch
+        elif train and self._cropped_at_source:
+            crop = v2.RandomResizedCrop(self.img_size, self.crop_scale, self.crop_ratio, antialias=True,
+                                        interpolation=v2.InterpolationMode(self.interpolation))  # fmt: skip
+            dataset = TransformedSubset(split.dataset, split.indices, sources.Decode(self.in_chans, None, crop))
+            workers, collate = self.workers, None
+        else:
+            dataset, workers, collate = split, self.workers, None
         return DataLoader(
             dataset,
             batch_size=self.batch_size,
@@ -411,9 +447,13 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             # Full training batches only: Mixup pairs images, and one odd-sized step would recompile a compiled
             # model. Data sets smaller than one batch keep their single partial batch.
             drop_last=train and len(sampler) >= self.batch_size,
-            num_workers=self.workers,
-            pin_memory=self.pin_memory and torch.cuda.is_available(),
-            persistent_workers=self.persistent_workers and self.workers > 0,
+            num_workers=workers,
+            collate_fn=collate,
+            pin_memory=self.pin_memory and torch.cuda.is_available() and not self._in_memory,
+            persistent_workers=self.persistent_workers and workers > 0,
+            # The loader's own random numbers (its workers' seeds) are not drawn from the global generator, whose
+            # draws are the pipeline's: both sources then draw the same augmentation for the same seed.
+            generator=torch.Generator().manual_seed(int(os.environ.get("PL_GLOBAL_SEED", self.seed))),
         )
 
     def rank_and_world_size(self) -> tuple[int, int]:

@@ -1,6 +1,5 @@
-"""The fast data path (opt-in part): splits held on the training device, batched policies, batch augmentation.
+"""Batch augmentation (opt-in part): random erasing and Mixup/CutMix on each training batch, on the training device.
 
-Attached by name: `vitlit.fast.loader.DeviceData` in ``vitlit/defaults.yaml`` (for ``--data.on_device``) and
-`vitlit.fast.batch_augment.BatchAugment` as ``--data.batch_augment`` in the recipes that use it; the core never
-imports it. Without this folder (and its line in ``defaults.yaml``) every split goes through the per-image DataLoader.
+Attached by name: `vitlit.fast.batch_augment.BatchAugment` as ``--data.batch_augment`` in the recipes that use it; the
+core never imports it. The rest of the pipeline (crops, flips, policies) is the core's `vitlit.data.augment`.
 """

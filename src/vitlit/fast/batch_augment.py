@@ -4,8 +4,8 @@ Mixup/CutMix is timm's (``timm.data.Mixup`` mixes pairs of images and their one-
 timm's distribution (``timm.data.RandomErasing`` with ``mode="pixel"``: area 2-33% of the image, aspect ratio
 0.3-3.3 log-uniform, up to 10 attempts to fit, per-pixel normal noise) but for the whole batch at once: timm's
 version loops over the images in Python with one host-side draw and one kernel per erased image, which on a GPU
-costs more than the erasing itself. Running both after the batch reaches the device keeps the per-image worker
-pipeline cheap (or absent, with ``on_device``), and lets the erasing probability follow the progress of training.
+costs more than the erasing itself. Both run after the rest of the pipeline (`vitlit.data.augment`), on the
+normalised batch, and the erasing probability may follow the progress of training.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ class TimeBudget(Callback):
     """Size the learning-rate schedule (its ``total_steps``) to the time budget, and keep re-sizing it as the run goes.
 
     The pace is measured from the run's own steps, after the first ``every_n_steps`` (start-up, compilation and the
-    data path's first decode are not extrapolated) and including what every epoch costs besides its steps
+    data source's first decode are not extrapolated) and including what every epoch costs besides its steps
     (validation, checkpoints); every ``every_n_steps`` optimizer steps the schedule's length is set to the steps the
     rest of the budget holds at that pace, so the learning rate reaches its floor as the budget ends. The addon gives
     `vitlit.optim.WarmupCosineLR` ``decay_fraction: 0.2``: at its peak until the last 20%, so that a new estimate

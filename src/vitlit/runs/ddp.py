@@ -1,7 +1,7 @@
 """What runs under DDP need: every process stopping at the same step, and sharded results put back in data order.
 
 `StopTogetherOnSigterm` is listed in ``configs/scale/ddp.yaml``: a single process keeps Lightning's own SIGTERM
-handling. Every evaluation shard in vitlit (DataLoader or device path) holds the positions ``rank, rank + world_size,
+handling. Every evaluation shard in vitlit (from either data source) holds the positions ``rank, rank + world_size,
 ...`` of its split (`vitlit.data.ImageClassificationDataModule.sampler`), which `interleave` relies on.
 """
 

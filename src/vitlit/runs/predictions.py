@@ -20,8 +20,7 @@ class PredictionWriter(Callback):
     """Write what ``predict`` computes to ``<run>/predictions.csv``, one row per image, in data order.
 
     A plain callback, not Lightning's ``BasePredictionWriter``: that one makes Lightning track the data indices of
-    every batch, which it can only do for a ``DataLoader`` (it warns for the device path's loader), and the rows are
-    in data order without them.
+    every batch, and the rows are in data order without them.
 
     Columns: ``index`` (position in what was predicted: ``--data.predict_dir``'s images or the test split),
     ``source`` (the image file, where the data module knows it:

@@ -51,8 +51,8 @@ def verdict(gpus: list[dict[str, Any]]) -> str:
     precision = "bf16-mixed" if all(g["bf16"] for g in gpus) else "16-mixed"
     why = "the GPU computes in bf16" if precision == "bf16-mixed" else "the GPU has no fast bf16 (older than Ampere)"
     return (
-        f"verdict: use --trainer.precision {precision} ({why}) and --data.on_device true (the data on the GPU, "
-        f"no worker processes) where it fits; otherwise --data.num_workers {cpu_cores()}"
+        f"verdict: use --trainer.precision {precision} ({why}) and --data.on_device true (the images held on the "
+        f"GPU, no worker processes) where they fit; otherwise --data.num_workers {cpu_cores()}"
     )
 
 

@@ -1,0 +1,88 @@
+"""End to end against timm's train.py: the same digits recipe, wall-clock seconds of each whole run.
+
+The recipe of issue 42's measurement: scikit-learn's digits at 32 px in class folders (1,205 train / 143 val / 449
+test images), timm's ``test_vit`` at patch 8, batch 64, AdamW 2e-3 with weight decay 0.05, a warmup then cosine,
+label smoothing 0.1, RandAugment with one operation at magnitude 5, a weight EMA of decay 0.998, no flip, validation
+every epoch. timm's ``train.py`` is not part of the timm package: give its path (a checkout of
+github.com/huggingface/pytorch-image-models). Its nearest flags: ``--aa rand-n1-m5`` (timm's own RandAugment),
+``--model-ema`` (which validates the model and its EMA every epoch), ``--scale 1 1 --ratio 1 1`` (its crop with
+nothing cut: a resize; vitlit's digits recipe pads and crops by 4 px instead), CPU, no prefetcher. Each run is a fresh
+process with ``--threads`` torch threads; the arms alternate over ``--repeats``.
+
+    python benchmarks/timm_train.py --timm-train ~/pytorch-image-models/train.py --workers 2
+    # last line: streamed/timm time ratio=<vitlit through workers / timm train.py> (goal <= 1)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def timm_command(train_py: Path, data: Path, out: Path, epochs: int, workers: int) -> list[str]:
+    return [sys.executable, str(train_py), "--data-dir", str(data), "--train-split", "train", "--val-split", "val",
+            "--model", "test_vit", "--model-kwargs", "img_size=32", "patch_size=8", "--img-size", "32",
+            "--num-classes", "10", "--batch-size", "64", "--epochs", str(epochs), "--opt", "adamw", "--lr", "2e-3",
+            "--weight-decay", "0.05", "--warmup-epochs", "5", "--smoothing", "0.1", "--aa", "rand-n1-m5",
+            "--model-ema", "--model-ema-decay", "0.998", "--scale", "1", "1", "--ratio", "1", "1", "--hflip", "0",
+            "--device", "cpu", "--no-prefetcher", "-j", str(workers), "--output", str(out), "--checkpoint-hist", "1",
+            "--log-interval", "50"]  # fmt: skip
+
+
+def vitlit_command(data: Path, out: Path, epochs: int, workers: int, on_device: bool) -> list[str]:
+    return [sys.executable, "-m", "vitlit", "fit", "--config", str(ROOT / "configs" / "digits.yaml"),
+            "--data.root", str(data), "--trainer.max_epochs", str(epochs), "--data.augment", "randaugment",
+            "--data.randaugment_num_ops", "1", "--data.randaugment_magnitude", "5",
+            "--trainer.callbacks+=EMAWeightAveraging", "--trainer.callbacks.decay", "0.998",
+            "--data.on_device", str(on_device).lower(), "--data.num_workers", str(workers),
+            "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(out)]  # fmt: skip
+
+
+def seconds(command: list[str], threads: int) -> float:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"{command[1]} failed:\n{done.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timm-train", type=Path, required=True, help="timm's train.py (pytorch-image-models)")
+    parser.add_argument("--epochs", type=int, default=120)
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers of both")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args()
+    from vitlit.data.digits import write_digits_folder
+
+    times: dict[str, list[float]] = {"timm": [], "streamed": [], "in memory": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        data = write_digits_folder(Path(tmp) / "digits", val_fraction=0.08)
+        for repeat in range(args.repeats):
+            out = Path(tmp) / f"run{repeat}"
+            arms = {
+                "timm": timm_command(args.timm_train, data, out / "timm", args.epochs, args.workers),
+                "streamed": vitlit_command(data, out / "streamed", args.epochs, args.workers, on_device=False),
+                "in memory": vitlit_command(data, out / "memory", args.epochs, 0, on_device=True),
+            }
+            for name, command in arms.items():
+                times[name].append(seconds(command, args.threads))
+                print(f"{name}: {times[name][-1]:.1f} s", flush=True)
+    best = {name: min(values) for name, values in times.items()}
+    print(f"{args.epochs} epochs, {args.workers} workers, {args.threads} threads: " +
+          ", ".join(f"{name} {value:.1f} s" for name, value in best.items()))  # fmt: skip
+    print(f"in memory/timm time ratio={best['in memory'] / best['timm']:.2f}")
+    print(f"streamed/timm time ratio={best['streamed'] / best['timm']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Where a split's uint8 images come from: held in memory on the training device, or streamed by DataLoader workers.
+
+The two sources of vitlit's one image pipeline differ only in where the bytes come from; both hand DataLoader
+batches of ``(uint8 images of one size, class indices)`` to the training device, where `vitlit.data.augment` does
+everything else. The size is the one the images are stored at: their own where they all share one (a data module's
+``native_size``: CIFAR's 32 px, also for a 224 px recipe), else ``img_size``.
+
+- **In memory** (`InMemory`): the split decoded once into one (N, C, S, S) uint8 tensor on the training device (the
+  data module's ``uint8_images_of`` hook takes it as it is, e.g. CIFAR's array); a batch is one indexing operation,
+  no worker process touches it.
+- **Streamed** (`Decode`, a DataLoader's per-image transform): workers decode each image and do only the geometry that
+  needs its own resolution: resize (shorter side) and centre crop to ``img_size``, or, for training with
+  ``--data.crop resized``, torchvision's RandomResizedCrop at the image's own resolution. Images that share a size are
+  decoded and nothing else. Batches are collated as uint8: a quarter of float32's bytes to move.
+
+``--data.on_device`` chooses (`keep_in_memory`): ``auto`` holds the splits in memory where their stored size fits in
+a quarter of the device's free memory, and says which source it took.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+from PIL import Image
+from torch.utils.data import Dataset
+from torchvision.transforms import v2
+from torchvision.transforms.v2.functional import pil_to_tensor
+
+from vitlit.data.augment import resize_uint8
+from vitlit.data.images import PIL_MODES
+from vitlit.errors import ConfigError
+from vitlit.memory import free_memory
+
+if TYPE_CHECKING:
+    from vitlit.data.base import ImageClassificationDataModule
+
+#: ``on_device: auto`` holds the images in memory when they take at most this share of the device's free memory: the
+#: rest is for the model, its activations and the optimizer.
+AUTO_DEVICE_FRACTION = 0.25
+
+
+class Decode:
+    """A streamed image's per-image geometry: decoded to a uint8 tensor, then brought to the split's stored size.
+
+    Args:
+        in_chans: Channels of the result (a PIL image is converted to ``L``, ``RGB`` or ``RGBA``).
+        size: The stored size: resize (shorter side) and centre crop to it; ``None`` keeps the image as it is.
+        resized_crop: For training with ``--data.crop resized`` on images of many sizes: torchvision's
+            RandomResizedCrop to ``size`` at the image's own resolution, instead of the resize.
+    """
+
+    def __init__(self, in_chans: int, size: int | None, resized_crop: v2.RandomResizedCrop | None = None) -> None:
+        self.in_chans, self.size, self.resized_crop = in_chans, size, resized_crop
+
+    def __call__(self, image: Image.Image | torch.Tensor) -> torch.Tensor:
+        """A (C, H, W) uint8 tensor of ``image``."""
+        mode = PIL_MODES.get(self.in_chans)
+        if isinstance(image, Image.Image):
+            image = pil_to_tensor(image if mode is None or image.mode == mode else image.convert(mode))
+        if image.shape[0] != self.in_chans or image.dtype != torch.uint8:
+            raise ValueError(f"an image of the data is {image.dtype} with {image.shape[0]} channels; vitlit reads "
+                             f"uint8 images with in_chans={self.in_chans}.")  # fmt: skip
+        if self.resized_crop is not None:
+            return self.resized_crop(image)
+        return image if self.size is None else resize_uint8(image, self.size)
+
+
+class InMemory(Dataset):
+    """A split as one uint8 tensor and its class indices, on the training device: a batch is one gather.
+
+    DataLoader hands ``__getitems__`` a batch's indices at once (`whole_batch` keeps the result as it is).
+    """
+
+    def __init__(self, images: torch.Tensor, targets: torch.Tensor) -> None:
+        self.images, self.targets = images, targets
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.images[i], self.targets[i]
+
+    def __getitems__(self, indices: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        index = torch.as_tensor(indices, dtype=torch.long)
+        if self.images.is_cuda:  # pinned, so that the copy does not wait for the GPU's queue
+            index = index.pin_memory()
+        index = index.to(self.images.device, non_blocking=True)
+        return self.images.index_select(0, index), self.targets[index]  # index_select: [index] is slower on CPUs
+
+
+def whole_batch(batch: Any) -> Any:
+    """The collate function of `InMemory`: its ``__getitems__`` returns the batch already made."""
+    return batch
+
+
+def decode_uint8(dataset: Dataset, decode: Decode) -> torch.Tensor:
+    """Every image of ``dataset`` decoded once by ``decode`` into one (N, C, S, S) uint8 tensor."""
+    return torch.stack([decode(dataset[i][0]) for i in range(len(dataset))])
+
+
+def in_memory(data: ImageClassificationDataModule, dataset: Dataset, indices: Sequence[int]) -> InMemory:
+    """The items ``indices`` of ``dataset`` (one of ``data``'s) held on the training device, decoded once per dataset.
+
+    The data module's ``uint8_images_of`` takes images already in one array as they are; others are decoded here,
+    each at the dataset's stored size (`ImageClassificationDataModule.stored_size`).
+    """
+    cache = data.__dict__.setdefault("_uint8", {})  # train and validation share one decoded copy
+    if id(dataset) not in cache:
+        images = None if data.is_predict_folder(dataset) else data.uint8_images_of(dataset)
+        if images is None:
+            rank_zero_info(f"vitlit: decoding {len(dataset)} images once to hold them in memory")
+            images = decode_uint8(dataset, Decode(data.in_chans, data.stored_size(dataset)))
+        elif images.dtype != torch.uint8 or images.ndim != 4 or images.shape[:2] != (len(dataset), data.in_chans):
+            raise ValueError(
+                f"{type(data).__name__}.uint8_images_of returned {images.dtype} images of shape "
+                f"{tuple(images.shape)}; it must return uint8 of shape ({len(dataset)}, {data.in_chans}, H, W)."
+            )
+        cache[id(dataset)] = (images, torch.as_tensor(data.targets_of(dataset), dtype=torch.long))
+    images, targets = cache[id(dataset)]
+    index, device = torch.as_tensor(indices, dtype=torch.long), data.device()
+    # Channels first in memory too (an array taken as it is may be channels last): every batch op runs faster so.
+    return InMemory(images[index].to(device).contiguous(), targets[index].to(device))
+
+
+def keep_in_memory(data: ImageClassificationDataModule) -> bool:
+    """``--data.on_device``: whether the splits are held in memory, decided once, on the first loader, in one line.
+
+    ``true`` is refused where the images cannot fit at all; ``auto`` takes memory where they take at most
+    `AUTO_DEVICE_FRACTION` of the device's free memory (on every DDP process), else the workers.
+    """
+    device, trainer = data.device(), data.trainer
+    splits = (data.train_set, data.val_set, data.test_set, data.predict_set)
+    datasets = {id(split.dataset): split.dataset for split in splits if split is not None}
+    need = sum(len(d) * data.in_chans * data.stored_size(d) ** 2 for d in datasets.values())
+    if device.type == "cpu" and trainer is not None:
+        need *= trainer.num_devices  # each process of this machine keeps its own copy in the same memory
+    free = free_memory(device)
+    size = f"{sum(len(d) for d in datasets.values()):,} images take {need / 2**20:,.1f} MB as stored"
+    if data.on_device is True:  # forced: refused only where it cannot fit at all, before anything is decoded
+        need *= 2 if device.type == "cpu" else 1  # in host memory, the decoded images and the splits' copies
+        if free is not None and need > free:
+            raise ConfigError(
+                f"--data.on_device true: the {size} ({need / 2**30:,.1f} GB with copies), more than the "
+                f"{free / 2**30:,.1f} GB free on {device}; use --data.on_device auto (or false), or a smaller "
+                f"--data.img_size."
+            )
+        return True
+    fits = free is not None and need <= AUTO_DEVICE_FRACTION * free
+    if trainer is not None and trainer.world_size > 1:
+        # Every DDP process must take the same source (their batch counts may differ): memory only where it fits on
+        # every device. All processes ask at once, for their first loader.
+        fits = trainer.strategy.reduce_boolean_decision(fits, all=True)
+    share = f"{need / free:.1%} of the {free / 2**30:,.1f} GB free on {device}" if free else "free memory unknown"
+    where = f"in memory on {device}" if fits else "streamed by DataLoader workers"
+    other = "false: the workers" if fits else "true: memory"
+    rank_zero_info(f"vitlit: data source: {where} ({size}, {share}); --data.on_device {other}")
+    return fits

@@ -1,0 +1,355 @@
+"""One image pipeline for every source: the sources hand over uint8 batches, the training device does the rest.
+
+What is tested: the batched crops against torchvision's (RandomCrop's offsets, RandomResizedCrop's boxes), the two
+sources giving identical batches for the same images and seed, the choice of source, and runs end to end.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
+from lightning.pytorch import LightningModule, Trainer, seed_everything
+from scipy.stats import ks_2samp
+from torch.utils.data import Dataset
+from torchvision.transforms import v2
+
+from vitlit.data import ImageClassificationDataModule
+from vitlit.data import sources as sources_module
+from vitlit.data.augment import Augment, random_crop, random_flip, random_resized_crop, resized_crop_boxes
+from vitlit.data.cifar import CIFARDataModule
+from vitlit.data.policies import BatchPolicy
+from vitlit.data.sources import InMemory
+from vitlit.errors import ConfigError
+
+N = 4000  # draws per pipeline: a frequency's standard error is below 0.008
+
+
+def _marker_positions(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row and column of the single lit pixel of each (C, H, W) image of a batch."""
+    flat = images[:, 0].flatten(1).argmax(dim=1)
+    return flat // images.shape[-1], flat % images.shape[-1]
+
+
+def test_batched_crop_and_flip_draw_torchvisions_offsets() -> None:
+    torch.manual_seed(0)
+    image = torch.zeros(3, 32, 32, dtype=torch.uint8)
+    image[:, 10, 5] = 255  # rows 6..14 and columns 1..9 (22..30 mirrored) after a padding-4 crop: never cut off
+    per_image = v2.Compose([v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip()])
+    theirs = _marker_positions(torch.stack([per_image(image) for _ in range(N)]))
+    ours = _marker_positions(random_flip(random_crop(image.expand(N, -1, -1, -1), 4)))
+    for rows, cols in (theirs, ours):
+        flipped = cols > 15
+        assert abs(flipped.float().mean() - 0.5) < 0.03
+        offsets = torch.cat([rows - 6, torch.where(flipped, 30 - cols, cols - 1)])  # both axes, 0..8
+        frequencies = torch.bincount(offsets, minlength=9).float() / len(offsets)
+        assert len(frequencies) == 9 and (frequencies - 1 / 9).abs().max() < 0.02, frequencies
+
+
+@pytest.mark.parametrize(
+    ("height", "width", "scale", "ratio"),
+    [(32, 32, (0.08, 1.0), (3 / 4, 4 / 3)), (32, 32, (0.8, 1.0), (3 / 4, 4 / 3)), (24, 40, (0.08, 1.0), (3 / 4, 4 / 3)),
+     (20, 60, (0.9, 1.0), (1.0, 1.0))],  # the last one often finds no box and falls back to the centre crop
+    ids=["timm", "write-up", "wide", "fallback"],
+)  # fmt: skip
+def test_resized_crop_boxes_are_drawn_as_torchvisions_get_params(
+    height: int, width: int, scale: tuple, ratio: tuple
+) -> None:
+    """Issue 42: RandomResizedCrop's box statistics, batched, against torchvision's sampling image by image."""
+    torch.manual_seed(0)
+    image = torch.zeros(3, height, width)
+    theirs = torch.tensor([v2.RandomResizedCrop.get_params(image, list(scale), list(ratio)) for _ in range(N)])
+    ours = resized_crop_boxes(N, height, width, scale, ratio, torch.device("cpu"))
+    assert ours.dtype == torch.float32 and ((ours >= 0).all() and (ours[:, 0] + ours[:, 2] <= height).all())
+    assert (ours[:, 1] + ours[:, 3] <= width).all() and (ours[:, 2:] >= 1).all()
+    for column, name in enumerate(("top", "left", "height", "width")):
+        test = ks_2samp(ours[:, column].numpy(), theirs[:, column].float().numpy())
+        assert test.pvalue > 1e-3, (name, test, ours[:, column].mean(), theirs[:, column].float().mean())
+    area = lambda boxes: (boxes[:, 2] * boxes[:, 3]).float().numpy()  # noqa: E731
+    assert ks_2samp(area(ours), area(theirs)).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
+def test_a_resized_crop_resamples_its_box_as_torchvision_resizes_the_crop(
+    interpolation: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    boxes = torch.tensor([[0.0, 0.0, 32.0, 32.0], [3.0, 5.0, 20.0, 17.0], [10.0, 0.0, 9.0, 30.0], [7.0, 7.0, 8.0, 8.0]])
+    monkeypatch.setattr("vitlit.data.augment.resized_crop_boxes", lambda *args: boxes)
+    ours = random_resized_crop(images, 64, (0.08, 1.0), (0.75, 1.33), interpolation)
+    mode = v2.InterpolationMode(interpolation)
+    for image, (top, left, h, w), got in zip(images, boxes.int().tolist(), ours, strict=True):
+        expected = v2.functional.resized_crop(image, top, left, h, w, [64, 64], interpolation=mode, antialias=False)
+        # Upsampling: the same sample points. At the box's edge the two differ on purpose: the crop resized alone
+        # repeats its edge, the box read out of the image reads the pixels beyond it; inside, only rounding differs
+        # (and torchvision's bicubic kernel for uint8 rounds and clamps between its two passes).
+        edge = 64 // min(h, w) * 2 + 2
+        inside = (got.int() - expected.int()).abs()[:, edge:-edge, edge:-edge]
+        if interpolation == "bilinear":
+            assert inside.max() <= 1, inside.max()
+        assert inside.float().mean() < 0.6, inside.float().mean()
+    # Shrinking (a 32 px box to 8 px) averages the box's pixels rather than picking some: an image of stripes one
+    # pixel wide becomes an even grey, as an antialiased resize makes it.
+    stripes = (torch.arange(32) % 2 * 255).to(torch.uint8).expand(1, 3, 32, 32)
+    monkeypatch.setattr("vitlit.data.augment.resized_crop_boxes", lambda *args: boxes[:1])
+    grey = random_resized_crop(stripes, 8, (0.08, 1.0), (0.75, 1.33), "bilinear")
+    assert (grey.float() - 127.5).abs().max() <= 1
+
+
+class _Images(Dataset):
+    """CIFAR-shaped uint8 images as PIL images (what torchvision's CIFAR hands out), and their class indices."""
+
+    def __init__(self, n: int = 96, size: int = 16) -> None:
+        rng = np.random.default_rng(0)
+        self.data = rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8)
+        self.targets = rng.integers(0, 4, n).tolist()
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int):
+        from PIL import Image
+
+        return Image.fromarray(self.data[i]), self.targets[i]
+
+
+class _Data(ImageClassificationDataModule):
+    """Images that share one size (``native_size``), from one array: both sources can hold them."""
+
+    native_size = 16
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.images = _Images()
+
+    @property
+    def class_names(self) -> list[str]:
+        return ["a", "b", "c", "d"]
+
+    def train_dataset(self) -> Dataset:
+        return self.images
+
+    def test_dataset(self) -> Dataset:
+        return self.images
+
+    def uint8_images_of(self, dataset: _Images) -> torch.Tensor:
+        return torch.from_numpy(dataset.data).permute(0, 3, 1, 2)
+
+
+class _Recorder(LightningModule):
+    """Keeps every batch the model receives (after the pipeline), training and validation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.seen: list[tuple[str, torch.Tensor, torch.Tensor]] = []
+
+    def training_step(self, batch, batch_idx):
+        self.seen.append(("train", batch[0].clone(), batch[1].clone()))
+        return (self.weight * batch[0].float().mean()).sum()
+
+    def validation_step(self, batch, batch_idx):
+        self.seen.append(("val", batch[0].clone(), batch[1].clone()))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _batches(on_device: bool, workers: int, **options) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    seed_everything(3)
+    data = _Data(img_size=24, batch_size=16, val_size=16, num_workers=workers, on_device=on_device, **options)
+    model = _Recorder()
+    trainer = Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)  # fmt: skip
+    trainer.fit(model, data)
+    return model.seen
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"augment": "autoaugment", "crop": "pad", "crop_padding": 3},
+     {"augment": "randaugment", "crop": "resized", "crop_scale": (0.25, 1.0)}],
+    ids=["pad-autoaugment", "resized-randaugment"],
+)  # fmt: skip
+def test_the_two_sources_give_identical_batches(options: dict) -> None:
+    """Issue 42: held in memory or streamed by workers, the same images and seed give the same batches, bit for bit.
+
+    By construction: both sources hand the same uint8 images (at their shared 16 px) in the sampler's order, and one
+    pipeline resizes them to 24 px, crops, flips, augments and normalises them on the device, drawing from the same
+    generator; the loaders' own random numbers (workers' seeds) come from generators of their own.
+    """
+    held = _batches(True, 0, **options)
+    assert len(held) == 2 * (5 + 1) and held[0][1].shape == (16, 3, 24, 24) and held[0][1].dtype == torch.float32
+    for workers in (0, 2):
+        streamed = _batches(False, workers, **options)
+        assert len(streamed) == len(held)
+        for (kind, images, targets), (kind_s, images_s, targets_s) in zip(held, streamed, strict=True):
+            assert kind == kind_s and torch.equal(targets, targets_s) and torch.equal(images, images_s), workers
+    train = [images for kind, images, _ in held if kind == "train"]
+    assert not torch.equal(train[0], train[5])  # a new order and new draws in the second epoch
+
+
+def test_a_policy_works_on_images_resized_on_the_device() -> None:
+    # CIFAR's 32 px at a 224 px recipe: resized batch by batch, and the policies' bit operations (posterize, solarize)
+    # need the uint8 images the resize gives them.
+    images = torch.randint(0, 256, (32, 3, 16, 16), dtype=torch.uint8)
+    for policy in ("autoaugment", "randaugment", "trivialaugment"):
+        augment = Augment(24, [0.5] * 3, [0.5] * 3, crop="pad", crop_padding=3, hflip=True, policy=BatchPolicy(policy))
+        out = augment(images)
+        assert out.shape == (32, 3, 24, 24) and out.dtype == torch.float32
+    pixels = Augment(24, [0.0] * 3, [1.0] * 3)(images) * 255  # the resized images themselves: whole uint8 levels
+    torch.testing.assert_close(pixels, pixels.round(), rtol=0, atol=1e-4)
+
+
+def test_in_memory_batches_shuffle_and_keep_every_image_once(cifar_dir: Path) -> None:
+    dm = CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, batch_size=8, on_device=True)
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    assert isinstance(loader.dataset, InMemory)
+    first = torch.cat([t for _, t in loader])
+    again = torch.cat([t for _, t in loader])
+    loader.sampler.set_epoch(1)  # as Lightning does at each epoch
+    second = torch.cat([t for _, t in loader])
+    assert len(first) == 64 and sorted(first.tolist()) == sorted(second.tolist())
+    assert torch.equal(first, again) and not torch.equal(first, second)  # an order of the seed and the epoch
+    images, _ = next(iter(loader))
+    assert images.dtype == torch.uint8 and images.shape == (8, 3, 32, 32)  # the source's part: uint8, as stored
+
+
+def _fit(cifar_dir: Path, root: Path, *extra: object):
+    flags = """--data.on_device true --trainer.deterministic true
+               --trainer.enable_progress_bar false --trainer.max_epochs 2""".split()
+    return tiny_cifar_fit(cifar_dir, root, *flags, *extra)
+
+
+# The recipe's AutoAugment (its draws must resume too); without a policy with the slow tests.
+@pytest.mark.parametrize("augment", [pytest.param("none", marks=pytest.mark.slow), "autoaugment"])
+def test_on_device_fit_resumes_exactly(tmp_path: Path, cifar_dir: Path, augment: str) -> None:
+    """Shuffle, crop, flip, policy, erasing, Mixup/CutMix draw from generators the checkpoint restores."""
+    # One schedule for both: the half run would otherwise size its cosine for one epoch (its own length).
+    schedule = ["--model.scheduler.init_args.total_steps", "16", "--data.augment", augment]
+    whole = _fit(cifar_dir, tmp_path / "whole", *schedule)
+    half = _fit(cifar_dir, tmp_path / "half", "--trainer.max_epochs", "1", *schedule)
+    run_dir = Path(half.trainer.log_dir)
+    resumed = run_cli("fit", "--config", run_dir / "config.yaml", "--trainer.max_epochs", "2", "--ckpt_path", "last")
+    assert resumed.trainer.global_step == whole.trainer.global_step == 16
+    resumed_state = resumed.model.state_dict()
+    for key, value in whole.model.state_dict().items():
+        torch.testing.assert_close(resumed_state[key], value, rtol=0, atol=0, msg=key)
+    assert float(whole.trainer.callback_metrics["val/acc"]) == float(resumed.trainer.callback_metrics["val/acc"])
+
+
+def test_image_folder_in_memory_decodes_once_and_trains(tmp_path: Path, digits_dir: Path) -> None:
+    flags = """--data ImageFolderDataModule --data.on_device true --data.augment none --data.batch_size 64
+               --trainer.max_epochs 1 --trainer.limit_train_batches 3 --trainer.enable_progress_bar false""".split()
+    cli = run_cli(
+        "fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, *flags, "--data.root", digits_dir,
+        "--trainer.default_root_dir", tmp_path,
+    )  # fmt: skip
+    held = cli.datamodule.train_dataloader().dataset
+    assert isinstance(held, InMemory)
+    # The folder's train/ images, decoded once into one uint8 tensor that train and validation index into.
+    assert held.targets.numel() == len(cli.datamodule.train_set) > 1000 and held.images.dtype == torch.uint8
+    assert torch.equal(held.targets.cpu(), torch.tensor(cli.datamodule.targets(cli.datamodule.train_set)))
+    assert len(cli.datamodule._uint8) == 1
+    assert cli.trainer.global_step == 3
+
+
+def test_auto_holds_the_images_in_memory_only_when_they_fit(
+    cifar_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def module() -> CIFARDataModule:
+        dm = CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, batch_size=8)
+        dm.setup("fit")  # on_device: auto
+        return dm
+
+    with caplog.at_level(logging.INFO):
+        assert isinstance(module().train_dataloader().dataset, InMemory)  # 80 images of 3 KB, gigabytes free
+        monkeypatch.setattr(sources_module, "free_memory", lambda device: 3 * 80 * 3072)  # a quarter would not hold
+        tight = module()
+        assert not isinstance(tight.train_dataloader().dataset, InMemory)
+        assert not isinstance(tight.val_dataloader().dataset, InMemory)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("vitlit: data source")]
+    assert len(lines) == 2, lines  # one line per data module, however many loaders it builds
+    assert lines[0].startswith("vitlit: data source: in memory on cpu (80 images take 0.2 MB as stored")
+    assert lines[1].startswith("vitlit: data source: streamed by DataLoader workers (80 images") and "33.3%" in lines[1]
+
+
+class _FakeCIFAR224(ImageClassificationDataModule):
+    """45,000 + 5,000 training images of CIFAR's 32 px in a 224 px recipe; nothing is decoded to decide."""
+
+    def __init__(self, native: int | None, **kwargs) -> None:
+        super().__init__(img_size=224, val_size=5000, **kwargs)
+        self.native_size = native
+
+    @property
+    def class_names(self) -> list[str]:
+        return [str(i) for i in range(100)]
+
+    def train_dataset(self) -> Dataset:
+        return range(50_000)
+
+    def test_dataset(self) -> Dataset:
+        return range(10_000)
+
+    def _check_channels(self, dataset: Dataset) -> None:
+        pass
+
+
+def test_the_224_px_recipes_hold_cifar_in_memory_at_32_px(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 42: on a 24 GB GPU, 50,000 CIFAR images are 154 MB at their own 32 px (7.5 GB at 224 px)."""
+    monkeypatch.setattr(sources_module, "free_memory", lambda device: 24 * 2**30)
+    for native, held in ((32, True), (None, False)):  # stored at 32 px; or, of many sizes, at 224 px
+        data = _FakeCIFAR224(native)
+        data.setup("fit")
+        assert sources_module.keep_in_memory(data) is held
+        assert data.stored_size(data.train_set.dataset) == (native or 224)
+
+
+def test_holding_the_images_in_memory_is_refused_where_they_cannot_fit(
+    cifar_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36, class 4: --data.on_device true grew until the OOM killer; it is refused before decoding."""
+    monkeypatch.setattr(sources_module, "free_memory", lambda device: 80 * 3072)  # one copy fits, two do not
+    dm = CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, batch_size=8, on_device=True)
+    dm.setup("fit")
+    with pytest.raises(ConfigError, match=r"--data.on_device true: the 80 images take 0.2 MB as stored"):
+        dm.train_dataloader()
+    assert not getattr(dm, "_uint8", None)  # nothing decoded
+
+
+def test_crop_ranges_are_checked() -> None:
+    for scale, ratio in (((0.5, 0.1), (0.75, 1.33)), ((0.0, 1.0), (0.75, 1.33)), ((0.1, 1.5), (1.0, 1.0)),
+                         ((0.1, 1.0), (2.0, 1.0))):  # fmt: skip
+        with pytest.raises(ConfigError, match="is not a range"):
+            _Data(crop="resized", crop_scale=scale, crop_ratio=ratio)
+    assert math.isclose(_Data().crop_ratio[1], 4 / 3)
+
+
+def test_images_of_many_sizes_are_crop_resized_by_the_workers_at_their_own_resolution(tmp_path: Path) -> None:
+    """Streamed, RandomResizedCrop needs the image's own pixels (a 600 px photo, not its 224 px copy): the workers
+    do it, and the device half of the pipeline does not crop again; held in memory, the device crops."""
+    from PIL import Image
+
+    for name, sizes in (("a", [(40, 30), (64, 48)]), ("b", [(30, 50), (90, 60)])):
+        (tmp_path / "train" / name).mkdir(parents=True)
+        for i, size in enumerate(sizes * 3):
+            Image.new("RGB", size, color=(40 * i, 0, 0)).save(tmp_path / "train" / name / f"{i}.png")
+    from vitlit.data import ImageFolderDataModule
+
+    options = {"img_size": 16, "crop": "resized", "batch_size": 4, "val_size": 2, "num_workers": 0}
+    streamed = ImageFolderDataModule(tmp_path, on_device=False, **options)
+    streamed.setup("fit")
+    images, _ = next(iter(streamed.train_dataloader()))
+    assert images.dtype == torch.uint8 and images.shape == (4, 3, 16, 16)
+    assert isinstance(streamed.train_dataloader().dataset.transform.resized_crop, v2.RandomResizedCrop)
+    assert streamed.pipeline(train=True).crop == "none" and streamed.pipeline(train=False).crop == "none"
+    held = ImageFolderDataModule(tmp_path, on_device=True, **options)
+    held.setup("fit")
+    held.train_dataloader()
+    assert held.pipeline(train=True).crop == "resized"
