@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tree_digest
+from helpers.cli import run_cli, tiny_folder_fit, tree_digest
 from PIL import Image
 
 from vitlit import ImageFolderDataModule
@@ -27,15 +27,6 @@ def _folder(root: Path, per_class: int = 12, classes: tuple[str, ...] = ("a", "b
                 pixels = rng.integers(0, 256, size=(16, 16, 3), dtype=np.uint8)
                 Image.fromarray(pixels).save(root / split / name / f"{i}.png")
     return root
-
-
-def _fit(root: Path, out: Path, *extra: object):
-    return run_cli(
-        "fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, "--data", "ImageFolderDataModule", "--data.root", root,
-        "--data.img_size", "16", "--data.batch_size", "4", "--data.num_workers", "0", "--data.val_size", "4",
-        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
-        "--trainer.default_root_dir", out, *extra,
-    )  # fmt: skip
 
 
 def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
@@ -128,7 +119,7 @@ def _with_bad_files(root: Path) -> Path:
 def test_unreadable_images_stop_the_run_before_it_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = _with_bad_files(tmp_path / "data")
     with pytest.raises(SystemExit) as exit_info:
-        _fit(root, tmp_path / "out")
+        tiny_folder_fit(root, tmp_path / "out")
     assert exit_info.value.code == 2
     line = _one_error_line(capsys)
     assert (
@@ -143,7 +134,7 @@ def test_skip_trains_without_them_and_lists_them(tmp_path: Path, caplog: pytest.
     root = _with_bad_files(tmp_path / "data")
     with warnings.catch_warnings(record=True) as caught:  # a log line: a warning would print its source line too
         warnings.simplefilter("always")
-        cli = _fit(root, tmp_path / "out", "--data.bad_images", "skip")
+        cli = tiny_folder_fit(root, tmp_path / "out", "--data.bad_images", "skip")
     assert not [w for w in caught if "unreadable" in str(w.message)]
     assert f"vitlit: skipping {len(BAD_FILES)} unreadable image(s) of train/" in caplog.text
     run = Path(cli.trainer.log_dir)
@@ -159,7 +150,7 @@ def test_a_symlink_loop_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture
     root = _folder(tmp_path / "data")
     os.symlink("..", root / "train" / "b" / "loop")
     with pytest.raises(SystemExit) as exit_info:
-        _fit(root, tmp_path / "out")
+        tiny_folder_fit(root, tmp_path / "out")
     assert exit_info.value.code == 2
     assert f"{root / 'train' / 'b' / 'loop'} is a symbolic link to {root / 'train'}" in _one_error_line(capsys)
 
@@ -178,14 +169,14 @@ def test_an_empty_split_folder_is_refused(split: str, tmp_path: Path, capsys: py
     root = _folder(tmp_path / "data")
     (root / split).mkdir()
     with pytest.raises(SystemExit) as exit_info:
-        _fit(root, tmp_path / "out")
+        tiny_folder_fit(root, tmp_path / "out")
     assert exit_info.value.code == 2
     assert f"{root / split} holds no class folder with images" in _one_error_line(capsys)
 
 
 def test_checkpoints_keep_class_names_and_refuse_other_ones(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = _folder(tmp_path / "data", classes=("cat", "dog"), splits=("train", "test"))
-    fit = _fit(root, tmp_path / "out")
+    fit = tiny_folder_fit(root, tmp_path / "out")
     run = Path(fit.trainer.log_dir)
     last = run / "checkpoints" / "last.ckpt"
     renamed = tmp_path / "renamed"
@@ -214,7 +205,7 @@ def test_an_image_that_fails_to_decode_in_a_worker_is_named_and_leaves_no_run(
     broken.write_bytes(bytes(data))
     assert image_problem(broken) is None
     with pytest.raises(SystemExit) as exit_info:
-        _fit(root, tmp_path / "out", "--data.num_workers", "1", "--data.persistent_workers", "false",
+        tiny_folder_fit(root, tmp_path / "out", "--data.num_workers", "1", "--data.persistent_workers", "false",
              "--data.val_size", "2", "--trainer.limit_train_batches", "8")  # fmt: skip
     assert exit_info.value.code == 2
     assert f"vitlit: error: image {broken} cannot be decoded" in _one_error_line(capsys)

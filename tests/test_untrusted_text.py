@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.cli import CPU, DIGITS_CONFIG, TINY_CONFIG, TINY_MODEL, run_cli
+from helpers.cli import DIGITS_CONFIG, run_cli, tiny_folder_fit
 from PIL import Image
 
 from vitlit.text import markdown, redacted, shown
@@ -39,26 +39,17 @@ def _folder(root: Path, bad_name: str) -> Path:
     return root
 
 
-def _fit(root: Path, out: Path, *extra: object):
-    return run_cli(
-        "fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, "--data", "ImageFolderDataModule", "--data.root", root,
-        "--data.img_size", "16", "--data.batch_size", "4", "--data.num_workers", "0", "--data.val_size", "4",
-        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
-        "--trainer.default_root_dir", out, *extra,
-    )  # fmt: skip
-
-
 def test_fit_names_a_hostile_file_with_its_escapes_visible(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = _folder(tmp_path / "data", f"{HOSTILE}.png")
     with pytest.raises(SystemExit) as stop:
-        _fit(root, tmp_path / "out")
+        tiny_folder_fit(root, tmp_path / "out")
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "\x1b" not in err and "\u202e" not in err, err[-2000:]
     line = next(line for line in err.splitlines() if line.startswith("vitlit: error:"))
     assert "\\x1b]0;pwned\\x07\\x1b[2J\\nvitlit: all good \\u202egnp.png" in line
     assert not [line for line in err.splitlines() if line.startswith("vitlit: all good")]  # no forged line
     # Skipped, the file is listed in skipped_images.txt on one line, as shown on the terminal.
-    fit = _fit(root, tmp_path / "out", "--data.bad_images", "skip")
+    fit = tiny_folder_fit(root, tmp_path / "out", "--data.bad_images", "skip")
     listed = (Path(fit.trainer.log_dir) / "skipped_images.txt").read_text().splitlines()
     assert len(listed) == 1 and listed[0].startswith(str(root / "train" / "b" / shown(HOSTILE)))
     assert "\x1b" not in (Path(fit.trainer.log_dir) / "run_card.md").read_text()

@@ -101,6 +101,16 @@ def tiny_cifar_fit(cifar_dir: Path, root: Path, *extra: object):
     )  # fmt: skip
 
 
+def tiny_folder_fit(root: Path, out: Path, *extra: object):
+    """One short epoch of the tiny recipe on an image folder at 16 px (CPU, fp32, test_vit) into ``out``."""
+    return run_cli(
+        "fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, "--data", "ImageFolderDataModule", "--data.root", root,
+        "--data.img_size", "16", "--data.batch_size", "4", "--data.num_workers", "0", "--data.val_size", "4",
+        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
+        "--trainer.default_root_dir", out, *extra,
+    )  # fmt: skip
+
+
 def tree_digest(root: Path) -> dict[str, str]:
     """Path -> md5 of every file below ``root``: proof that a failed run left a directory untouched."""
     return {str(p.relative_to(root)): _md5(p) for p in sorted(root.rglob("*")) if p.is_file()}
