@@ -49,8 +49,9 @@ def test_version_help_and_no_abbreviations(capsys: pytest.CaptureFixture[str]) -
     with pytest.raises(SystemExit) as exit_info:
         run_cli("--help")
     listing = " ".join(capsys.readouterr().out.split())
-    assert listing.startswith("usage: vitlit [--version] {fit,validate,test,predict,env,export,models,serve,sweep}")
-    assert exit_info.value.code == 0 and all(tool in listing for tool in ("env", "export", "models", "serve", "sweep"))
+    tools = "env,export,models,prepare,serve,sweep"
+    assert listing.startswith(f"usage: vitlit [--version] {{fit,validate,test,predict,{tools}}}")
+    assert exit_info.value.code == 0 and all(tool in listing for tool in ("env", "export", "prepare", "serve", "sweep"))
     with pytest.raises(SystemExit) as exit_info:
         run_cli("frobnicate")
     err = capsys.readouterr().err

@@ -41,6 +41,7 @@ TOOLS = {
     "env": "vitlit.tools.env:env",
     "export": "vitlit.tools.export:export",
     "models": "vitlit.tools.models:models",
+    "prepare": "vitlit.tools.prepare:prepare",
     "serve": "vitlit.tools.serve:serve",
     "sweep": "vitlit.tools.sweep:sweep",
 }
@@ -268,7 +269,9 @@ def quiet() -> Iterator[None]:
                         # A resume writes into its own run's folder; a mid-epoch one is said in vitlit's words
                         # (`vitlit.runs.resume.RNGStateCheckpoint`: not bit-identical, end-of-epoch ones are).
                         r"Checkpoint directory .* exists and is not empty", r".*resuming from a checkpoint that ended",
-                        r"(?s).*was deprecated in v4"):  # jsonargparse's, of what Lightning calls  # fmt: skip
+                        r"(?s).*was deprecated in v4",  # jsonargparse's, of what Lightning calls
+                        # LitData's streams are sharded per worker by LitData itself, which Lightning cannot know.
+                        r"Your `IterableDataset` has `__len__` defined"):  # fmt: skip
             warnings.filterwarnings("ignore", message=message)
         try:
             yield

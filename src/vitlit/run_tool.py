@@ -30,4 +30,4 @@ def run_tool(name: str, argv: list[str]) -> Any:
     # Options may be spelled with dashes too (--n-trials for --n_trials), as most command-line tools take them.
     argv = [re.sub(r"^--([\w-]+)", lambda m: "--" + m.group(1).replace("-", "_"), a) for a in argv]
     cfg.check_finite_flags(argv)
-    return run(**parser.parse_args(argv).as_dict())
+    return run(**vars(parser.instantiate_classes(parser.parse_args(argv))))  # classes (vitlit prepare --data)

@@ -17,6 +17,7 @@ blow up to billions of pixels.
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 import sys
@@ -148,25 +149,31 @@ def image_files(top: Path) -> Iterator[Path]:
                 yield Path(dirpath) / name
 
 
-def image_problem(path: Path, img_size: int | None = None, decode: bool = False) -> str | None:
+def image_problem(path: Path | bytes, img_size: int | None = None, decode: bool = False) -> str | None:
     """Why ``path`` cannot be trained on or classified, in a few words, or ``None`` if it looks like a complete image.
 
     Reads the header and the last 64 bytes only: missing, empty or unreadable files, dangling links, pipes and
     devices, files that are no image, images over `MAX_PIXELS` (also once resized to ``img_size``), float images, and
     PNG/JPEG files cut short. ``decode`` also decodes the image, which finds damage inside the compressed pixels; it
     costs a full read, so it is for files read once (``predict_dir``, ``export --images``), not for training sets.
+    ``path`` may also be an image's encoded bytes (a row of a Hugging Face data set or a LitData chunk).
     """
-    try:
-        status = os.stat(path)  # follows links
-        if not stat.S_ISREG(status.st_mode):  # a pipe or a device would block or never end
-            return "not a regular file (a pipe or a device)"
-        if status.st_size == 0:
+    if isinstance(path, (bytes, bytearray)):
+        if not path:
             return "empty (0 bytes)"
-        f = path.open("rb")
-    except FileNotFoundError:
-        return "a dangling symbolic link" if path.is_symlink() else "missing"
-    except OSError as err:  # permission denied, a folder named like an image, a link loop, ...
-        return f"not readable ({err.strerror or type(err).__name__})"
+        size, f = len(path), io.BytesIO(path)
+    else:
+        try:
+            status = os.stat(path)  # follows links
+            if not stat.S_ISREG(status.st_mode):  # a pipe or a device would block or never end
+                return "not a regular file (a pipe or a device)"
+            if status.st_size == 0:
+                return "empty (0 bytes)"
+            size, f = status.st_size, path.open("rb")
+        except FileNotFoundError:
+            return "a dangling symbolic link" if path.is_symlink() else "missing"
+        except OSError as err:  # permission denied, a folder named like an image, a link loop, ...
+            return f"not readable ({err.strerror or type(err).__name__})"
     with f, warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the bound below is stricter
         try:
@@ -181,13 +188,13 @@ def image_problem(path: Path, img_size: int | None = None, decode: bool = False)
         if image.mode == "F":
             return "32-bit float pixels of unknown range; save it as an 8- or 16-bit image"
         if image.format in ("PNG", "JPEG"):  # other formats end without a marker to look for
-            f.seek(max(0, status.st_size - 64))
+            f.seek(max(0, size - 64))
             tail = f.read()
             if not (tail.endswith(b"IEND\xaeB`\x82") if image.format == "PNG" else b"\xff\xd9" in tail):
                 return f"a truncated {image.format} file"
     if decode:
         try:
-            open_image(path, "RGB", img_size)
+            open_image(io.BytesIO(path) if isinstance(path, (bytes, bytearray)) else path, "RGB", img_size)
         except (OSError, SyntaxError, ValueError) as err:
             return f"damaged: PIL cannot decode it ({_first_line(err)})"
     return None

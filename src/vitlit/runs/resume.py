@@ -57,9 +57,12 @@ class RNGStateCheckpoint(Callback):
         per_epoch = trainer.num_training_batches // max(trainer.accumulate_grad_batches, 1)
         if trainer.ckpt_path is not None and isinstance(per_epoch, int) and per_epoch and trainer.is_global_zero:
             done = trainer.global_step - trainer.current_epoch * per_epoch
-            if 0 < done < per_epoch:  # said here in vitlit's words; Lightning's own warning is left out (cli.quiet)
-                print(f"vitlit: resuming in the middle of epoch {trainer.current_epoch} ({done} of {per_epoch} steps "
-                      f"done): the rest of it draws new batches, so the run is not bit-identical to one never "
+            where = f"vitlit: resuming in the middle of epoch {trainer.current_epoch} ({done} of {per_epoch} steps)"
+            if 0 < done < per_epoch and getattr(trainer.datamodule, "resumes_in_place", False):  # a LitData stream
+                print(f"{where} at its place in the stream: the rest of the epoch has the samples the stopped run "
+                      f"would have had", file=sys.stderr)  # fmt: skip
+            elif 0 < done < per_epoch:  # said here in vitlit's words; Lightning's own warning is left out (cli.quiet)
+                print(f"{where}: the rest of it draws new batches, so the run is not bit-identical to one never "
                       f"stopped (end-of-epoch checkpoints are)", file=sys.stderr)  # fmt: skip
         schedulers = pl_module.lr_schedulers()
         kept, total = getattr(schedulers, "total_steps", None), total_steps(trainer)

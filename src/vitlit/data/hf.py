@@ -1,0 +1,302 @@
+"""Hugging Face data sets: a ``save_to_disk`` folder, Parquet shards, or a hub name, read with vitlit's decoder.
+
+    python -m vitlit fit --config configs/digits.yaml --data vitlit.data.hf.HFDataModule --data.path <dir|glob|name>
+
+Needs the ``hf`` extra (``pip install -e ".[hf]"``: the ``datasets`` package). Images are never decoded by
+``datasets``: the image column is read as its encoded bytes and decoded by `vitlit.data.images.open_image`, whose
+allow-list of raster formats the image folders use too, after the same start-up check of every row.
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+import socket
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+from lightning.pytorch.utilities import rank_zero_info
+from torch.utils.data import Dataset
+
+from vitlit.data.base import ImageClassificationDataModule
+from vitlit.data.images import PIL_MODES, image_problem, open_image
+from vitlit.data.split import split_indices, validation_count
+from vitlit.errors import ConfigError
+from vitlit.types import as_builtin
+
+#: The split names data sets use, by the split vitlit gives them.
+SPLIT_NAMES = {
+    "train": ("train", "training"),
+    "val": ("validation", "valid", "val", "dev"),
+    "test": ("test", "testing"),
+}
+
+
+def _datasets() -> Any:
+    try:
+        import datasets
+    except ImportError:
+        raise ConfigError('vitlit.data.hf.HFDataModule reads Hugging Face data sets with the datasets package; '
+                          'pip install -e ".[hf]"') from None  # fmt: skip
+    datasets.disable_progress_bars()  # one line per step of vitlit's own, not a bar per shard
+    return datasets
+
+
+def _hub_reachable(timeout: float = 5.0) -> str | None:
+    """Why the hub cannot be reached (in a few words), or ``None``: a hub name fails in seconds, not retries later."""
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return "HF_HUB_OFFLINE is set"
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+    except OSError as err:
+        return f"{host} cannot be reached: {err.strerror or type(err).__name__}"
+    return None
+
+
+def load_splits(path: str) -> dict[str, Any]:
+    """The data set's splits by their own names, from a ``save_to_disk`` folder, Parquet files or a hub name.
+
+    Parquet files are a folder of them (the file names name the splits), a file or a glob. A hub name without the
+    network is one line, said within seconds.
+
+    Raises:
+        ConfigError: For a path that is none of these, or a hub name that cannot be read.
+    """
+    datasets, local = _datasets(), Path(path).expanduser()
+    try:
+        if local.is_dir() and ((local / "dataset_dict.json").is_file() or (local / "state.json").is_file()):
+            loaded = datasets.load_from_disk(str(local))
+        elif local.is_dir() or local.is_file() or glob.has_magic(path):
+            files = sorted(glob.glob(str(local / "**" / "*.parquet"), recursive=True)) if local.is_dir() else None
+            if local.is_dir() and not files:
+                raise ConfigError(f"--data.path {path} holds neither a save_to_disk data set nor Parquet files; give "
+                                  f"one of them, or a hub name.")  # fmt: skip
+            if not local.is_dir() and not glob.glob(str(local)):
+                raise ConfigError(f"--data.path {path} matches no file; give a Parquet file or glob, a save_to_disk "
+                                  f"folder or a hub name.")  # fmt: skip
+            loaded = datasets.load_dataset("parquet", data_dir=str(local) if files else None,
+                                           data_files=None if files else str(local))  # fmt: skip
+        else:
+            offline = _hub_reachable()  # checked first: datasets would retry for half a minute
+            if offline is not None:
+                raise ConfigError(f"--data.path {path} is no local folder or file, and a hub name needs the network: "
+                                  f"{offline}; save it where there is one (datasets.load_dataset(name)."
+                                  f"save_to_disk(folder)) and pass the folder.")  # fmt: skip
+            loaded = datasets.load_dataset(path)
+    except ConfigError:
+        raise
+    except Exception as err:  # Arrow/Parquet errors for files that are not what they claim
+        raise ConfigError(f"--data.path {path} cannot be read as a Hugging Face data set ({type(err).__name__}: "
+                          f"{' '.join(str(err).split())[:200]}).") from None  # fmt: skip
+    return dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {"train": loaded}
+
+
+class HFImages(Dataset):
+    """``(PIL image, class index)`` of rows of a Hugging Face data set, decoded with `open_image`.
+
+    Args:
+        table: The split, its image column read as encoded bytes (``Image(decode=False)``) or raw bytes.
+        rows: The rows of ``table`` this view holds.
+        targets: The class index of each of those rows.
+        image_column: The column of images.
+        where: How to name the split in messages (``<path> train``).
+        mode: PIL mode every image is converted to (``L``, ``RGB`` or ``RGBA``).
+        img_size: The side images are resized to afterwards, for `MAX_PIXELS`'s bound on the resized image.
+    """
+
+    def __init__(self, table: Any, rows: list[int], targets: list[int], image_column: str, where: str, mode: str,
+                 img_size: int) -> None:  # fmt: skip
+        self.table, self.rows, self.targets = table.select_columns([image_column]), rows, targets
+        self.image_column, self.where, self.mode, self.img_size = image_column, where, mode, img_size
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def encoded(self, i: int) -> tuple[bytes | None, str | None]:
+        """Item ``i``'s encoded image and the file it came from (either may be ``None``)."""
+        value = self.table[self.rows[i]][self.image_column]
+        if isinstance(value, dict):
+            return value.get("bytes"), value.get("path")
+        return (value, None) if isinstance(value, (bytes, bytearray)) else (None, None)
+
+    def __getitem__(self, i: int) -> tuple[Any, int]:
+        data, path = self.encoded(i)
+        try:
+            return open_image(io.BytesIO(data) if data else str(path), self.mode, self.img_size), self.targets[i]
+        except (OSError, SyntaxError, ValueError, TypeError) as err:  # what the start-up check cannot see undecoded
+            raise ConfigError(f"{self.where} row {self.rows[i]}: the image cannot be decoded ({err}); remove or "
+                              f"replace the row.") from None  # fmt: skip
+
+
+class HFDataModule(ImageClassificationDataModule):
+    """A Hugging Face data set of images and class labels: ``save_to_disk`` folder, Parquet shards or hub name.
+
+    The data set's own splits are used by their usual names (``train``; ``validation``, ``valid``, ``val`` or
+    ``dev``; ``test``); a missing validation split is carved from training (``val_size``), a missing test split is
+    held out of it (``test_size``), both seeded, and said in one line. Class names come from a ``ClassLabel`` label
+    column; labels that are strings become classes in sorted order, integers without names their own numbers (said
+    in one line); anything else is refused. Every row's image is checked before training, as image folders are
+    (``bad_images``).
+
+    Args:
+        path: A folder written by ``save_to_disk``; Parquet files (a folder of ``*.parquet``, whose file names
+            name the splits as the hub's do, a file, or a glob); or a hub name such as ``user/name``, which needs
+            the network (or the local cache).
+        image_column: The column of images (``Image`` feature or encoded bytes).
+        label_column: The column of class labels.
+        val_size: Validation images carved from training where the data set has no validation split: a count (int)
+            or a fraction (float in (0, 1)).
+        test_size: Test images held out of training where the data set has no test split, as ``val_size``.
+        bad_images: ``error`` stops before training at the first row that cannot be read as an image; ``skip``
+            leaves such rows out and lists them (``skipped``).
+        **kwargs: The common options of `vitlit.data.ImageClassificationDataModule`.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        image_column: str = "image",
+        label_column: str = "label",
+        val_size: int | float = 0.1,
+        test_size: int | float = 0.1,
+        bad_images: Literal["error", "skip"] = "error",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(val_size=val_size, **kwargs)
+        if self.in_chans not in PIL_MODES:
+            raise ConfigError(f"in_chans={self.in_chans}: images are read with 1, 3 or 4 channels.")
+        self.path, self.image_column, self.label_column = str(path), image_column, label_column
+        self.test_size, self.bad_images, self.skipped = as_builtin(test_size), bad_images, []
+        found = load_splits(self.path)
+        self._tables = self._by_role(found)
+        train = self._tables["train"]
+        for column in (image_column, label_column):
+            if column not in train.column_names:
+                flag = "image_column" if column == image_column else "label_column"
+                raise ConfigError(f"{self.path} has no column {column!r} (it has {', '.join(train.column_names)}); "
+                                  f"name yours with --data.{flag}.")  # fmt: skip
+        self._classes, self._index = self._classes_of(train)
+        self._rows = {role: list(range(len(table))) for role, table in self._tables.items()}
+        self._targets = {role: self._labels(role) for role in self._tables}
+        if "test" not in self._tables:
+            self._hold_out_test()
+        if "val" not in self._tables:
+            validation_count(len(self._rows["train"]), self.val_size)  # fail now, not after the run folder exists
+
+    # -- reading the data set ------------------------------------------------------------------------------------
+
+    def _by_role(self, found: dict[str, Any]) -> dict[str, Any]:
+        """The splits as vitlit's train/val/test, their image column read as encoded bytes."""
+        datasets, tables = _datasets(), {}
+        for role, names in SPLIT_NAMES.items():
+            name = next((n for n in found if n.lower() in names), None)
+            if name is not None:
+                tables[role] = found[name]
+        if "train" not in tables:
+            raise ConfigError(f"{self.path} has the splits {', '.join(found)} but none named train; rename the "
+                              f"training split to train.")  # fmt: skip
+        for role, table in tables.items():
+            if isinstance(table.features.get(self.image_column), datasets.Image):
+                tables[role] = table.cast_column(self.image_column, datasets.Image(decode=False))
+        return tables
+
+    def _classes_of(self, train: Any) -> tuple[list[str], dict[Any, int]]:
+        """The class names, and each label value's class index."""
+        datasets = _datasets()
+        feature = train.features[self.label_column]
+        if isinstance(feature, datasets.ClassLabel):
+            return list(feature.names), {i: i for i in range(feature.num_classes)}
+        dtype = getattr(feature, "dtype", None)
+        values = sorted(set(train[self.label_column]))
+        if dtype == "string" or (dtype or "").startswith(("int", "uint")):
+            names = [str(v) for v in values]
+            shown = ", ".join(names[:10]) + (" ..." if len(names) > 10 else "")
+            rank_zero_info(f"vitlit: {self.path}: the {len(names)} labels of column {self.label_column!r} are the "
+                           f"classes, in sorted order: {shown}")  # fmt: skip
+            if len(names) < 2:
+                raise ConfigError(f"{self.path} has {len(names)} label(s) in its training rows; a classifier needs 2.")
+            return names, {v: i for i, v in enumerate(values)}
+        raise ConfigError(f"{self.path}: the label column {self.label_column!r} holds {dtype or feature} values, "
+                          f"not class labels (ClassLabel, strings or integers); name another with "
+                          f"--data.label_column.")  # fmt: skip
+
+    def _labels(self, role: str) -> list[int]:
+        """The class index of every row of a split; a label training does not have is refused, naming its row."""
+        labels = self._tables[role][self.label_column]
+        unknown = next(((row, v) for row, v in enumerate(labels) if v not in self._index), None)
+        if unknown is not None:
+            raise ConfigError(f"{self.path} {role} row {unknown[0]}: label {unknown[1]!r} is none of the "
+                              f"{len(self._classes)} classes of the training rows.")  # fmt: skip
+        return [self._index[v] for v in labels]
+
+    def _hold_out_test(self) -> None:
+        rows, targets = self._rows["train"], self._targets["train"]
+        try:
+            keep, held = split_indices(len(rows), self.test_size, self.seed)
+        except ConfigError:
+            raise ConfigError(f"test_size={self.test_size} leaves no rows to train on or none to test on in "
+                              f"{len(rows)}; give a fraction such as 0.1.") from None  # fmt: skip
+        self._tables["test"] = self._tables["train"]
+        self._rows["test"], self._targets["test"] = [rows[i] for i in held], [targets[i] for i in held]
+        self._rows["train"], self._targets["train"] = [rows[i] for i in keep], [targets[i] for i in keep]
+        rank_zero_info(f"vitlit: {self.path} has no test split: {len(held):,} of its {len(rows):,} training rows held "
+                       f"out for test (--data.test_size {self.test_size}, seed {self.seed})")  # fmt: skip
+
+    def _images(self, role: str) -> HFImages | None:
+        """A split's rows after the start-up check of every image (bad rows stop the run, or are left out)."""
+        if role not in self._tables:
+            return None
+        where = f"{self.path} {role}"
+        images = HFImages(self._tables[role], self._rows[role], self._targets[role], self.image_column, where,
+                          PIL_MODES[self.in_chans], self.img_size)  # fmt: skip
+        bad = []
+        for i in range(len(images)):
+            data, path = images.encoded(i)
+            problem = image_problem(data if data else Path(path), self.img_size) if data or path else "no image"
+            if problem is not None:
+                bad.append((i, problem))
+        if bad and self.bad_images == "error":
+            more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+            raise ConfigError(f"{where} row {images.rows[bad[0][0]]}: the image is {bad[0][1]}{more}; remove or "
+                              f"replace the row, or pass --data.bad_images skip.")  # fmt: skip
+        if bad:
+            from vitlit.data.images import BadImage
+
+            self.skipped += [BadImage(Path(f"{where} row {images.rows[i]}"), problem) for i, problem in bad]
+            rank_zero_info(f"vitlit: skipping {len(bad)} unreadable image(s) of {where} (--data.bad_images skip)")
+            kept = [i for i in range(len(images)) if i not in {b for b, _ in bad}]
+            images.rows, images.targets = [images.rows[i] for i in kept], [images.targets[i] for i in kept]
+        return images
+
+    # -- the contract ----------------------------------------------------------------------------------------------
+
+    @property
+    def class_names(self) -> list[str]:
+        """The ClassLabel names, or the labels of the training rows in sorted order."""
+        return list(self._classes)
+
+    @property
+    def source(self) -> str:
+        """What the run card records as the data."""
+        return f"Hugging Face data set {self.path} (splits {', '.join(sorted(self._tables))})"
+
+    def train_dataset(self) -> HFImages:
+        """The training rows."""
+        return self._images("train")
+
+    def val_dataset(self) -> HFImages | None:
+        """The validation split, or ``None`` (carved from training)."""
+        return self._images("val")
+
+    def test_dataset(self) -> HFImages:
+        """The test split, or the rows held out of training for it."""
+        return self._images("test")
+
+    def files_of(self, dataset: Dataset) -> list[str] | None:
+        """The file each row was read from where the data set kept it, else ``<path> <split> row <n>``."""
+        if not isinstance(dataset, HFImages):
+            return super().files_of(dataset)
+        return [dataset.encoded(i)[1] or f"{dataset.where} row {row}" for i, row in enumerate(dataset.rows)]

@@ -1,0 +1,238 @@
+"""Data past one machine's disk: splits written as LitData chunks by ``vitlit prepare``, streamed to every rank.
+
+    python -m vitlit prepare --data ImageFolderDataModule --data.root ~/photos --output s3://bucket/photos
+    python -m vitlit fit --config configs/digits.yaml --data vitlit.data.streaming.StreamingDataModule
+        --data.input_dir s3://bucket/photos
+
+Needs the ``streaming`` extra (``pip install -e ".[streaming]"``: Lightning's ``litdata``). LitData streams the chunks
+from a folder or object storage (``s3://``, ``gs://``, ...), caches them locally, gives every rank and node its own
+shard of each epoch, and keeps its place in the checkpoint, so a run stopped mid-epoch resumes at the sample it
+stopped at. Each sample is a uint8 image (``raw``: at the stored size) or the image's encoded bytes (``encoded``,
+decoded by vitlit's decoder in the workers); either way the batches go through the same pipeline as every other
+source (`vitlit.data.augment`, on the training device).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torchvision.transforms import v2
+
+from vitlit.data.base import ImageClassificationDataModule
+from vitlit.data.images import PIL_MODES, image_problem, open_image
+from vitlit.data.sources import Decode
+from vitlit.errors import ConfigError
+
+#: vitlit's description of a prepared data set, itself a one-item LitData set beside the splits, so that it is
+#: written and read by the storage code that moves the chunks (any folder or bucket LitData reaches).
+META = "vitlit"
+SPLITS = ("train", "val", "test")
+
+
+def litdata() -> Any:
+    """The ``litdata`` package, or one line saying which extra installs it."""
+    try:
+        import litdata
+    except ImportError:
+        raise ConfigError('LitData streaming needs the litdata package; pip install -e ".[streaming]"') from None
+    return litdata
+
+
+def read_meta(input_dir: str) -> dict[str, Any]:
+    """What ``vitlit prepare`` recorded: class names, channels, format, stored size, statistics, split sizes."""
+    local = Path(input_dir).expanduser()
+    if "://" not in input_dir and not (local / META / "index.json").is_file():
+        raise ConfigError(f"--data.input_dir {input_dir} holds no data set written by vitlit prepare (no "
+                          f"{META}/index.json); write one with vitlit prepare --output {input_dir}.")  # fmt: skip
+    try:
+        meta = json.loads(litdata().StreamingDataset(f"{input_dir.rstrip('/')}/{META}")[0]["json"])
+    except ConfigError:
+        raise
+    except Exception as err:  # an unreachable bucket, missing credentials, a damaged index
+        raise ConfigError(f"--data.input_dir {input_dir}: vitlit's description of the data set cannot be read "
+                          f"({type(err).__name__}: {' '.join(str(err).split())[:200]}).") from None  # fmt: skip
+    return meta
+
+
+def check_chunks(split_dir: Path) -> None:
+    """A local split whose chunk files are shorter than its index says (an interrupted copy) is one line."""
+    try:
+        index = json.loads((split_dir / "index.json").read_text())
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{split_dir}/index.json cannot be read ({err}); write the split again with vitlit "
+                          f"prepare.") from None  # fmt: skip
+    for chunk in index.get("chunks", []):
+        path = split_dir / chunk["filename"]
+        size = path.stat().st_size if path.is_file() else None
+        if size != chunk["chunk_bytes"]:
+            found = "missing" if size is None else f"{size:,} bytes, not the {chunk['chunk_bytes']:,} of its index"
+            raise ConfigError(f"{path} is {found}: the copy is incomplete; copy or prepare the data set again.")
+
+
+class Sample:
+    """A streamed sample as ``(uint8 image, class index)``: LitData's ``transform``, run in its workers.
+
+    Args:
+        decode: The per-image geometry (`vitlit.data.sources.Decode`) of encoded images; ``None`` for raw ones.
+        where: The split, to name in messages.
+    """
+
+    def __init__(self, decode: Decode | None, where: str) -> None:
+        self.decode, self.where = decode, where
+
+    def __call__(self, sample: dict[str, Any]) -> tuple[torch.Tensor, int]:
+        if self.decode is None:
+            return torch.from_numpy(np.ascontiguousarray(sample["image"])), int(sample["label"])
+        data = bytes(sample["image"])
+        try:
+            problem = image_problem(data)
+            if problem is not None:
+                raise ValueError(problem)
+            image = open_image(io.BytesIO(data), PIL_MODES[self.decode.in_chans], self.decode.size)
+        except (OSError, SyntaxError, ValueError) as err:
+            raise ConfigError(f"{self.where} sample {sample['index']}: the image cannot be decoded ({err}); "
+                              f"prepare the data set again without it.") from None  # fmt: skip
+        return self.decode(image), int(sample["label"])
+
+
+class StreamingDataModule(ImageClassificationDataModule):
+    """A data set written by ``vitlit prepare`` as LitData chunks, streamed from a folder or object storage.
+
+    Class names, channels, image format and size come from what ``prepare`` recorded. Every rank and node streams
+    its own shard of each epoch (LitData's); a run stopped mid-epoch resumes at the sample it stopped at (the
+    loader's state is in the checkpoint). ``on_device`` may not be ``true`` (the chunks are streamed, never held
+    whole), nor ``class_balanced`` (it needs every label before the first batch).
+
+    Args:
+        input_dir: Where ``vitlit prepare`` wrote: a folder, or a URL LitData reads (``s3://``, ``gs://``, ...).
+        cache_dir: Local folder for chunks of a remote ``input_dir`` (LitData's default under ``~/.lightning``).
+        max_cache_size: LitData's bound on that cache, e.g. ``100GB``.
+        **kwargs: The common options of `vitlit.data.ImageClassificationDataModule` (``in_chans`` and
+            ``val_size`` are those of the prepared data).
+    """
+
+    #: A run stopped mid-epoch resumes at its place in the stream (`vitlit.runs.resume` says so).
+    resumes_in_place = True
+
+    def __init__(
+        self, input_dir: str, cache_dir: str | None = None, max_cache_size: str = "100GB", **kwargs: Any
+    ) -> None:
+        meta = read_meta(str(input_dir))
+        if kwargs.get("in_chans", meta["in_chans"]) != meta["in_chans"]:
+            raise ConfigError(f"{input_dir} holds images with {meta['in_chans']} channel(s); drop --data.in_chans.")
+        if kwargs.get("on_device") is True or kwargs.get("class_balanced"):
+            raise ConfigError("StreamingDataModule streams its chunks: --data.on_device true (all images in memory) "
+                              "and --data.class_balanced true (every label first) are the other modules'.")  # fmt: skip
+        kwargs["in_chans"], kwargs["on_device"] = meta["in_chans"], False  # what prepare wrote; streamed, never held
+        super().__init__(**kwargs)
+        self.input_dir, self.cache_dir, self.max_cache_size = str(input_dir).rstrip("/"), cache_dir, max_cache_size
+        self.meta = meta
+        self.native_size = meta["size"] if meta["format"] == "raw" else None
+        self._train_loader: Any = None  # its place in the stream goes into checkpoints (`state_dict`)
+        self._resume_from: dict[str, Any] | None = None
+        self.default_mean, self.default_std = tuple(meta["mean"]), tuple(meta["std"])
+
+    @property
+    def class_names(self) -> list[str]:
+        """The class names ``prepare`` recorded."""
+        return list(self.meta["class_names"])
+
+    @property
+    def has_test_split(self) -> bool:
+        """Whether ``prepare`` wrote a test split."""
+        return "test" in self.meta["splits"]
+
+    @property
+    def source(self) -> str:
+        """What the run card records as the data."""
+        return f"LitData chunks at {self.input_dir} ({self.meta['format']}, {self.meta['splits']})"
+
+    def _stream(self, split: str, train: bool) -> Any:
+        if split not in self.meta["splits"]:
+            raise ConfigError(f"{self.input_dir} has no {split} split; vitlit prepare writes one where the data "
+                              f"module has it.")  # fmt: skip
+        if "://" not in self.input_dir:
+            check_chunks(Path(self.input_dir).expanduser() / split)
+        raw, where = self.meta["format"] == "raw", f"{self.input_dir}/{split}"
+        crop = None
+        if train and not raw and self.crop == "resized":  # images of many sizes: cropped at their own resolution
+            crop = v2.RandomResizedCrop(self.img_size, self.crop_scale, self.crop_ratio, antialias=True,
+                                        interpolation=v2.InterpolationMode(self.interpolation))  # fmt: skip
+            self._cropped_at_source = True
+        decode = None if raw else Decode(self.in_chans, self.img_size, crop)
+        return litdata().StreamingDataset(
+            where, cache_dir=self.cache_dir, max_cache_size=self.max_cache_size, shuffle=train, drop_last=train,
+            seed=self.seed, transform=Sample(decode, where),
+        )  # fmt: skip
+
+    def setup(self, stage: str) -> None:
+        """The streams ``stage`` reads (nothing is read before the first batch)."""
+        if stage in ("fit", "validate") and self.val_set is None:
+            self.train_set, self.val_set = self._stream("train", True), self._stream("val", False)
+        if stage == "test" and self.test_set is None:
+            self.test_set = self._stream("test", False)
+        if stage == "predict" and self.predict_set is None:
+            self.predict_set = self._stream("test", False) if self.predict_dir is None else None
+            if self.predict_set is None:
+                super().setup(stage)
+
+    def _loader(self, split: Any, train: bool) -> Any:
+        if split is None or not hasattr(split, "input_dir"):  # not a stream: predict_dir's files
+            return super()._loader(split, train)
+        self._augments.pop(True, None)
+        loader = litdata().StreamingDataLoader(
+            split, batch_size=self.batch_size, num_workers=self.workers,
+            pin_memory=self.pin_memory and torch.cuda.is_available(), persistent_workers=False,
+        )  # fmt: skip
+        if train:
+            self._train_loader = loader
+            if self._resume_from is not None:  # a checkpoint's place in the stream (`load_state_dict`)
+                loader.load_state_dict(self._resume_from)
+                self._resume_from = None
+        if len(loader) == 0:  # LitData shares a split out by batches of every worker of every process
+            rank, world_size = self.rank_and_world_size()
+            raise ConfigError(f"{split.input_dir} leaves process {rank} of {world_size} no batch of {self.batch_size} "
+                              f"with {max(1, self.workers)} worker(s) per process; use a smaller --data.batch_size or "
+                              f"--data.num_workers.")  # fmt: skip
+        return loader
+
+    def state_dict(self) -> dict[str, Any]:
+        """The training stream's place (LitData's loader state), saved in every checkpoint.
+
+        Lightning saves and restores a stateful loader itself, but restores it only into a loader it builds after the
+        checkpoint's loops are read; vitlit's schedule asks for the run's length (and so builds the loader) before.
+        The data module's own state is restored before any loader exists, and applied to the first training loader.
+        """
+        return {} if self._train_loader is None else {"train_stream": self._train_loader.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Keep a checkpoint's place in the stream for the next training loader."""
+        self._resume_from = state_dict.get("train_stream")
+
+    def predict_files(self) -> list[str] | None:
+        """``predict_dir``'s files; a streamed split keeps no file names."""
+        return None if hasattr(self.predict_set, "input_dir") else super().predict_files()
+
+    def train_dataset(self) -> Any:
+        return self._stream("train", True)
+
+    def val_dataset(self) -> Any:
+        return self._stream("val", False)
+
+    def test_dataset(self) -> Any:
+        return self._stream("test", False)
+
+
+def write_meta(output: str, meta: dict[str, Any]) -> None:
+    """Write vitlit's description of a prepared data set as a one-item LitData set in ``<output>/vitlit``."""
+    litdata().optimize(fn=_meta_item, inputs=[json.dumps(meta)], output_dir=f"{output}/{META}", chunk_bytes="1MB",
+                       num_workers=1, mode="overwrite", verbose=False)  # fmt: skip
+
+
+def _meta_item(text: str) -> dict[str, str]:
+    return {"json": text}

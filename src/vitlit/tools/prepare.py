@@ -1,0 +1,110 @@
+"""``vitlit prepare``: any data module's splits written as LitData chunks, for `vitlit.data.streaming`.
+
+    python -m vitlit prepare --data ImageFolderDataModule --data.root ~/photos --output ~/photos-chunks
+    python -m vitlit prepare --data vitlit.data.cifar.CIFARDataModule --output s3://bucket/cifar10
+
+The data module is read as a fit reads it (its checks, its seeded validation split, its test split where it has
+one), and each split is written with ``litdata.optimize`` into ``<output>/train``, ``val`` and ``test``, with vitlit's
+description of the data beside them (class names, channels, format, size, statistics). Needs the ``streaming``
+extra (``pip install -e ".[streaming]"``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from PIL import Image
+
+from vitlit.data.base import ImageClassificationDataModule
+from vitlit.data.sources import Decode
+from vitlit.data.streaming import SPLITS, litdata, read_meta, write_meta
+from vitlit.errors import ConfigError
+from vitlit.types import PositiveInt
+
+
+class Item:
+    """Sample ``i`` of a split, as LitData stores it: the image (uint8 array or encoded bytes), label and position.
+
+    Picklable, for ``litdata.optimize``'s worker processes.
+    """
+
+    def __init__(self, split: Any, targets: list[int], files: list[str] | None, decode: Decode | None) -> None:
+        self.split, self.targets, self.files, self.decode = split, targets, files, decode
+
+    def __call__(self, i: int) -> dict[str, Any]:
+        image = self.split.dataset[self.split.indices[i]][0]
+        if self.decode is not None:  # raw: the uint8 image at the stored size
+            return {"image": self.decode(image).numpy(), "label": self.targets[i], "index": i}
+        file = Path(self.files[i]) if self.files else None
+        if file is not None and file.is_file():  # encoded: the file's own bytes, as they are
+            return {"image": file.read_bytes(), "label": self.targets[i], "index": i}
+        if not isinstance(image, Image.Image):  # a tensor: encoded losslessly
+            image = Image.fromarray(image.permute(1, 2, 0).squeeze(-1).numpy())
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+        return {"image": buffer.getvalue(), "label": self.targets[i], "index": i}
+
+
+def prepare(
+    data: ImageClassificationDataModule,
+    output: str,
+    format: Literal["raw", "encoded"] = "raw",
+    chunk_bytes: str = "64MB",
+    num_workers: PositiveInt = 1,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Write a data module's splits as LitData chunks for ``--data vitlit.data.streaming.StreamingDataModule``.
+
+    Args:
+        data: The data module and its options, as for ``fit`` (``--data ImageFolderDataModule --data.root ...``).
+        output: A new folder, or a URL LitData writes to (``s3://bucket/name``, ``gs://...``).
+        format: ``raw``: each image as uint8 at the size it is handed over at in training (its own where all share
+            one, else ``--data.img_size``): nothing to decode while training. ``encoded``: each image's file as it is
+            (PNG of the decoded image where there is no file): smaller, decoded by the workers in training, and
+            cropped there at its own resolution (``--data.crop resized``).
+        chunk_bytes: Size of each chunk file (LitData's ``chunk_bytes``).
+        num_workers: Processes writing chunks.
+        overwrite: Replace a data set an earlier ``prepare`` wrote at ``output``.
+
+    Returns:
+        The description written beside the splits.
+    """
+    ld = litdata()
+    local = Path(output).expanduser()
+    if "://" not in output:
+        if local.exists() and not overwrite:
+            raise ConfigError(f"--output {output} exists; pass --overwrite true to replace an earlier prepare, or "
+                              f"choose a new folder.")  # fmt: skip
+        if local.exists() and not (local / "vitlit" / "index.json").is_file():
+            raise ConfigError(f"--output {output} exists and no vitlit prepare wrote it; --overwrite true replaces "
+                              f"only an earlier prepare's folder: choose a new folder.")  # fmt: skip
+        output = str(local.absolute())
+    data.setup("fit")
+    splits = {"train": data.train_set, "val": data.val_set}
+    if data.has_test_split:
+        data.setup("test")
+        splits["test"] = data.test_set
+    size = data.stored_size(data.train_set.dataset)
+    counts = {}
+    for name in SPLITS:
+        split = splits.get(name)
+        if split is None:
+            continue
+        files = data.files_of(split.dataset)
+        item = Item(split, data.targets(split), None if files is None else [files[i] for i in split.indices],
+                    Decode(data.in_chans, size) if format == "raw" else None)  # fmt: skip
+        ld.optimize(fn=item, inputs=list(range(len(split))), output_dir=f"{output}/{name}", chunk_bytes=chunk_bytes,
+                    num_workers=int(num_workers), mode="overwrite" if overwrite else None, keep_data_ordered=True,
+                    verbose=False)  # fmt: skip
+        counts[name] = len(split)
+        print(f"vitlit: wrote {name}: {len(split):,} images to {output}/{name}", flush=True)
+    meta = {"class_names": data.class_names, "in_chans": data.in_chans, "format": format, "size": size,
+            "mean": data.mean, "std": data.std, "splits": counts, "source": type(data).__name__}  # fmt: skip
+    write_meta(output, meta)
+    if "://" not in output:
+        read_meta(output)  # read back as training will
+    print(f"vitlit: train from it with --data vitlit.data.streaming.StreamingDataModule --data.input_dir {output}")
+    return json.loads(json.dumps(meta))

@@ -1,0 +1,64 @@
+"""Hugging Face data sets written in the test, in the formats users keep them: Parquet shards and save_to_disk."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+#: The bytes of a PostScript program: what a hostile row holds instead of an image (PIL would hand it to Ghostscript).
+POSTSCRIPT = b"%!PS-Adobe-3.0\n/Times-Roman findfont 12 scalefont setfont 72 720 moveto (hello) show showpage\n"
+
+
+def _png(pixels: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).convert("RGB").resize((32, 32)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def digits_rows(n: int | None = None) -> tuple[list[dict], list[int]]:
+    """scikit-learn's digits as PNG bytes (as the hub's Image feature stores them) and their labels."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = [{"bytes": _png((a * 16).clip(0, 255).astype(np.uint8)), "path": None} for a in digits.images[:n]]
+    return images, digits.target[:n].tolist()
+
+
+def write_parquet(folder: Path, labels: str = "classlabel", splits: tuple[str, ...] = ("train", "test"),
+                  n: int | None = None, bad_row: int | None = None) -> Path:  # fmt: skip
+    """The digits as Parquet shards named as the hub names them (``train-00000-of-00001.parquet``)."""
+    from datasets import ClassLabel, Dataset, Features, Value
+    from datasets import Image as HFImage
+
+    images, targets = digits_rows(n)
+    if bad_row is not None:
+        images[bad_row] = {"bytes": POSTSCRIPT, "path": None}
+    label = {"classlabel": ClassLabel(names=[f"digit {d}" for d in range(10)]), "string": Value("string"),
+             "float": Value("float32")}[labels]  # fmt: skip
+    values = {"classlabel": targets, "string": [f"d{t}" for t in targets], "float": [t / 10 for t in targets]}[labels]
+    data = Dataset.from_dict(
+        {"image": images, "label": values}, features=Features({"image": HFImage(), "label": label})
+    )
+    parts = data.train_test_split(test_size=0.25, seed=0) if len(splits) > 1 else {"train": data}
+    folder.mkdir(parents=True, exist_ok=True)
+    for split in splits:
+        parts[split].to_parquet(str(folder / f"{split}-00000-of-00001.parquet"))
+    return folder
+
+
+def write_saved(folder: Path, labels: str = "string", n: int | None = None) -> Path:
+    """The digits as ``DatasetDict.save_to_disk`` writes them, with a train split only (no validation, no test)."""
+    from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+    from datasets import Image as HFImage
+
+    images, targets = digits_rows(n)
+    label = ClassLabel(names=[str(d) for d in range(10)]) if labels == "classlabel" else Value("string")
+    values = targets if labels == "classlabel" else [f"d{t}" for t in targets]
+    data = Dataset.from_dict(
+        {"image": images, "label": values}, features=Features({"image": HFImage(), "label": label})
+    )
+    DatasetDict({"train": data}).save_to_disk(str(folder))
+    return folder

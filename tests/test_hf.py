@@ -1,0 +1,113 @@
+"""Hugging Face data sets as users keep them (issue 43): Parquet shards and save_to_disk folders, offline."""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+
+import pytest
+from helpers.cli import DIGITS_CONFIG, run_cli
+from helpers.hf import write_parquet, write_saved
+
+pytest.importorskip("datasets")
+
+HF = ["--data", "vitlit.data.hf.HFDataModule"]
+SHORT = ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "2"]
+
+
+def _fit(path: Path, root: Path, *extra: object):
+    return run_cli("fit", "--config", DIGITS_CONFIG, *HF, "--data.path", path, *SHORT, "--trainer.default_root_dir",
+                   root, *extra)  # fmt: skip
+
+
+def _refused(capsys: pytest.CaptureFixture[str], *args: object) -> str:
+    with pytest.raises(SystemExit) as stop:
+        run_cli(*args)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("vitlit: error:")]
+    assert stop.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    return lines[0]
+
+
+def test_parquet_shards_train_test_and_predict_with_their_class_labels(tmp_path: Path) -> None:
+    folder = write_parquet(tmp_path / "pq")
+    fit = _fit(folder, tmp_path / "runs", "--data.augment", "randaugment")
+    data = fit.datamodule
+    assert data.class_names == [f"digit {d}" for d in range(10)]  # the ClassLabel's names
+    assert len(data.train_set) + len(data.val_set) == 1347 and fit.trainer.global_step == 8  # 75% of 1,797
+    run = Path(fit.trainer.log_dir)
+    ckpt = run / "checkpoints" / "last.ckpt"
+    test = run_cli("test", "--config", run / "config.yaml", "--ckpt_path", ckpt)
+    assert len(test.datamodule.test_set) == 450  # the data set's own test split
+    predict = run_cli("predict", "--config", run / "config.yaml", "--ckpt_path", ckpt)
+    rows = list(csv.DictReader((Path(predict.trainer.log_dir) / "predictions.csv").open()))
+    assert len(rows) == 450 and rows[0]["source"] == f"{folder} test row 0" and rows[0]["predicted"].startswith("digit")
+    card = (run / "run_card.json").read_text()
+    assert "Hugging Face data set" in card and str(folder) in card  # the run card names the source
+
+
+def test_a_saved_data_set_with_string_labels_and_no_test_split_is_carved(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = write_saved(tmp_path / "saved", labels="string", n=600)
+    with caplog.at_level("INFO"):
+        fit = _fit(folder, tmp_path / "runs", "--data.test_size", "0.2")
+    data = fit.datamodule
+    assert data.class_names == [f"d{d}" for d in range(10)]  # strings, in sorted order, and said so
+    assert "the 10 labels of column 'label' are the classes, in sorted order: d0, d1" in caplog.text
+    assert "120 of its 600 training rows held out for test (--data.test_size 0.2, seed 42)" in caplog.text
+    data.setup("test")
+    held, trained = set(data.test_set.dataset.rows), set(data.train_set.dataset.rows)
+    assert len(held) == 120 and not held & trained  # the carved test split never trains
+    again = _fit(folder, tmp_path / "again", "--data.test_size", "0.2").datamodule
+    again.setup("test")
+    assert set(again.test_set.dataset.rows) == held  # seeded: the same rows every run
+    run = Path(fit.trainer.log_dir)
+    predict = run_cli("predict", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt")
+    rows = list(csv.DictReader((Path(predict.trainer.log_dir) / "predictions.csv").open()))
+    assert len(rows) == 120 and {row["predicted"] for row in rows} <= {f"d{d}" for d in range(10)}
+
+
+def test_a_bad_row_is_named_and_skip_trains_without_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 43's hostile pass: a Parquet row whose bytes are PostScript never reaches a decoder."""
+    folder = write_parquet(tmp_path / "pq", n=400, bad_row=7)
+    line = _refused(capsys, "fit", "--config", DIGITS_CONFIG, *HF, "--data.path", folder,
+                    "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    assert "train row" in line and "not an image of the formats vitlit reads" in line and "bad_images skip" in line
+    assert not (tmp_path / "runs").exists()
+    fit = _fit(folder, tmp_path / "runs", "--data.bad_images", "skip")
+    assert len(fit.datamodule.skipped) == 1 and fit.trainer.global_step == 8
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [("float", "holds float32 values, not class labels"), ("column", "has no column 'picture'"),
+     ("hub", "a hub name needs the network: HF_HUB_OFFLINE is set"), ("missing", "matches no file")],
+)  # fmt: skip
+def test_what_cannot_be_a_data_set_is_one_line_before_anything_runs(
+    case: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, extra = str(tmp_path / "nothing*.parquet"), []
+    if case == "float":
+        path = str(write_parquet(tmp_path / "pq", labels="float", splits=("train",), n=50))
+    elif case == "column":
+        path, extra = str(write_parquet(tmp_path / "pq", splits=("train",), n=50)), ["--data.image_column", "picture"]
+    elif case == "hub":
+        path = "someone/some-digits"
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    started = time.monotonic()
+    line = _refused(capsys, "fit", "--config", DIGITS_CONFIG, *HF, "--data.path", path, *extra,
+                    "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    assert said in line and time.monotonic() - started < 30
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_unreachable_hub_is_said_within_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vitlit.data.hf import _hub_reachable
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://127.0.0.1")  # port 443 of this machine: nothing listens there
+    started = time.monotonic()
+    assert "127.0.0.1 cannot be reached" in _hub_reachable(timeout=2)
+    assert time.monotonic() - started < 5

@@ -1,0 +1,184 @@
+"""LitData streaming (issue 43): `vitlit prepare` writes any data module's splits as chunks; StreamingDataModule
+trains from them through the one pipeline, sharded by LitData, resumable mid-epoch."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from helpers.cli import DIGITS_CONFIG, ROOT, run_cli
+from helpers.shards import RecordBatches
+
+pytest.importorskip("litdata")
+
+STREAM = ["--data", "vitlit.data.streaming.StreamingDataModule"]
+#: No random step in the pipeline: an image's normalised pixels name it (helpers.shards.RecordBatches).
+PLAIN = ["--data.crop", "none", "--data.hflip", "false", "--data.augment", "none", "--data.num_workers", "0"]
+
+
+@pytest.fixture(scope="module")
+def chunks(tmp_path_factory: pytest.TempPathFactory, digits_dir: Path) -> Path:
+    """The digits folder (train/ and test/, validation carved and seeded) written by vitlit prepare."""
+    out = tmp_path_factory.mktemp("chunks") / "digits"
+    run_cli("prepare", "--data", "ImageFolderDataModule", "--data.root", digits_dir, "--output", out)
+    return out
+
+
+def _fit(input_dir: Path, root: Path, *extra: object, callbacks=()):
+    from vitlit.cli import main
+
+    args = ["fit", "--config", DIGITS_CONFIG, *STREAM, "--data.input_dir", input_dir, "--data.batch_size", "64",
+            "--trainer.default_root_dir", root, *extra]  # fmt: skip
+    return main([str(a) for a in args], callbacks=callbacks)
+
+
+def _refused(capsys: pytest.CaptureFixture[str], *args: object) -> str:
+    with pytest.raises(SystemExit) as stop:
+        run_cli(*args)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("vitlit: error:")]
+    assert stop.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    return lines[0]
+
+
+def test_prepare_writes_every_split_and_a_fit_trains_tests_and_predicts_from_it(chunks: Path, tmp_path: Path) -> None:
+    from vitlit.data.streaming import read_meta
+
+    described = read_meta(str(chunks))  # vitlit's description, itself a one-item LitData set beside the splits
+    assert described["splits"] == {"train": 1213, "val": 135, "test": 449} and described["format"] == "raw"
+    assert described["class_names"] == [str(d) for d in range(10)] and described["size"] == 32
+    fit = _fit(chunks, tmp_path / "runs", "--trainer.max_epochs", "2")
+    assert fit.trainer.global_step == 2 * (1213 // 64)  # full batches of every epoch
+    run = Path(fit.trainer.log_dir)
+    assert "LitData chunks at" in (run / "run_card.json").read_text()
+    ckpt = run / "checkpoints" / "last.ckpt"
+    assert 0.0 <= float(run_cli("test", "--config", run / "config.yaml", "--ckpt_path", ckpt)
+                        .trainer.callback_metrics["test/acc"]) <= 1.0  # fmt: skip
+    predict = run_cli("predict", "--config", run / "config.yaml", "--ckpt_path", ckpt)
+    rows = list(csv.DictReader((Path(predict.trainer.log_dir) / "predictions.csv").open()))
+    assert len(rows) == 449
+
+
+def test_encoded_chunks_keep_the_files_and_decode_in_training(digits_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "encoded"
+    run_cli("prepare", "--data", "ImageFolderDataModule", "--data.root", digits_dir, "--output", out,
+            "--format", "encoded", "--data.val_size", "0.5")  # fmt: skip
+    fit = _fit(out, tmp_path / "runs", "--trainer.max_epochs", "1", "--data.crop", "resized")
+    assert fit.trainer.global_step == 674 // 64 and fit.datamodule.native_size is None
+    assert fit.datamodule.pipeline(train=True).crop == "none"  # cropped by the workers at the image's resolution
+    # The chunks hold the PNG files as they are, smaller than uint8 pixels.
+    raw = sum(p.stat().st_size for p in (tmp_path / "encoded" / "train").glob("*.bin"))
+    assert raw < 674 * 3 * 32 * 32
+
+
+def test_a_mid_epoch_stop_resumes_at_the_sample_it_stopped_at(chunks: Path, tmp_path: Path) -> None:
+    """A SIGTERM in the middle of epoch 1; the resumed run's batches are the unbroken run's, sample for sample."""
+    from helpers.kill import SignalOneRank
+
+    whole = RecordBatches()
+    _fit(chunks, tmp_path / "whole", *PLAIN, "--trainer.max_epochs", "2", callbacks=[whole])
+    stopped = RecordBatches()
+    os.environ["VITLIT_TEST_KILL"] = "1"
+    try:
+        with pytest.raises(SystemExit) as stop:
+            _fit(chunks, tmp_path / "cut", *PLAIN, "--trainer.max_epochs", "2",
+                 callbacks=[stopped, SignalOneRank(15, rank=0, epoch=1, batch=5)])  # fmt: skip
+    finally:
+        del os.environ["VITLIT_TEST_KILL"]
+    assert stop.value.code == 143
+    run = next((tmp_path / "cut" / "lightning_logs").iterdir())
+    resumed = RecordBatches()
+    from vitlit.cli import main
+
+    main(["fit", "--config", str(run / "config.yaml"), "--ckpt_path", str(run / "checkpoints" / "last.ckpt")],
+         callbacks=[resumed])  # fmt: skip
+    done = len(stopped.batches)
+    assert 18 < done < 2 * 18 and resumed.batches[0][1] == done  # stopped within epoch 1, resumed at its step
+    assert [b[2] for b in resumed.batches] == [b[2] for b in whole.batches[done:]]
+    assert [b[2] for b in stopped.batches] == [b[2] for b in whole.batches[:done]]
+
+
+@pytest.mark.parametrize("case", ["truncated", "postscript", "not-prepared", "existing-output"])
+def test_damaged_or_foreign_chunks_are_one_line(
+    case: str, chunks: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 43's hostile pass: a chunk cut short mid-file, an image that is PostScript, a folder not prepare's."""
+    import shutil
+
+    from vitlit.data.streaming import write_meta
+
+    copy = tmp_path / "copy"
+    shutil.copytree(chunks, copy)
+    if case == "truncated":
+        chunk = next((copy / "train").glob("*.bin"))
+        chunk.write_bytes(chunk.read_bytes()[: chunk.stat().st_size // 2])
+        said = "bytes, not the"
+    elif case == "postscript":
+        import litdata
+
+        for split in ("train", "val"):
+            shutil.rmtree(copy / split)
+            litdata.optimize(fn=_postscript_item, inputs=list(range(8)), output_dir=str(copy / split),
+                             chunk_bytes="1MB", num_workers=1, verbose=False)  # fmt: skip
+        meta = json.loads(json.dumps({**_meta(chunks), "format": "encoded", "splits": {"train": 8, "val": 8}}))
+        shutil.rmtree(copy / "vitlit")
+        write_meta(str(copy), meta)
+        said = "sample 3: the image cannot be decoded (not an image of the formats vitlit reads"
+    elif case == "not-prepared":
+        shutil.rmtree(copy / "vitlit")
+        said = "holds no data set written by vitlit prepare"
+    if case == "existing-output":
+        (tmp_path / "mine").mkdir()
+        (tmp_path / "mine" / "notes.txt").write_text("mine")
+        line = _refused(capsys, "prepare", "--data", "DigitsDataModule", "--output", tmp_path / "mine",
+                        "--overwrite", "true")  # fmt: skip
+        assert "no vitlit prepare wrote it" in line and (tmp_path / "mine" / "notes.txt").read_text() == "mine"
+        return
+    line = _refused(capsys, "fit", "--config", DIGITS_CONFIG, *STREAM, "--data.input_dir", copy,
+                    "--data.batch_size", "4", "--trainer.max_epochs", "1", "--trainer.default_root_dir",
+                    tmp_path / "runs")  # fmt: skip
+    assert said in line, line
+
+
+def _meta(chunks: Path) -> dict:
+    from vitlit.data.streaming import read_meta
+
+    return read_meta(str(chunks))
+
+
+def _postscript_item(i: int) -> dict:
+    from helpers.hf import POSTSCRIPT, digits_rows
+
+    images, labels = digits_rows(8)
+    return {"image": POSTSCRIPT if i == 3 else images[i]["bytes"], "label": labels[i], "index": i}
+
+
+@pytest.mark.slow  # two processes (gloo), about 40 s
+def test_two_processes_share_each_epoch_without_repeats(chunks: Path, tmp_path: Path) -> None:
+    root = tmp_path / "ddp"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "vitlit", "fit", "--config", str(DIGITS_CONFIG), "--config",
+               str(ROOT / "configs" / "scale" / "ddp.yaml"), "--trainer.devices", "2", "--model.patch_size", "16",
+               *STREAM, "--data.input_dir", str(chunks), "--data.batch_size", "32", *PLAIN,
+               "--trainer.max_epochs", "2", "--trainer.callbacks+=helpers.shards.RecordBatches",
+               "--trainer.default_root_dir", str(root)]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((root / f"batches-{r}.json").read_text()) for r in (0, 1)]
+    # Every image of the training split, by fingerprint, as one process sees it in one epoch.
+    alone = RecordBatches()
+    _fit(chunks, tmp_path / "alone", *PLAIN, "--trainer.max_epochs", "1", "--data.batch_size", "1",
+         callbacks=[alone])  # fmt: skip
+    everything = Counter(p for _, _, prints in alone.batches for p in prints)
+    assert sum(everything.values()) == 1213
+    for epoch in (0, 1):
+        seen = Counter(p for rank in ranks for e, _, prints in rank for p in prints if e == epoch)
+        per_rank = [sum(len(prints) for e, _, prints in rank if e == epoch) for rank in ranks]
+        assert per_rank[0] == per_rank[1] and 1213 - 2 * 32 < sum(per_rank) <= 1213, per_rank  # as many steps each
+        assert not seen - everything  # no image twice: LitData's shards are disjoint
