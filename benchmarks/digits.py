@@ -32,7 +32,7 @@ MIX_ERASE_DROP = """
 RECIPES: dict[str, list[str]] = {
     "plain": [],
     "ema": EMA.split(),
-    "full": f"{EMA} {RANDAUGMENT}".split(),  # the best measured (README table)
+    "full": f"{EMA} {RANDAUGMENT}".split(),  # the best measured (docs/training.md's table of augmentations)
     "ema_mix_erase_droppath": f"{EMA} {MIX_ERASE_DROP}".split(),
     "everything": f"{EMA} {RANDAUGMENT} {MIX_ERASE_DROP}".split(),
 }
@@ -42,7 +42,7 @@ def run(recipe: str, epochs: int, work: Path, data: Path) -> tuple[float, float]
     """Train one recipe, test its best checkpoint, and return (test accuracy, seconds for both)."""
     start = time.perf_counter()
     config = Path(__file__).parents[1] / "configs" / "digits.yaml"
-    # The per-image DataLoader path, on which the README's table was measured (before on_device: auto existed).
+    # The per-image DataLoader path, on which docs/training.md's table was measured (before on_device: auto existed).
     common = [
         "--config", config, "--data.root", data, "--trainer.default_root_dir", work / recipe,
         "--data.on_device", "false", *RECIPES[recipe],

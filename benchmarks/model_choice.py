@@ -5,7 +5,7 @@ patch 16 leaves 4 tokens (too coarse to learn CIFAR well); patch 4 gives 64, pat
 cost. Each choice is trained for a few AdamW steps at batch 16 in a fresh process (`benchmarks/memory.py`'s
 measurement: the memory a training step adds above weights, gradients and optimizer state, and its median time).
 
-    python benchmarks/model_choice.py            # one line per choice, then a Markdown table for the README
+    python benchmarks/model_choice.py            # one line per choice, then the Markdown table of docs/training.md
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Images in one NumPy ``.npz`` file, as MedMNIST ships them: the worked example of the README's forking guide.
+"""Images in one NumPy ``.npz`` file, as MedMNIST ships them: the forking guide's worked example.
+
+The guide is docs/your-data.md: "Fork it for your data".
 
 The file holds ``train_images`` and ``train_labels``, ``test_*`` and optionally ``val_*``: images as (N, H, W) grey
 or (N, H, W, C) uint8 arrays, labels as (N,) or (N, 1) class indices. Run it from the repository root::

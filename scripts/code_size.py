@@ -22,7 +22,8 @@ PACKAGE = ROOT / "src" / "vitlit"
 PARTS = ("fast", "runs", "tools", "transfer")
 #: A default digits fit, cut to one short epoch: what it loads is what the recipe loads.
 DEFAULT_FIT = ["fit", "--config", str(ROOT / "configs" / "digits.yaml"), "--trainer.max_epochs", "1",
-               "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2"]  # fmt: skip
+               "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2",
+               "--model.scheduler.init_args.warmup_steps", "1"]  # fmt: skip
 _LOADED = """
 import json, sys
 from vitlit.cli import main

@@ -1,10 +1,11 @@
-"""Rewrite a run's config.yaml saved by vitlit 0.1 to 0.3 for vitlit 0.4, so that the run can be resumed or evaluated.
+"""Rewrite a run's config.yaml saved by vitlit 0.1 to 0.4 for vitlit 0.5, so that the run can be resumed or evaluated.
 
 A saved config lists every class a run used by its path. 0.2 moved the parts into subpackages and 0.3 names each
 callback by its module (``vitlit.runs.callbacks.Snapshots`` became ``vitlit.runs.snapshots.Snapshots``), does in the
 CLI what four callbacks did (run folders, checked resume, preflight, the resume line), and lists every callback of a
 default run in ``src/vitlit/defaults.yaml``, whose entries a saved list lacks are added. 0.4 has one image pipeline,
-whose source the data module picks itself: the ``DeviceData`` callback is gone. 0.1 configs also get the model as a
+whose source the data module picks itself: the ``DeviceData`` callback is gone. In 0.5 ``label_smoothing: null``
+means none, where it meant 0.1 before: a saved null becomes the 0.1 it trained with. 0.1 configs also get the model as a
 ``class_path`` and ``trainer.nonfinite`` as the NonFiniteGuard's ``action``. The old file is kept beside it as
 ``<name>.old``.
 
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-#: Class paths of 0.1 to 0.3 -> 0.4 (None: the CLI or the data module does it now, the callback is dropped).
+#: Class paths of 0.1 to 0.4 -> 0.5 (None: the CLI or the data module does it now, the callback is dropped).
 MOVED = {
     "vitlit.callbacks.PredictionWriter": "vitlit.runs.predictions.PredictionWriter",
     "vitlit.runs.callbacks.PredictionWriter": "vitlit.runs.predictions.PredictionWriter",
@@ -61,7 +62,7 @@ def _path(entry: object) -> str | None:
 
 
 def upgrade(config: dict) -> dict:
-    """The 0.4 form of a 0.1 to 0.3 config (a parsed YAML mapping); a 0.4 config comes back unchanged."""
+    """The 0.5 form of a 0.1 to 0.4 config (a parsed YAML mapping); an upgraded config comes back unchanged."""
     text = yaml.safe_dump(config, sort_keys=False)
     for old, new in MOVED.items():
         if new is not None:
@@ -91,6 +92,9 @@ def upgrade(config: dict) -> dict:
             "class_path": name,
             "init_args": {**model, **({"distillation": distillation} if distillation else {})},
         }
+    init = (config.get("model") or {}).get("init_args") or {}
+    if "label_smoothing" in init and init["label_smoothing"] is None and init.get("loss") is None:
+        init["label_smoothing"] = 0.1  # what null meant up to 0.4
     return config
 
 
@@ -101,7 +105,7 @@ def main(paths: list[str]) -> None:
         old = yaml.safe_load(path.read_text(encoding="utf-8"))
         new = upgrade(old)
         if new == old:
-            print(f"{path}: already in 0.4's form")
+            print(f"{path}: already in 0.5's form")
             continue
         path.with_name(path.name + ".old").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
         path.write_text(yaml.safe_dump(new, sort_keys=False), encoding="utf-8")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import csv
+import importlib
 import re
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from helpers.cli import ALL_CONFIGS, CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli
+from helpers.cli import ALL_CONFIGS, CPU, DIGITS_CONFIG, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli
 
 from vitlit.config import DEFAULTS
 from vitlit.runs.logs import read_scalars
@@ -133,6 +134,45 @@ def test_print_config_is_complete_and_reparses_to_the_same_config(
     with pytest.raises(SystemExit):
         run_cli("fit", "--config", saved, "--print_config")
     assert capsys.readouterr().out == printed  # every value survives the round trip (0.1 stays 0.1)
+
+
+def test_print_config_shows_what_the_digits_run_does(
+    tmp_path: Path, digits_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 44: no value decided in code: the warmup, the data class and the smoothing printed are the run's."""
+    args = ["fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.max_steps", "12",
+            "--model.scheduler.init_args.warmup_steps", "5", "--trainer.limit_val_batches", "1",
+            "--trainer.default_root_dir", tmp_path]  # fmt: skip
+    with pytest.raises(SystemExit):
+        run_cli(*args, "--print_config")
+    printed = yaml.safe_load(capsys.readouterr().out)
+    fit = run_cli(*args)
+    module, _, name = printed["data"]["class_path"].rpartition(".")
+    assert type(fit.datamodule) is getattr(importlib.import_module(module), name)  # the class named is the class run
+    assert name == "DigitsDataModule" and fit.datamodule.root == digits_dir
+    schedule = fit.model.lr_schedulers()
+    assert schedule.warmup_steps == printed["model"]["init_args"]["scheduler"]["init_args"]["warmup_steps"] == 5
+    assert fit.model.criterion.label_smoothing == printed["model"]["init_args"]["label_smoothing"] == 0.1
+    saved = yaml.safe_load((Path(fit.trainer.log_dir) / "config.yaml").read_text())
+    assert saved["data"]["class_path"] == printed["data"]["class_path"]  # saved as run, no class swapped in
+
+
+def test_a_warmup_as_long_as_the_run_is_refused_before_training(
+    tmp_path: Path, digits_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 44: the warmup is used as given (once cut silently to 10%); one the run never leaves is refused."""
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.max_steps", "72",
+                "--model.scheduler.init_args.warmup_steps", "72", "--trainer.default_root_dir", tmp_path)  # fmt: skip
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    assert "warmup_steps=72 is not shorter than this run's 72 optimizer steps" in err
+    assert not list(tmp_path.rglob("*.ckpt"))
+    # A smoke run of the recipe checks that the code runs, not that it learns: not refused.
+    smoke = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.fast_dev_run", "1",
+                    "--model.scheduler.init_args.warmup_steps", "72",
+                    "--trainer.default_root_dir", tmp_path)  # fmt: skip
+    assert smoke.trainer.global_step == 1 and smoke.model.lr_schedulers().warmup_steps == 72
 
 
 def test_resume_from_saved_config_and_last_checkpoint(tmp_path: Path, cifar_dir: Path) -> None:

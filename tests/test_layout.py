@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.cli import DIGITS_CONFIG, ROOT
+from helpers.cli import DIGITS_CONFIG, NO_WARMUP, ROOT
 
 PACKAGE = ROOT / "src" / "vitlit"
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -97,7 +97,7 @@ def test_a_fork_removes_parts_by_deleting_their_folders_and_lines(
         "print('VAL_ACC', float(cli.trainer.callback_metrics['val/acc']))\n"
     )
     args = ["fit", "--config", str(DIGITS_CONFIG), "--data.root", str(digits_dir), "--trainer.max_epochs", "1",
-            "--trainer.default_root_dir", str(tmp_path / "runs")]  # fmt: skip
+            "--trainer.default_root_dir", str(tmp_path / "runs"), *NO_WARMUP]  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "VAL_ACC" in done.stdout and list((tmp_path / "runs").rglob("last.ckpt"))

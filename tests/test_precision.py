@@ -15,7 +15,7 @@ import pytest
 import timm
 import torch
 import yaml
-from helpers.cli import CIFAR_RECIPES, cifar_args, run_cli
+from helpers.cli import CIFAR_RECIPES, cifar_args, no_warmup, run_cli
 from helpers.probes import WeightProbe
 from lightning.pytorch.plugins.precision import MixedPrecision
 
@@ -117,7 +117,7 @@ def test_clipping_acts_on_unscaled_gradients_with_a_fused_optimizer(
     clip = 0.01  # far below a fresh ViT's gradient norm (about 1), so every step is clipped
     model = _ClipRecorder(
         "test_vit", img_size=32, patch_size=4,
-        optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3, fused=True),
+        optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3, fused=True), scheduler=no_warmup,
     )  # fmt: skip
     model.after_clipping = []
     if precision == "16-mixed":  # fp16 autocast + GradScaler on the CPU, which the Trainer flag maps to bf16

@@ -190,9 +190,12 @@ def test_a_model_that_outputs_nan_fails_instead_of_predicting(digits_run: Path, 
     assert not list((tmp_path / "out").rglob("predictions.csv"))
 
 
-def test_the_digits_recipe_on_a_folder_is_saved_as_the_folder_it_read(digits_run: Path) -> None:
-    """Issue 36, stumble 10: own images trained from configs/digits.yaml were saved as DigitsDataModule."""
+def test_the_digits_recipe_on_a_folder_is_saved_with_the_folder_it_read(digits_run: Path) -> None:
+    """Issue 36, stumble 10: own images trained from configs/digits.yaml must be read again from their folder.
+
+    Issue 44: saved as the class the user named (`DigitsDataModule` reads a given root as it is), none swapped in.
+    """
     import yaml
 
     data = yaml.safe_load((digits_run / "config.yaml").read_text())["data"]
-    assert data["class_path"] == "vitlit.data.folder.ImageFolderDataModule" and data["init_args"]["root"]
+    assert data["class_path"] == "vitlit.data.DigitsDataModule" and Path(data["init_args"]["root"]).is_dir()

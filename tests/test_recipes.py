@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli
+from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, cifar_args, no_warmup, run_cli
 from PIL import Image
 from timm.data.random_erasing import RandomErasing
 
@@ -96,7 +96,7 @@ class _Recorder(ViTClassifier):
 def test_batch_augmentations_reach_training_batches_only(digits_dir: Path) -> None:
     import lightning as L
 
-    model = _Recorder("test_vit", img_size=32, patch_size=4)
+    model = _Recorder("test_vit", img_size=32, patch_size=4, scheduler=no_warmup)
     model.seen = {}
     data = ImageFolderDataModule(
         digits_dir,

@@ -245,16 +245,15 @@ def test_resume_restores_ema_weights(tmp_path: Path, cifar_dir: Path) -> None:
 def test_resume_with_more_epochs_keeps_the_schedule_and_says_so(
     tmp_path: Path, cifar_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The README's story: a resume keeps the schedule it was created with; no fresh warmup note, one line saying so."""
-    flags = ["--trainer.enable_progress_bar", "false", "--model.scheduler.init_args.warmup_steps", "100"]
+    """The README's story: a resume keeps the schedule it was created with, and one line says so."""
+    flags = ["--trainer.enable_progress_bar", "false", "--model.scheduler.init_args.warmup_steps", "3"]
     first = tiny_cifar_fit(cifar_dir, tmp_path, *flags, "--trainer.max_epochs", "1")
     scheduler = first.model.lr_schedulers()
-    kept = (scheduler.total_steps, scheduler.warmup_steps)  # the warmup was shortened for this 1-epoch run
-    assert "warming up for" in capsys.readouterr().err
+    kept = (scheduler.total_steps, scheduler.warmup_steps)
+    capsys.readouterr()
     config = Path(first.trainer.log_dir) / "config.yaml"
     resumed = run_cli("fit", "--config", config, "--trainer.max_epochs", "3", "--ckpt_path", "last")
     err = capsys.readouterr().err
-    assert "warming up for" not in err
     assert f"schedule of the checkpoint's run ({kept[0]} steps; this run has {3 * kept[0]})" in err
     resumed_scheduler = resumed.model.lr_schedulers()
     assert (resumed_scheduler.total_steps, resumed_scheduler.warmup_steps) == kept

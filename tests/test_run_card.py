@@ -120,3 +120,23 @@ def test_a_fast_dev_run_writes_no_card(tmp_path: Path, digits_dir: Path, monkeyp
     monkeypatch.chdir(tmp_path)
     run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.fast_dev_run", "1")
     assert not list(tmp_path.rglob("run_card.*"))
+
+
+def test_git_dirty_counts_an_untracked_module_but_not_ignored_runs(tmp_path: Path) -> None:
+    """Issue 44: a fork with a new, uncommitted module recorded ``git_dirty: false``."""
+    from vitlit.runs.run_card import git_state
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                       capture_output=True)  # fmt: skip
+
+    git("init", "-q")
+    (tmp_path / ".gitignore").write_text("/lightning_logs/\n")
+    (tmp_path / "model.py").write_text("x = 1\n")
+    git("add", ".")
+    git("commit", "-q", "-m", "first")
+    (tmp_path / "lightning_logs").mkdir()
+    (tmp_path / "lightning_logs" / "events").write_text("a run's output")
+    assert git_state(tmp_path)["git_dirty"] is False  # ignored files are not code
+    (tmp_path / "my_data.py").write_text("y = 2\n")
+    assert git_state(tmp_path)["git_dirty"] is True

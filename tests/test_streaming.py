@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers.cli import DIGITS_CONFIG, ROOT, run_cli
+from helpers.cli import DIGITS_CONFIG, NO_WARMUP, ROOT, run_cli
 from helpers.shards import RecordBatches
 
 pytest.importorskip("litdata")
@@ -34,7 +34,7 @@ def _fit(input_dir: Path, root: Path, *extra: object, callbacks=()):
     from vitlit.cli import main
 
     args = ["fit", "--config", DIGITS_CONFIG, *STREAM, "--data.input_dir", input_dir, "--data.batch_size", "64",
-            "--trainer.default_root_dir", root, *extra]  # fmt: skip
+            "--trainer.default_root_dir", root, *NO_WARMUP, *extra]  # fmt: skip
     return main([str(a) for a in args], callbacks=callbacks)
 
 

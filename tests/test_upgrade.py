@@ -12,6 +12,8 @@ import torch
 import yaml
 from helpers.cli import DIGITS_CONFIG, ROOT, run_cli
 
+from vitlit.model import ViTClassifier
+
 sys.path.insert(0, str(ROOT / "scripts"))
 import upgrade_config
 
@@ -74,3 +76,13 @@ def test_a_0_3_config_names_the_upgrade_and_trains_after_it(
     upgrade_config.main([str(config)])
     assert "DeviceData" not in config.read_text()
     assert run_cli("fit", "--config", config, "--trainer.default_root_dir", tmp_path / "b").trainer.global_step == 1
+
+
+def test_a_0_4_null_smoothing_becomes_the_0_1_it_trained_with(tmp_path: Path) -> None:
+    """0.4 read ``label_smoothing: null`` as 0.1; 0.5 reads it as none, so the upgrade writes the 0.1 down."""
+    config = {"model": {"class_path": "vitlit.model.ViTClassifier", "init_args": {"label_smoothing": None}}}
+    assert upgrade_config.upgrade(config)["model"]["init_args"]["label_smoothing"] == 0.1
+    custom = {"model": {"class_path": "vitlit.model.ViTClassifier",
+                        "init_args": {"label_smoothing": None, "loss": {"class_path": "my.Focal"}}}}  # fmt: skip
+    assert upgrade_config.upgrade(custom)["model"]["init_args"]["label_smoothing"] is None  # never smoothed
+    assert ViTClassifier("test_vit", img_size=32, patch_size=4, label_smoothing=None).criterion.label_smoothing == 0

@@ -149,10 +149,6 @@ class VitLitCLI(LightningCLI):
         config = self.config[self.subcommand]
         config["ckpt_path"] = self._ckpt_path  # as typed, in the saved config
         cfg.absolute_paths(config)  # the saved config must work from any folder (the notebooks', a resume's)
-        data = config["data"]
-        if str(data.get("class_path")).endswith(".DigitsDataModule") and data["init_args"].get("root") is not None:
-            # The digits recipe on a folder of one's own: saved (and run) as what it is, class folders.
-            data["class_path"] = "vitlit.data.folder.ImageFolderDataModule"
         model = config["model"]["init_args"]
         if model.get("pretrained") or model.get("pretrained_file"):  # the statistics the weights were trained with
             from vitlit.pretrained import fill_pretrained_normalization
@@ -254,7 +250,10 @@ def _main_thread() -> bool:
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """Leave out Lightning's notes and warnings a user cannot act on, while the CLI runs (`QUIET`)."""
+    """Leave out Lightning's notes and warnings a user cannot act on, while the CLI runs (`QUIET`).
+
+    Every entry is listed, with its reason, in docs/training.md: "What the command line leaves out of the log".
+    """
 
     def note(record: logging.LogRecord) -> bool:  # a callable is a filter too
         return not any(text in record.getMessage() for text in QUIET)

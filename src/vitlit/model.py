@@ -49,8 +49,9 @@ class ViTClassifier(LightningModule):
         compile: Compile the network with ``torch.compile`` (in place, so checkpoints keep their parameter names):
             slower start (tens of seconds), faster steps on a GPU. Training batches keep one size (``drop_last``), so
             training compiles once; evaluation compiles once more for its last, partial batch.
-        label_smoothing: Label smoothing of the default loss, cross-entropy; ``None`` means 0.1 (the reference ViT
-            recipes). Applied here only, once, also to the soft targets of Mixup/CutMix. Not with ``loss``.
+        label_smoothing: Label smoothing of the default loss, cross-entropy (0.1: the reference ViT recipes); ``0``
+            or ``None``: none. Applied here only, once, also to the soft targets of Mixup/CutMix. With ``loss``, none
+            (give it to that loss).
         loss: The loss, a ``torch.nn.Module`` (``--model.loss <class path>``, e.g. a focal loss of your own) called
             as ``loss(logits, targets)``; the same for training, validation and test. In training, targets are
             class indices or, with Mixup/CutMix, class probabilities: a loss for those must accept both.
@@ -86,7 +87,7 @@ class ViTClassifier(LightningModule):
         pretrained_file: str | None = None,
         grad_checkpointing: bool = False,
         compile: bool = False,
-        label_smoothing: Rate | None = None,
+        label_smoothing: Rate | None = 0.1,
         loss: nn.Module | None = None,
         layer_decay: Fraction | None = None,
         class_names: list[str] | None = None,
@@ -99,10 +100,10 @@ class ViTClassifier(LightningModule):
         # Plain lists and numbers in the hyperparameters: hparams.yaml stays plain YAML, checkpoints weights_only.
         input_mean = None if input_mean is None else [float(v) for v in input_mean]
         input_std = None if input_std is None else [float(v) for v in input_std]
-        if loss is not None and label_smoothing is not None:
+        if loss is not None and label_smoothing:
             raise ConfigError(
                 f"label_smoothing={label_smoothing} is for the default cross-entropy, but loss is "
-                f"{type(loss).__name__}; give the smoothing to that loss, or drop --model.label_smoothing."
+                f"{type(loss).__name__}; give the smoothing to that loss and pass --model.label_smoothing 0."
             )
         # The loss object stays out of the hyperparameters (checkpoints hold plain values only); its class is named.
         self.save_hyperparameters(ignore=["loss"])
@@ -117,7 +118,7 @@ class ViTClassifier(LightningModule):
             self.net.set_grad_checkpointing(True)
         if compile:
             self.net.compile()
-        smoothing = 0.1 if label_smoothing is None else label_smoothing
+        smoothing = label_smoothing or 0.0
         self.criterion = loss if loss is not None else nn.CrossEntropyLoss(label_smoothing=smoothing)
         if loss is not None:  # tried on what it will get (logits, class indices) before the run starts
             try:
@@ -323,8 +324,9 @@ class ViTClassifier(LightningModule):
                     f"--trainer.max_steps a positive value."
                 )
             set_total = getattr(scheduler, "set_total_steps", None)
-            note = set_total(total) if callable(set_total) else None
-            if not callable(set_total):
+            # A fast_dev_run (a batch or a few) checks that the code runs, not that it learns: no warmup refused.
+            note = set_total(total) if callable(set_total) and not self.trainer.fast_dev_run else None
+            if not callable(set_total) or self.trainer.fast_dev_run:
                 scheduler.total_steps = total
             # A resumed run's schedule is replaced by the checkpoint's (the runs part says so if its length differs).
             if note and self.trainer.is_global_zero and self.trainer.ckpt_path is None:

@@ -16,7 +16,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from vitlit.errors import ConfigError
-from vitlit.private import follow_new_param_groups, record_last_lrs
+from vitlit.private import follow_new_param_groups
 from vitlit.types import NonNegativeInt, PositiveInt, Probability
 
 # Marks timm's decayed groups so that the optimizer's configured weight decay applies to them (see param_groups).
@@ -96,7 +96,9 @@ class WarmupCosineLR(LambdaLR):
 
     Args:
         optimizer: The wrapped optimizer; its learning rates are the peak values.
-        warmup_steps: Optimizer steps of linear warmup from ``lr / warmup_steps`` to ``lr`` (0 disables warmup).
+        warmup_steps: Optimizer steps of linear warmup from ``lr / warmup_steps`` to ``lr`` (0 disables warmup),
+            exactly as given: a warmup as long as the run or longer is refused in one line when the run's length is
+            known, as its learning rate would never reach the peak.
         total_steps: Optimizer steps of the whole run, warmup included; ``None`` lets the model fill it in.
         min_lr_ratio: The floor at the end of the cosine, as a fraction of the peak learning rate.
         decay_fraction: The share of the steps after the warmup over which the cosine decays; the rate holds at its
@@ -114,34 +116,31 @@ class WarmupCosineLR(LambdaLR):
         # Plain numbers: the parser's constrained types would make the checkpoint's scheduler state unreadable for
         # torch.load(weights_only=True).
         self.warmup_steps = int(warmup_steps)
-        self.total_steps = None if total_steps is None else int(total_steps)
+        self.total_steps = None
         self.min_lr_ratio, self.decay_fraction = float(min_lr_ratio), float(decay_fraction)
         super().__init__(optimizer, self.lr_factor)
-
-    #: The largest share of the run the warmup may take; a longer one is shortened when the run's length is known.
-    MAX_WARMUP_FRACTION = 0.1
+        if total_steps is not None:
+            self.set_total_steps(int(total_steps))
 
     def set_total_steps(self, total_steps: int) -> str | None:
-        """Set the run's length and shorten a warmup longer than `MAX_WARMUP_FRACTION` of it.
+        """Set the run's length; the first time, refuse a warmup that does not end inside it.
 
-        A 500-step warmup in an 80-step run never reaches the peak learning rate, and the run learns almost nothing.
+        Raises:
+            ConfigError: The first time, for a warmup as long as the run or longer, which never reaches the peak.
 
         Returns:
-            A one-line note when the warmup was shortened, else ``None``.
+            A one-line note when a later, shorter estimate of the length (`vitlit.runs.budget`) ends inside the
+            warmup, else ``None``.
         """
-        self.total_steps = total_steps
-        limit = max(1, int(total_steps * self.MAX_WARMUP_FRACTION))
-        if self.warmup_steps <= limit:
+        first, self.total_steps = self.total_steps is None, int(total_steps)
+        if self.warmup_steps < self.total_steps:
             return None
-        asked, self.warmup_steps = self.warmup_steps, limit
-        # The constructor already set the learning rate of step 0 for the longer warmup.
-        for group, base_lr in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
-            group["lr"] = base_lr * self.lr_factor(self.last_epoch)
-        record_last_lrs(self)
-        return (
-            f"warmup_steps={asked} is more than {self.MAX_WARMUP_FRACTION:.0%} of this run's {total_steps} optimizer "
-            f"steps; warming up for {limit} steps instead"
-        )
+        if first:
+            raise ConfigError(f"warmup_steps={self.warmup_steps} is not shorter than this run's {total_steps} "
+                              f"optimizer steps: its learning rate would never reach the peak; give fewer warmup "
+                              f"steps (--model.scheduler.init_args.warmup_steps) or a longer run.")  # fmt: skip
+        return (f"the run's new estimate of {total_steps} optimizer steps ends inside the {self.warmup_steps}-step "
+                f"warmup: the learning rate will not reach its peak")  # fmt: skip
 
     def track_new_param_groups(self) -> None:
         """Take on the optimizer's groups added since this schedule was built, from the current step on.

@@ -7,9 +7,11 @@ import pickle
 from pathlib import Path
 
 import numpy as np
+import torch
 from torchvision.datasets import CIFAR10, CIFAR100
 
 from vitlit.cli import main
+from vitlit.optim import WarmupCosineLR
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The CIFAR recipes, each tested in its shipped precision (configs/digits.yaml is the CPU recipe of the tests).
@@ -21,7 +23,9 @@ DIGITS_CONFIG = ROOT / "configs" / "digits.yaml"
 CIFAR_TRAIN_PER_BATCH = 16  # 5 batches -> 80 CIFAR-10 training images
 CIFAR_TEST = 24
 
-# Flags every CPU test needs on top of a recipe: no GPU precision, one process, no workers.
+# The recipes' warmups (hundreds of steps) are refused in runs of a few steps: the tests' fits warm up for none.
+NO_WARMUP = ["--model.scheduler.init_args.warmup_steps", "0"]
+# Flags every CPU test needs on top of a recipe: no GPU precision, one process.
 CPU = ["--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.precision", "32-true"]
 # A 0.26 M-parameter ViT at 32 px (timm registers it for tests): fast on two cores.
 TINY_MODEL = ["--model.model_name", "test_vit", "--model.patch_size", "4", "--model.pretrained", "false"]
@@ -88,9 +92,16 @@ def cifar_args(cifar_dir: Path, dataset: str = "cifar10") -> list[str]:
     ]
 
 
-def run_cli(*args: str):
-    """Run ``vitlit`` in-process, exactly as the console script does."""
-    return main([str(a) for a in args])
+def run_cli(*args: object):
+    """Run ``vitlit`` in-process, exactly as the console script does.
+
+    A ``fit`` whose arguments name no ``warmup_steps`` gets `NO_WARMUP` last: the tests' runs
+    of a few steps would be refused the recipes' warmups of hundreds. A test of the warmup gives its own.
+    """
+    argv = [str(a) for a in args]
+    if argv[:1] == ["fit"] and not any("warmup_steps" in a for a in argv):
+        argv += NO_WARMUP
+    return main(argv)
 
 
 def tiny_cifar_fit(cifar_dir: Path, root: Path, *extra: object):
@@ -114,3 +125,8 @@ def tiny_folder_fit(root: Path, out: Path, *extra: object):
 def tree_digest(root: Path) -> dict[str, str]:
     """Path -> md5 of every file below ``root``: proof that a failed run left a directory untouched."""
     return {str(p.relative_to(root)): _md5(p) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def no_warmup(optimizer: torch.optim.Optimizer) -> WarmupCosineLR:
+    """The schedule of a test's `ViTClassifier` run of a few steps: the default's 500-step warmup would be refused."""
+    return WarmupCosineLR(optimizer, warmup_steps=0)

@@ -2,7 +2,8 @@
 
 A subclass says what data it has through the hooks of `ImageClassificationDataModule` (its datasets, class names and,
 optionally, cheaper ways to read targets, raw images and file names); everything else, and every common flag, lives
-here once and reads the data only through those hooks. The forking guide in the README walks through one subclass.
+here once and reads the data only through those hooks. The forking guide walks through one subclass
+(docs/your-data.md: "Fork it for your data").
 
 Images take one way whatever their source: a source (`vitlit.data.sources`: in memory, or streamed by DataLoader
 workers) hands over uint8 batches of one size, and `on_after_batch_transfer` runs the pipeline

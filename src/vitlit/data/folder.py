@@ -71,7 +71,7 @@ class ImageFolderDataModule(ImageClassificationDataModule):
         if self.in_chans not in PIL_MODES:
             raise ConfigError(
                 f"in_chans={self.in_chans}: image files hold 1 (grey), 3 (RGB) or 4 (RGBA) channels; for other data "
-                f"write a data module (README: Fork it for your data)."
+                f'write a data module (docs/your-data.md: "Fork it for your data").'
             )
         self.root = Path(root).expanduser()
         self.bad_images = bad_images

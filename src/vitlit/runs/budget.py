@@ -76,7 +76,7 @@ class TimeBudget(Callback):
         schedule, planned = self._schedule(trainer), max(planned, step + 1)
         note = None
         if callable(getattr(schedule, "set_total_steps", None)):
-            note = schedule.set_total_steps(planned)  # WarmupCosineLR: a warmup over 10% of the new length is shortened
+            note = schedule.set_total_steps(planned)  # WarmupCosineLR: a note if it ends inside the warmup
         else:
             schedule.total_steps = planned
         if not self._said:

@@ -35,7 +35,10 @@ CARD = "run_card.json"
 
 
 def git_state(folder: Path) -> dict[str, Any]:
-    """The commit of the git checkout holding ``folder`` and whether it has uncommitted changes; ``{}`` outside one."""
+    """The commit of the git checkout holding ``folder`` and whether it has uncommitted changes; ``{}`` outside one.
+
+    Untracked files count (a fork's new module is code the commit does not hold); ignored ones (runs, data) do not.
+    """
 
     def git(*args: str) -> str | None:
         done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10)
@@ -43,7 +46,7 @@ def git_state(folder: Path) -> dict[str, Any]:
 
     try:
         commit = git("rev-parse", "HEAD")
-        dirty = commit is not None and bool(git("status", "--porcelain", "--untracked-files=no"))
+        dirty = commit is not None and bool(git("status", "--porcelain", "--untracked-files=normal"))
     except (OSError, subprocess.TimeoutExpired):
         return {}
     return {} if commit is None else {"git_commit": commit, "git_dirty": dirty}
