@@ -29,7 +29,6 @@ from vitlit.errors import ConfigError
 from vitlit.model import ViTClassifier
 from vitlit.runs.ddp import interleave
 from vitlit.runs.logs import read_scalars
-from vitlit.transfer.finetune import FreezeSchedule
 
 DDP_CONFIG = ROOT / "configs" / "scale" / "ddp.yaml"
 #: The digits recipe in 2 CPU processes; patch 16 (4 tokens) keeps each run to seconds.
@@ -143,7 +142,10 @@ def test_a_random_seed_per_process_is_refused_where_torchrun_or_slurm_start_them
     check(True, {})
 
 
+@pytest.mark.part("transfer")
 def test_unfreezing_during_the_run_is_refused_under_ddp() -> None:
+    from vitlit.transfer.finetune import FreezeSchedule
+
     trainer = SimpleNamespace(world_size=2, max_epochs=10)
     module = SimpleNamespace(hparams={"model_name": "test_vit"})
     schedule = FreezeSchedule(unfreeze_at_epochs=[1])

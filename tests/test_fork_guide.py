@@ -66,7 +66,8 @@ def test_the_guide_documents_every_hook_the_example_uses() -> None:
     helpers = {alias.name for node in tree.body if isinstance(node, ast.ImportFrom) and node.module.startswith("vitlit")
                for alias in node.names}  # fmt: skip
     used = (hooks - {"__init__", "arrays", "names"}) | helpers
-    assert used >= {"class_names", "train_dataset", "test_dataset", "ImageClassificationDataModule", "ConfigError"}
+    assert used >= {"class_names", "train_dataset", "ImageClassificationDataModule", "ConfigError"}
+    assert "test_dataset" not in used  # issue 44: the base class holds out the test split
     assert not [name for name in used if f"`{name}" not in GUIDE], used
     assert code_size.code_lines(EXAMPLE) <= 60  # one short file: what a fork writes
 
@@ -90,11 +91,34 @@ def test_the_guide_example_trains_and_tests_from_its_yaml(
     monkeypatch.syspath_prepend(str(ROOT / "examples"))  # what PYTHONPATH=examples does
     common = ["--config", EXAMPLE_CONFIG, "--data.path", digits_npz, "--trainer.default_root_dir", tmp_path]
     cli = run_cli("fit", *common, *QUICK, "--data.on_device", on_device)
-    assert cli.datamodule.class_names == [str(d) for d in range(10)] and cli.model.hparams.in_chans == 1
-    assert len(cli.datamodule.val_set) == 200 and cli.trainer.global_step == 4  # the file's own val split
+    data = cli.datamodule
+    assert data.class_names == [str(d) for d in range(10)] and cli.model.hparams.in_chans == 1
+    # Issue 44: a file with no split; the base class holds out 10% for test, then carves 10% of the rest.
+    assert (len(data.train_set), len(data.val_set)) == (1455, 162) and cli.trainer.global_step == 4
     run = Path(cli.trainer.log_dir)
     test = run_cli("test", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt", *QUICK)
+    tested = test.datamodule.test_set
+    assert len(tested) == 180 and not set(tested.indices) & {*data.train_set.indices, *data.val_set.indices}
+    assert test.trainer.test_loop.batch_progress.total.completed == 2  # QUICK's limit: the carved split is tested
     assert 0.0 <= float(test.trainer.callback_metrics["test/acc"]) <= 1.0
+
+
+def test_a_label_that_is_no_class_index_is_one_line(digits_npz: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """Issue 44: a label of 10 among 10 class names once surfaced as a traceback from inside the loss."""
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    bad = tmp_path / "bad.npz"
+    with np.load(digits_npz) as arrays:
+        labels = arrays["labels"].copy()
+        labels[7] = 10
+        np.savez(bad, images=arrays["images"], labels=labels)
+    with pytest.raises(SystemExit) as exit_info:
+        names = str([str(d) for d in range(10)])
+        run_cli("fit", "--config", EXAMPLE_CONFIG, "--data.path", bad, "--data.class_names", names,
+                "--trainer.default_root_dir", tmp_path / "runs", *QUICK)  # fmt: skip
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "has the label 10, but its 10 class_names take the indices 0 to 9" in err
+    assert not list((tmp_path / "runs").rglob("*.ckpt"))
 
 
 def _write_csv_data(root: Path, rows: list[tuple[str, str, str]]) -> Path:

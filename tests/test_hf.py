@@ -56,7 +56,7 @@ def test_a_saved_data_set_with_string_labels_and_no_test_split_is_carved(
     data = fit.datamodule
     assert data.class_names == [f"d{d}" for d in range(10)]  # strings, in sorted order, and said so
     assert "the 10 labels of column 'label' are the classes, in sorted order: d0, d1" in caplog.text
-    assert "120 of its 600 training rows held out for test (--data.test_size 0.2, seed 42)" in caplog.text
+    assert "120 of 600 images held out for test (--data.test_size 0.2, seed 42)" in caplog.text
     data.setup("test")
     held, trained = set(data.test_set.dataset.rows), set(data.train_set.dataset.rows)
     assert len(held) == 120 and not held & trained  # the carved test split never trains

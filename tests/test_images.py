@@ -220,7 +220,7 @@ def test_class_folders_without_train_are_split_seeded_and_said(
     with caplog.at_level(logging.INFO):
         data = ImageFolderDataModule(flat, img_size=16, num_workers=0, val_size=4, test_size=0.2)
     assert data.class_names == ["a", "b"]
-    assert "holds class folders without train/: 40 images of 2 classes; 8 held out for test" in caplog.text
+    assert "(class folders, 2 classes) has no test split: 8 of 40 images held out for test" in caplog.text
     data.setup("fit")
     train = {path for path, _ in data._files["train"]}
     test = {path for path, _ in data._files["test"]}

@@ -71,9 +71,8 @@ def test_the_code_size_script_counts_every_module() -> None:
     assert table["core"]["model.py"] > 100  # counts code, not nothing
 
 
-def _fork(tmp_path: Path, removed: tuple[str, ...]) -> Path:
-    """The package copied without the parts ``removed``, and their lines deleted from its shared settings only."""
-    copy = tmp_path / "pkg" / "vitlit"
+def _fork(copy: Path, removed: tuple[str, ...]) -> Path:
+    """The package copied to ``copy`` without the parts ``removed``, their lines deleted from its shared settings."""
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", *removed))
     settings = copy / "defaults.yaml"
     kept = [line for line in settings.read_text().splitlines() if not any(f"vitlit.{p}." in line for p in removed)]
@@ -87,7 +86,7 @@ def test_a_fork_removes_parts_by_deleting_their_folders_and_lines(
     removed: tuple[str, ...], tmp_path: Path, digits_dir: Path
 ) -> None:
     # No re-install: the copy is imported first on the path, the installed metadata is not read.
-    copy = _fork(tmp_path, removed)
+    copy = _fork(tmp_path / "pkg" / "vitlit", removed)
     env = {**os.environ, "PYTHONPATH": str(copy.parent), "OMP_NUM_THREADS": "1"}
     code = (
         "import sys, vitlit; from vitlit.cli import main\n"
@@ -101,6 +100,9 @@ def test_a_fork_removes_parts_by_deleting_their_folders_and_lines(
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "VAL_ACC" in done.stdout and list((tmp_path / "runs").rglob("last.ckpt"))
+    said = done.stdout + done.stderr  # the run card's closing lines suggest only the commands this copy has
+    if "runs" not in removed:
+        assert "python -m vitlit test --config" in said and ("vitlit export" in said) == ("tools" not in removed)
     for bad, said in (
         (["--trainer.max_epoch", "2"], "--trainer.max_epoch"),
         (["--data.root", tmp_path / "no"], "no/train"),
@@ -110,3 +112,27 @@ def test_a_fork_removes_parts_by_deleting_their_folders_and_lines(
         lines = refused.stderr.strip().splitlines()
         assert refused.returncode == 2 and len(lines) == 1 and lines[0].startswith("vitlit: error:"), refused.stderr
         assert said in lines[0]
+
+
+@pytest.mark.slow  # a copy of the tree, its tests collected and the first-hour file run in it: about 60 s
+def test_a_fork_without_tools_and_transfer_passes_its_tests(tmp_path: Path) -> None:
+    """Issue 44: the tree without tools/ and transfer/ (their folders and tests deleted, and their lines in
+    defaults.yaml) collects every test without an error, offers only what exists, and passes its first-hour tests."""
+    removed = ("tools", "transfer")
+    tree = tmp_path / "tree"
+    for name in ("configs", "docs", "examples", "notebooks", "scripts", "tests", ".github", ".ci"):
+        shutil.copytree(ROOT / name, tree / name, ignore=shutil.ignore_patterns("__pycache__", *removed))
+    for name in ("pyproject.toml", "README.md", "CONTRIBUTING.md"):
+        shutil.copy(ROOT / name, tree / name)
+    _fork(tree / "src" / "vitlit", removed)
+    env = {**os.environ, "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": "1"}
+    listed = subprocess.run([sys.executable, "-m", "vitlit", "--help"], capture_output=True, text=True, env=env,
+                            cwd=tree, timeout=120)  # fmt: skip
+    usage = listed.stdout.splitlines()[0]
+    assert usage == "usage: vitlit [--version] {fit,validate,test,predict,prepare} ...", usage
+    pytest_ = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-q"]
+    collected = subprocess.run([*pytest_, "--co"], capture_output=True, text=True, env=env, cwd=tree, timeout=240)
+    assert collected.returncode == 0 and "error" not in collected.stdout.splitlines()[-1], collected.stdout[-3000:]
+    ran = subprocess.run([*pytest_, "tests/test_first_hour.py", "tests/test_docs.py", "-x"], capture_output=True,
+                         text=True, env=env, cwd=tree, timeout=480)  # fmt: skip
+    assert ran.returncode == 0 and " passed" in ran.stdout, ran.stdout[-3000:]

@@ -41,7 +41,11 @@ def _save_pictures(outputs: list[dict], folder: Path, stem: str) -> list[Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=pytest.mark.part("tools")) if p.stem == "inspect_run" else p for p in NOTEBOOKS],
+    ids=[p.stem for p in NOTEBOOKS],
+)  # inspect_run draws attention maps with vitlit.tools.attention
 def test_notebook_executes(
     path: Path, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,4 +1,5 @@
-"""The private names of Lightning and PyTorch that vitlit uses (all in `vitlit.private`) still exist and work."""
+"""The private names of Lightning and PyTorch that vitlit uses (all in `vitlit.private` and `vitlit.runs.private`)
+still exist and work."""
 
 from __future__ import annotations
 
@@ -7,16 +8,14 @@ from types import SimpleNamespace
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from vitlit.private import (
+from vitlit.private import unscales_internally
+from vitlit.runs.private import (
     clear_skip_flags,
-    follow_new_param_groups,
     is_local_path,
     kill_started_processes,
-    record_last_lrs,
     set_checkpoint_interval,
     skip_next_step_if,
     state_key,
-    unscales_internally,
 )
 
 
@@ -52,20 +51,6 @@ def test_a_fused_optimizer_skips_a_flagged_step_on_the_device() -> None:
         assert (not torch.equal(param, before)) == expect_change, "torch's fused step ignored found_inf"
 
 
-def test_a_lambda_schedule_takes_on_a_new_group() -> None:
-    first, second = torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))
-    optimizer = torch.optim.SGD([first], lr=1.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5)
-    assert hasattr(scheduler, "_last_lr"), "torch renamed LRScheduler._last_lr"
-    optimizer.add_param_group({"params": [second], "lr": 2.0})
-    follow_new_param_groups(scheduler, lambda step: 0.5)
-    assert scheduler.base_lrs == [1.0, 2.0] and len(scheduler.lr_lambdas) == 2
-    assert scheduler.get_last_lr() == [0.5, 1.0]
-    optimizer.param_groups[0]["lr"] = 0.25
-    record_last_lrs(scheduler)
-    assert scheduler.get_last_lr() == [0.25, 1.0]
-
-
 def test_local_paths_are_told_from_remote_ones() -> None:
     assert is_local_path("/tmp/x.ckpt") and is_local_path("runs/last.ckpt") and not is_local_path("s3://bucket/x")
 
@@ -79,7 +64,7 @@ def test_lightnings_launchers_can_pass_a_signal_on() -> None:
 
 
 def test_no_other_module_touches_a_private_name_of_a_library() -> None:
-    # `x._name` on anything but the module's own objects, or `import _name`: such uses belong in vitlit.private.
+    # `x._name` on anything but the module's own objects, or `import _name`: for vitlit.private or a part's own.
     import re
     from pathlib import Path
 

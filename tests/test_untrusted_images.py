@@ -20,7 +20,6 @@ from helpers.cli import DIGITS_CONFIG, run_cli
 from PIL import EpsImagePlugin
 
 from vitlit.data.images import RASTER_FORMATS, open_image
-from vitlit.tools.export import export
 
 QUICK = ["--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", "--data.val_size", "16"]
 
@@ -114,17 +113,21 @@ def test_predict_skips_the_file_and_runs_nothing(
     assert not gs_calls.exists()
 
 
+@pytest.mark.part("tools")
 def test_export_checks_on_raster_images_only_and_runs_nothing(
     gs_calls: Path, run_dir: Path, digits_dir: Path, tmp_path: Path
 ) -> None:
     images = tmp_path / "images"
     _programs(images)
     shutil.copy(next((digits_dir / "test" / "1").iterdir()), images / "one.png")
+    from vitlit.tools.export import export
+
     report = export(run_dir / "checkpoints" / "last.ckpt", tmp_path / "vit.pt2", "pt2", images=images)
     assert report["batch"] == 1  # the one raster image; the programs were left out
     assert not gs_calls.exists()
 
 
+@pytest.mark.part("tools")
 def test_serve_answers_a_client_error_and_runs_nothing(gs_calls: Path) -> None:
     from vitlit.tools.serve import decode_image
 

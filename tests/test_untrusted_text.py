@@ -1,7 +1,7 @@
 """Issue 46, class 2: text vitlit did not write (file and class names, table contents, URLs, flag values) reaches
 terminals, files and messages only in a form that cannot act there: escapes made visible, Markdown escaped,
 credentials left out, paths confined to the root a flag names. One test per entry point; the model card's Markdown
-and front matter are tested with the export (tests/test_deploy.py)."""
+and front matter are tested with the export (tests/tools/test_deploy.py)."""
 
 from __future__ import annotations
 
@@ -109,6 +109,7 @@ def test_a_tracking_uri_s_password_is_not_printed(
     assert "cannot reach its service at http://***@127.0.0.1:" in err
 
 
+@pytest.mark.part("tools")
 @pytest.mark.parametrize("name", ["../../x", "/tmp/x", "a/b", "..", "", "x\ny"])
 def test_a_sweep_s_study_name_cannot_leave_its_root(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -125,6 +126,7 @@ def test_a_sweep_s_study_name_cannot_leave_its_root(
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "b", "space.yaml"]
 
 
+@pytest.mark.part("tools")
 def test_a_storage_url_s_password_is_not_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("optuna")
     space = tmp_path / "space.yaml"

@@ -20,6 +20,7 @@ import upgrade_config
 OLD = Path(__file__).with_name("data") / "config_v0.1.yaml"  # 0.1's --print_config: digits + distill, nonfinite skip
 
 
+@pytest.mark.part("transfer")  # 0.1's config distils
 def test_a_0_1_config_upgrades_and_trains(tmp_path: Path, digits_dir: Path) -> None:
     config = tmp_path / "config.yaml"
     shutil.copy(OLD, config)

@@ -36,15 +36,17 @@ from vitlit.run_dir import Placed, place_run, resolve_checkpoint, run_of_checkpo
 
 PROG = "vitlit"
 #: Subcommands beside LightningCLI's four: name -> the function whose typed, documented arguments are its flags. A
-#: fork adds its own here; one whose module was deleted says so when it is called.
+#: fork adds its own here; those whose module a fork deleted (``tools/``) are not offered (a file check, no import).
 TOOLS = {
     "env": "vitlit.tools.env:env",
     "export": "vitlit.tools.export:export",
     "models": "vitlit.tools.models:models",
-    "prepare": "vitlit.tools.prepare:prepare",
+    "prepare": "vitlit.data.prepare:prepare",
     "serve": "vitlit.tools.serve:serve",
     "sweep": "vitlit.tools.sweep:sweep",
 }
+TOOLS = {name: to for name, to in TOOLS.items()
+         if Path(__file__).parent.joinpath(*to.split(":")[0].split(".")[1:]).with_suffix(".py").is_file()}  # fmt: skip
 #: Lightning's log lines a vitlit user cannot act on (advertisements, what the resume line says better, the seed that
 #: the run card keeps), and the loggers they come from.
 QUIET = ("💡 Tip:", " was raised with message: ", "Received SIGTERM", "attempting graceful shutdown", "Seed set to")

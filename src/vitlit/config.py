@@ -22,8 +22,8 @@ DEFAULTS = Path(__file__).with_name("defaults.yaml")
 #: Bounds on a YAML document: a recipe is a few KB. Anchors and aliases let a few hundred bytes stand for billions
 #: of values, which the parser would expand for minutes.
 MAX_YAML_BYTES, MAX_YAML_VALUES = 1_000_000, 100_000
-#: Arguments that name a file or folder, in any data module or model; ``teacher`` where it is a path, not a name.
-PATH_ARGUMENTS = ("root", "data_dir", "predict_dir", "pretrained_file", "teacher")
+#: Arguments that name a file or folder, in any data module or model (at the top of their ``init_args``).
+PATH_ARGUMENTS = ("root", "data_dir", "predict_dir", "pretrained_file")
 
 
 def load_yaml(text: str, where: str) -> Any:
@@ -174,8 +174,7 @@ def absolute_paths(config: Any) -> None:
             value = init_args.get(key) if hasattr(init_args, "get") else None
             if not isinstance(value, (str, Path)) or "://" in str(value) or Path(value).expanduser().is_absolute():
                 continue
-            if key != "teacher" or Path(value).exists():  # a teacher may be a timm model's name
-                init_args[key] = os.path.abspath(value)  # not resolve(): a symbolic link the user named stays
+            init_args[key] = os.path.abspath(value)  # not resolve(): a symbolic link the user named stays
     root = config["trainer"].get("default_root_dir")
     if isinstance(root, str) and "://" not in root:
         config["trainer"]["default_root_dir"] = os.path.abspath(os.path.expanduser(root))

@@ -118,8 +118,7 @@ class ViTClassifier(LightningModule):
             self.net.set_grad_checkpointing(True)
         if compile:
             self.net.compile()
-        smoothing = label_smoothing or 0.0
-        self.criterion = loss if loss is not None else nn.CrossEntropyLoss(label_smoothing=smoothing)
+        self.criterion = loss if loss is not None else nn.CrossEntropyLoss(label_smoothing=label_smoothing or 0.0)
         if loss is not None:  # tried on what it will get (logits, class indices) before the run starts
             try:
                 with warnings.catch_warnings():  # MSELoss warns of broadcasting before it fails: the line below says it

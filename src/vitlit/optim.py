@@ -16,7 +16,6 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from vitlit.errors import ConfigError
-from vitlit.private import follow_new_param_groups
 from vitlit.types import NonNegativeInt, PositiveInt, Probability
 
 # Marks timm's decayed groups so that the optimizer's configured weight decay applies to them (see param_groups).
@@ -141,16 +140,6 @@ class WarmupCosineLR(LambdaLR):
                               f"steps (--model.scheduler.init_args.warmup_steps) or a longer run.")  # fmt: skip
         return (f"the run's new estimate of {total_steps} optimizer steps ends inside the {self.warmup_steps}-step "
                 f"warmup: the learning rate will not reach its peak")  # fmt: skip
-
-    def track_new_param_groups(self) -> None:
-        """Take on the optimizer's groups added since this schedule was built, from the current step on.
-
-        `vitlit.transfer.finetune.FreezeSchedule` adds a group for each stage it unfreezes; a plain ``LambdaLR`` would
-        leave
-        it at its first learning rate for the rest of the run. Each new group's learning rate is its peak, and it
-        follows the same warmup and cosine as the others: added mid-run, it starts at the curve's current point.
-        """
-        follow_new_param_groups(self, self.lr_factor)
 
     def lr_factor(self, step: int) -> float:
         """Return the multiplier of the peak learning rate at optimizer step ``step`` (0-based)."""

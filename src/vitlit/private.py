@@ -1,39 +1,14 @@
-"""Every private attribute of Lightning or PyTorch that vitlit reads or writes, in one place.
+"""Every private attribute of Lightning or PyTorch that vitlit's core reads or writes, in one place.
 
-Each has no public equivalent today. Checked against Lightning 2.5 and 2.6 and PyTorch 2.4 to 2.14;
-``tests/test_private.py`` fails, naming the attribute, if a release renames or removes one, so a version bump shows
-here first instead of as a silent change in behaviour.
+The runs part keeps its own, used by it alone, in `vitlit.runs.private`. Each has no public equivalent today.
+Checked against Lightning 2.5 and 2.6 and PyTorch 2.4 to 2.14; ``tests/test_private.py`` fails, naming the
+attribute, if a release renames or removes one, so a version bump shows here first instead of as a silent change in
+behaviour.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-
 import torch
-from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
-from lightning.pytorch import Callback, Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint
-from torch.optim.lr_scheduler import LambdaLR
-
-
-def set_checkpoint_interval(callback: ModelCheckpoint, every_n_train_steps: int) -> None:
-    """Change a ModelCheckpoint's step interval after construction.
-
-    ``every_n_train_steps`` is a constructor argument only, but a fraction of the run becomes a step count only once
-    the Trainer knows the run's length (`vitlit.runs.snapshots.Snapshots`).
-    """
-    callback._every_n_train_steps = every_n_train_steps
-
-
-def state_key(callback: Callback, **settings: Any) -> str:
-    """Lightning's key for a callback's state in checkpoints, made from its class and ``settings``.
-
-    Two callbacks of one class (ModelCheckpoints with other settings) need distinct keys; Lightning builds them with
-    the callback's ``_generate_state_key``.
-    """
-    return callback._generate_state_key(**settings)
 
 
 def unscales_internally(optimizer: torch.optim.Optimizer) -> bool:
@@ -42,52 +17,3 @@ def unscales_internally(optimizer: torch.optim.Optimizer) -> bool:
     PyTorch marks such optimizers with ``_step_supports_amp_scaling``; the GradScaler reads the same flag.
     """
     return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
-
-
-#: The attributes through which PyTorch's GradScaler tells a fused optimizer's next step to skip itself (a non-zero
-#: ``found_inf``) and that the gradients are not scaled (``grad_scale`` None).
-_SKIP_FLAGS = ("found_inf", "grad_scale")
-
-
-def skip_next_step_if(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> None:
-    """Make a fused optimizer's next step a no-op where ``found_inf`` is non-zero, on the device (no host sync)."""
-    optimizer.found_inf = found_inf.float()
-    optimizer.grad_scale = None
-
-
-def clear_skip_flags(optimizer: torch.optim.Optimizer) -> None:
-    """Remove what `skip_next_step_if` set, so that the next step is an ordinary one."""
-    for name in _SKIP_FLAGS:
-        if name in vars(optimizer):
-            delattr(optimizer, name)
-
-
-def follow_new_param_groups(scheduler: LambdaLR, factor: Callable[[int], float]) -> None:
-    """Extend a ``LambdaLR`` to the optimizer's groups added since it was built, on the curve ``factor``.
-
-    LambdaLR keeps one base learning rate and one lambda per group (``base_lrs``, ``lr_lambdas``) and the last rates
-    it set (``_last_lr``, what ``get_last_lr()`` returns); none has a public way to grow.
-    """
-    for group in scheduler.optimizer.param_groups[len(scheduler.base_lrs) :]:
-        group.setdefault("initial_lr", group["lr"])
-        scheduler.base_lrs.append(group["initial_lr"])
-        scheduler.lr_lambdas.append(factor)
-        group["lr"] = group["initial_lr"] * factor(max(scheduler.last_epoch, 0))
-    record_last_lrs(scheduler)
-
-
-def record_last_lrs(scheduler: LambdaLR) -> None:
-    """Make ``get_last_lr()`` return the learning rates the optimizer's groups hold now (after a change by hand)."""
-    scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
-
-
-def is_local_path(path: str | Path) -> bool:
-    """Whether ``path`` is on the local file system (not ``s3://``, ``gs://``, ...), as Lightning decides it."""
-    return _is_local_file_protocol(path)
-
-
-def kill_started_processes(trainer: Trainer, signum: int) -> None:
-    """Pass ``signum`` on to the processes the Trainer's launcher started (none under torchrun or SLURM)."""
-    launcher = trainer.strategy.launcher
-    if launcher is not None:
-        launcher.kill(signum)

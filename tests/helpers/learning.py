@@ -42,15 +42,12 @@ class LearningCase:
 
 
 def write_digits_npz(path: Path) -> Path:
-    """scikit-learn's digits as the forking guide's ``.npz`` file: grey 8x8 uint8, train/val/test of 1200/200/397."""
+    """scikit-learn's digits as the forking guide's ``.npz`` file: 1,797 grey 8x8 uint8 images and labels, no split."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()
-    images = (digits.images * (255 / 16)).astype(np.uint8)  # (1797, 8, 8) grey, as MedMNIST's grey sets
-    order = np.random.default_rng(0).permutation(len(images))
-    parts = {"train": order[:1200], "val": order[1200:1400], "test": order[1400:]}
-    arrays = {f"{name}_images": images[idx] for name, idx in parts.items()}
-    np.savez(path, **arrays, **{f"{name}_labels": digits.target[idx][:, None] for name, idx in parts.items()})
+    images = (digits.images * (255 / 16)).astype(np.uint8)  # (1797, 8, 8) grey
+    np.savez(path, images=images, labels=digits.target[:, None])
     return path
 
 
@@ -67,7 +64,7 @@ def _policy(name: str) -> LearningCase:
     return LearningCase(flags, "best_val_acc", 0.4)  # measured: 0.61-0.76 (each policy's spread: RESULTS.md)
 
 
-#: The model the deploy tests export and serve (tests/test_deploy.py).
+#: The model the deploy tests export and serve (tests/tools/test_deploy.py).
 DEPLOY = ("--trainer.max_epochs", "30", "--data.batch_size", "128", "--data.on_device", "true",
           "--model.patch_size", "16", "--model.optimizer.init_args.lr", "4e-3",
           "--model.scheduler.init_args.warmup_steps", "20")  # fmt: skip

@@ -22,7 +22,8 @@ import torch
 from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler
+from lightning.pytorch.utilities import rank_zero_info
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler, Subset
 from torchvision.transforms import v2
 
 from vitlit.data import sources
@@ -94,6 +95,9 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         val_size: Validation images carved from the training set when the data has no validation split of its own:
             a count (int) or a fraction (float in (0, 1)); a data set may set its own default (CIFAR: 5000). The
             test split is never used for validation.
+        test_size: Test images held out of the training set, seeded, where the data has no test split of its own (a
+            subclass that gives no ``test_dataset``, class folders without ``train/``, a Hugging Face data set
+            without one): a count (int) or a fraction (float in (0, 1)); said in one line when it happens.
         num_workers: DataLoader worker processes (0 loads in the main process); capped at the CPU cores available.
         pin_memory: Pin host memory for faster copies to the GPU (ignored when no GPU is present).
         persistent_workers: Keep workers alive between epochs; restarting them costs seconds per short epoch.
@@ -141,6 +145,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         in_chans: PositiveInt = 3,
         batch_size: PositiveInt = 128,
         val_size: int | float = 0.1,
+        test_size: int | float = 0.1,
         num_workers: NonNegativeInt = 4,
         pin_memory: bool = True,
         persistent_workers: bool = True,
@@ -164,10 +169,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         super().__init__()
         # Checked here, not by a constrained type: jsonargparse dumps a union of an int and a float type wrongly
         # (0.1 as 0, or 5000 as 5000.0), which would change the saved config.
-        if (isinstance(val_size, float) and not 0.0 < val_size < 1.0) or (isinstance(val_size, int) and val_size < 1):
-            raise ConfigError(
-                f"val_size={val_size} is neither a count (1 or more) nor a fraction in (0, 1); use e.g. 5000 or 0.1."
-            )
+        for name, size in (("val_size", val_size), ("test_size", test_size)):
+            if (isinstance(size, float) and not 0.0 < size < 1.0) or (isinstance(size, int) and size < 1):
+                raise ConfigError(
+                    f"{name}={size} is neither a count (1 or more) nor a fraction in (0, 1); use e.g. 5000 or 0.1."
+                )
         for name, values in (("mean", mean), ("std", std)):
             if values is not None and len(values) != in_chans:
                 raise ConfigError(
@@ -190,7 +196,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self.img_size = as_builtin(img_size)
         self.in_chans = as_builtin(in_chans)
         self.batch_size = as_builtin(batch_size)
-        self.val_size = as_builtin(val_size)
+        self.val_size, self.test_size = as_builtin(val_size), as_builtin(test_size)
         self.num_workers = as_builtin(num_workers)
         self.pin_memory = pin_memory
         self.persistent_workers = persistent_workers
@@ -213,6 +219,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self.predict_dir = None if predict_dir is None else Path(predict_dir).expanduser()
         self._predict_images = [] if self.predict_dir is None else predict_files(self.predict_dir, self.in_chans)
         self.train_set: TransformedSubset | None = None
+        self._said_test_split = False  # `hold_out_test` says the carved split once, for fit and test alike
         self.val_set: TransformedSubset | None = None
         self.test_set: TransformedSubset | None = None
         self.predict_set: TransformedSubset | None = None
@@ -236,9 +243,23 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """A separate validation set, or ``None`` to carve one from the training set (the default)."""
         return None
 
-    @abstractmethod
     def test_dataset(self) -> Dataset:
-        """The held-out test images, used by ``test`` (and by ``predict`` without ``predict_dir``) only."""
+        """The held-out test images, used by ``test`` (and by ``predict`` without ``predict_dir``) only.
+
+        Without an override, ``test_size`` of the training images are held out for it (`carves_test`), seeded: a
+        new format is then ``class_names`` and ``train_dataset`` alone. (`setup` views those items of the training
+        set itself, so that its hooks, ``targets_of`` and ``uint8_images_of``, serve the test split too.)
+        """
+        return Subset(self.train_dataset(), self.hold_out_test(len(self.train_dataset()))[1])
+
+    @property
+    def carves_test(self) -> bool:
+        """Whether the test split is held out of the training images (`hold_out_test`).
+
+        By default where ``test_dataset`` is the base class's: a subclass that reads a test split of its own
+        overrides that, or this.
+        """
+        return type(self).test_dataset is ImageClassificationDataModule.test_dataset
 
     def predict_dataset(self) -> Dataset:
         """What ``predict`` classifies: the images of ``predict_dir``, else the test split.
@@ -342,21 +363,58 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         native = self.native_size and not self.is_predict_folder(dataset)  # as they are: they share one size
         return TransformedSubset(dataset, indices, sources.Decode(self.in_chans, None if native else self.img_size))
 
+    def hold_out_test(self, n: int, said: str | None = None) -> tuple[list[int], list[int]]:
+        """The seeded (training, test) indices of ``n`` training items where the test split is carved out of them.
+
+        A split that leaves either side empty is refused in one line.
+        The split is said once, in one line, with ``said`` (what holds the items) or the class's name.
+        """
+        keep, held = split_indices(n, self.test_size, self.seed, "test_size")
+        if not self._said_test_split:
+            self._said_test_split = True
+            rank_zero_info(f"vitlit: {said or type(self).__name__} has no test split: {len(held):,} of {n:,} images "
+                           f"held out for test (--data.test_size {self.test_size}, seed {self.seed})")  # fmt: skip
+        return keep, held
+
     def setup(self, stage: str) -> None:
         """Build the datasets that ``stage`` needs; idempotent, so a fit followed by a test reuses the split."""
         if stage in ("fit", "validate") and self.val_set is None:
-            dataset = self.train_dataset()
+            dataset, val_dataset = self.train_dataset(), self.val_dataset()
             self._check_channels(dataset)
-            val_dataset = self.val_dataset()
+            self._check_labels(dataset)
+            pool = self.hold_out_test(len(dataset))[0] if self.carves_test else None  # None: every item
             if val_dataset is None:
-                train_idx, val_idx = split_indices(len(dataset), self.val_size, self.seed)
-                self.train_set, self.val_set = self._view(dataset, train_idx), self._view(dataset, val_idx)
+                pool = pool or list(range(len(dataset)))
+                parts = split_indices(len(pool), self.val_size, self.seed)
+                self.train_set, self.val_set = (self._view(dataset, [pool[i] for i in part]) for part in parts)
             else:
-                self.train_set, self.val_set = self._view(dataset, None), self._view(val_dataset, None)
+                self.train_set, self.val_set = self._view(dataset, pool), self._view(val_dataset, None)
         if stage == "test" and self.test_set is None:
-            self.test_set = self._view(self.test_dataset(), None)
+            test = None if self.carves_test else self._check_labels(self.test_dataset(), "test")
+            self.test_set = self._held_out() if test is None else self._view(test, None)
         if stage == "predict" and self.predict_set is None:
-            self.predict_set = self._view(self.predict_dataset(), None)
+            carved = self.carves_test and self.predict_dir is None
+            self.predict_set = self._held_out() if carved else self._view(self.predict_dataset(), None)
+
+    def _held_out(self) -> TransformedSubset:
+        """The test split carved out of the training set (`carves_test`)."""
+        return self._view(dataset := self.train_dataset(), self.hold_out_test(len(dataset))[1])
+
+    def _check_labels(self, dataset: Dataset, split: str = "training") -> Dataset:
+        """Return ``dataset``, or refuse a label that is no class index (``targets_of``), naming the item.
+
+        Only where the labels are read without decoding an image (a ``targets`` attribute, or the subclass's own
+        ``targets_of``); elsewhere the loss meets a bad label in training.
+        """
+        own = type(self).targets_of is not ImageClassificationDataModule.targets_of
+        if getattr(dataset, "targets", None) is None and not own:
+            return dataset
+        bad = next(((i, t) for i, t in enumerate(self.targets_of(dataset)) if not 0 <= t < self.num_classes), None)
+        if bad is not None:
+            raise ConfigError(f"{split} item {bad[0]} of {type(self).__name__} has the label {bad[1]}, but its "
+                              f"{self.num_classes} class_names take the indices 0 to {self.num_classes - 1}; correct "
+                              f"the labels or name every class in class_names.")  # fmt: skip
+        return dataset
 
     def _check_channels(self, dataset: Dataset) -> None:
         """Refuse data whose images have another channel count than ``in_chans``, before the first step."""
@@ -466,8 +524,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     @property
     def workers(self) -> int:
         """``num_workers``, but no more than this process may use CPU cores (a recipe's 8 on a 2-core laptop is 2)."""
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return min(self.num_workers, cores)
+        return min(self.num_workers, cpu_cores())
 
     def train_dataloader(self) -> Any:
         """Shuffled training batches."""
@@ -484,3 +541,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     def predict_dataloader(self) -> Any:
         """``predict_dir``'s images, or the test split, in order."""
         return self._loader(self.predict_set, train=False)
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may use (its affinity), which caps ``--data.num_workers``."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

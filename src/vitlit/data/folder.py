@@ -22,7 +22,6 @@ from vitlit.data.images import (
 )
 from vitlit.data.split import validation_count
 from vitlit.errors import ConfigError
-from vitlit.types import as_builtin
 
 SPLITS = ("train", "val", "test")
 
@@ -64,8 +63,7 @@ class ImageFolderDataModule(ImageClassificationDataModule):
         test_size: int | float = 0.1,
         **kwargs: Any,
     ) -> None:
-        super().__init__(val_size=val_size, **kwargs)
-        self.test_size = as_builtin(test_size)
+        super().__init__(val_size=val_size, test_size=test_size, **kwargs)
         if bad_images not in ("error", "skip"):
             raise ConfigError(f"bad_images={bad_images!r} is not one of 'error', 'skip'.")
         if self.in_chans not in PIL_MODES:

@@ -22,9 +22,8 @@ from torch.utils.data import Dataset
 
 from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.images import PIL_MODES, image_problem, open_image
-from vitlit.data.split import split_indices, validation_count
+from vitlit.data.split import validation_count
 from vitlit.errors import ConfigError
-from vitlit.types import as_builtin
 
 #: The split names data sets use, by the split vitlit gives them.
 SPLIT_NAMES = {
@@ -165,11 +164,11 @@ class HFDataModule(ImageClassificationDataModule):
         bad_images: Literal["error", "skip"] = "error",
         **kwargs: Any,
     ) -> None:
-        super().__init__(val_size=val_size, **kwargs)
+        super().__init__(val_size=val_size, test_size=test_size, **kwargs)
         if self.in_chans not in PIL_MODES:
             raise ConfigError(f"in_chans={self.in_chans}: images are read with 1, 3 or 4 channels.")
         self.path, self.image_column, self.label_column = str(path), image_column, label_column
-        self.test_size, self.bad_images, self.skipped = as_builtin(test_size), bad_images, []
+        self.bad_images, self.skipped = bad_images, []
         found = load_splits(self.path)
         self._tables = self._by_role(found)
         train = self._tables["train"]
@@ -234,16 +233,10 @@ class HFDataModule(ImageClassificationDataModule):
 
     def _hold_out_test(self) -> None:
         rows, targets = self._rows["train"], self._targets["train"]
-        try:
-            keep, held = split_indices(len(rows), self.test_size, self.seed)
-        except ConfigError:
-            raise ConfigError(f"test_size={self.test_size} leaves no rows to train on or none to test on in "
-                              f"{len(rows)}; give a fraction such as 0.1.") from None  # fmt: skip
+        keep, held = self.hold_out_test(len(rows), str(self.path))
         self._tables["test"] = self._tables["train"]
         self._rows["test"], self._targets["test"] = [rows[i] for i in held], [targets[i] for i in held]
         self._rows["train"], self._targets["train"] = [rows[i] for i in keep], [targets[i] for i in keep]
-        rank_zero_info(f"vitlit: {self.path} has no test split: {len(held):,} of its {len(rows):,} training rows held "
-                       f"out for test (--data.test_size {self.test_size}, seed {self.seed})")  # fmt: skip
 
     def _images(self, role: str) -> HFImages | None:
         """A split's rows after the start-up check of every image (bad rows stop the run, or are left out)."""

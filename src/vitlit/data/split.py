@@ -11,37 +11,40 @@ from torch.utils.data import WeightedRandomSampler
 from vitlit.errors import ConfigError
 
 
-def validation_count(n: int, val_size: int | float) -> int:
+def validation_count(n: int, val_size: int | float, flag: str = "val_size") -> int:
     """Return how many of ``n`` training images ``val_size`` asks for, or raise if the split would leave none.
 
     Args:
         n: Number of training images available.
-        val_size: Number of validation images (int) or their fraction of ``n`` (float in (0, 1)).
+        val_size: Number of images carved out (int) or their fraction of ``n`` (float in (0, 1)).
+        flag: The data module's option that asked (``val_size``, or ``test_size`` for a carved test split).
 
     Raises:
-        ConfigError: If the split would leave no training or no validation images.
+        ConfigError: If the split would leave no training or no carved images.
     """
     n_val = round(n * val_size) if isinstance(val_size, float) else val_size
     if not 1 <= n_val < n:
         raise ConfigError(
-            f"val_size={val_size} asks for {n_val} of the {n} training images for validation; "
-            f"choose --data.val_size between 1 and {n - 1} (or a fraction such as 0.1)."
+            f"{flag}={val_size} asks for {n_val} of the {n} training images for "
+            f"{'validation' if flag == 'val_size' else 'test'}; choose --data.{flag} between 1 and {n - 1} (or a "
+            f"fraction such as 0.1)."
         )
     return n_val
 
 
-def split_indices(n: int, val_size: int | float, seed: int) -> tuple[list[int], list[int]]:
-    """Carve a seeded validation subset out of ``n`` training images.
+def split_indices(n: int, val_size: int | float, seed: int, flag: str = "val_size") -> tuple[list[int], list[int]]:
+    """Carve a seeded subset (validation, or a test split) out of ``n`` training images.
 
     Args:
         n: Number of training images available.
-        val_size: Number of validation images (int) or their fraction of ``n`` (float in (0, 1)).
+        val_size: Number of images carved out (int) or their fraction of ``n`` (float in (0, 1)).
         seed: Seed of the permutation; the same seed gives the same split on every machine.
+        flag: The option that asked, named by the refusal (`validation_count`).
 
     Returns:
-        ``(train_indices, val_indices)``, disjoint and together covering ``range(n)``.
+        ``(kept_indices, carved_indices)``, disjoint and together covering ``range(n)``.
     """
-    n_val = validation_count(n, val_size)
+    n_val = validation_count(n, val_size, flag)
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
     return order[n_val:], order[:n_val]
 

@@ -19,7 +19,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from vitlit.atomic import replacing
 from vitlit.errors import ConfigError
-from vitlit.private import is_local_path
+from vitlit.runs.private import is_local_path
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from vitlit.private import kill_started_processes
+from vitlit.runs.private import kill_started_processes
 
 
 class StopTogetherOnSigterm(Callback):

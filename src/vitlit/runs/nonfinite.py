@@ -20,7 +20,8 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch.optim import Optimizer
 
 from vitlit.errors import TrainingHalted
-from vitlit.private import clear_skip_flags, skip_next_step_if, state_key, unscales_internally
+from vitlit.private import unscales_internally
+from vitlit.runs.private import clear_skip_flags, skip_next_step_if, state_key
 from vitlit.types import PositiveInt
 
 
@@ -91,7 +92,7 @@ class NonFiniteGuard(Callback):
         if not scaled:
             grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
             if grads:
-                bad = bad | ~torch.isfinite(_total_norm(grads))
+                bad = bad | ~torch.isfinite(torch.nn.utils.get_total_norm(grads))  # one fused kernel
         counts = self._counts
         first = torch.where((counts[1] < 0) & bad, trainer.global_step, counts[1])
         run = (counts[2] + 1) * bad
@@ -147,10 +148,3 @@ class NonFiniteGuard(Callback):
 
 def _is_fused(optimizer: Optimizer) -> bool:
     return unscales_internally(optimizer) and all(group.get("fused") for group in optimizer.param_groups)
-
-
-def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
-    """The global L2 norm of ``grads`` (inf or NaN if any entry is), in one fused kernel where torch has it."""
-    if hasattr(torch.nn.utils, "get_total_norm"):  # newer torch releases; the loop below for older ones
-        return torch.nn.utils.get_total_norm(grads)
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))

@@ -181,7 +181,10 @@ def summary(card: dict[str, Any], trainer: Trainer) -> str:
         lines.append(f"  last        {_short(last)}")
     saver = next((cb for cb in trainer.callbacks if hasattr(cb, "config_filename")), None)
     config = f"--config {_short(run / (saver.config_filename if saver else 'config.yaml'))} --ckpt_path {_short(pick)}"
-    commands = [f"python -m vitlit export --ckpt_path {_short(pick)} --output {_short(run / 'model.onnx')}"]
+    from vitlit.cli import TOOLS  # the subcommands this copy of vitlit has (a fork may have deleted tools/)
+
+    export = f"python -m vitlit export --ckpt_path {_short(pick)} --output {_short(run / 'model.onnx')}"
+    commands = [export] if "export" in TOOLS else []
     if getattr(trainer.datamodule, "has_test_split", True):  # test and predict need one (predict: or a folder)
         commands[:0] = [f"python -m vitlit test {config}", f"python -m vitlit predict {config}"]
     if pick:

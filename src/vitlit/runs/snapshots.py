@@ -9,7 +9,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from vitlit.errors import ConfigError
-from vitlit.private import set_checkpoint_interval, state_key
+from vitlit.runs.private import set_checkpoint_interval, state_key
 from vitlit.schedule import total_steps
 from vitlit.types import Fraction, PositiveInt
 

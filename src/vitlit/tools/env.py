@@ -10,13 +10,14 @@ and data path to pass. It exits 0 on a machine without a GPU.
 
 from __future__ import annotations
 
-import os
 import platform
 import subprocess
 import sys
 from typing import Any
 
 import torch
+
+from vitlit.data.base import cpu_cores
 
 _COMPILE_PROBE = "import torch; f = torch.compile(lambda x: x * 2 + 1); assert f(torch.ones(4)).sum().item() == 12"
 
@@ -34,11 +35,6 @@ def compile_works(timeout: float = 300.0) -> tuple[bool, str]:
         return True, "works"
     last = (done.stderr.strip().splitlines() or ["failed"])[-1]
     return False, last[:160]
-
-
-def cpu_cores() -> int:
-    """The CPU cores this process may use (its affinity), which caps ``--data.num_workers``."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def verdict(gpus: list[dict[str, Any]]) -> str:

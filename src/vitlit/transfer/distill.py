@@ -25,6 +25,7 @@ import timm
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torchvision.transforms.v2.functional import resize
 
 from vitlit.checkpoints import UNREADABLE
 from vitlit.errors import ConfigError
@@ -180,7 +181,7 @@ class Distillation:
         """
         x = images * self._scale.to(images.dtype) + self._shift.to(images.dtype)
         if x.shape[-1] != self.img_size or x.shape[-2] != self.img_size:
-            x = F.interpolate(x, size=(self.img_size, self.img_size), mode="bilinear", align_corners=False)
+            x = resize(x, [self.img_size, self.img_size], antialias=True)  # the image pipeline's resize, on floats
         return self.teacher(x)
 
     def loss(

@@ -25,6 +25,7 @@ from timm.models import group_parameters
 from torch import nn
 
 from vitlit.errors import ConfigError
+from vitlit.transfer.private import follow_new_param_groups
 from vitlit.types import Fraction, NonNegativeInt, PositiveInt
 
 
@@ -141,10 +142,10 @@ class FreezeSchedule(BaseFinetuning):
         if self.unfreeze_at_epochs:
             probe = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
             scheduler = pl_module.scheduler_factory(probe)
-            if not callable(getattr(scheduler, "track_new_param_groups", None)):
+            if not callable(getattr(scheduler, "lr_factor", None)):
                 raise ConfigError(
                     f"FreezeSchedule adds parameter groups during the run, and the scheduler "
-                    f"{type(scheduler).__name__} would leave them at a constant learning rate; use "
+                    f"{type(scheduler).__name__} has no lr_factor(step) curve for them to follow; use "
                     f"vitlit.optim.WarmupCosineLR (the default) or a linear probe (no unfreeze_at_epochs)."
                 )
 
@@ -171,7 +172,7 @@ class FreezeSchedule(BaseFinetuning):
                 group["lr"] = base_lr * group.get("lr_scale", 1.0) * self.lr_factor
                 group["name"] = f"stage{self.stages_done}_{group['name']}"
                 optimizer.add_param_group(group)
-            self._scheduler(pl_module.trainer).track_new_param_groups()
+            self._follow(self._scheduler(pl_module.trainer))
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """On a resume, bring back the unfrozen stages: Lightning restores the optimizer's groups, not the flags."""
@@ -184,7 +185,7 @@ class FreezeSchedule(BaseFinetuning):
                 for param in group["params"]:
                     param.requires_grad = True
         if self.stages_done:  # the scheduler's state, loaded next, has one entry per group
-            self._scheduler(trainer).track_new_param_groups()
+            self._follow(self._scheduler(trainer))
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Refuse an unfreeze epoch that a run bounded by ``max_steps`` never reaches (its epochs are known now)."""
@@ -224,3 +225,13 @@ class FreezeSchedule(BaseFinetuning):
     @staticmethod
     def _scheduler(trainer: Trainer) -> Any:
         return trainer.lr_scheduler_configs[0].scheduler
+
+    @staticmethod
+    def _follow(scheduler: Any) -> None:
+        """Take the optimizer's groups added since ``scheduler`` was built onto its curve, from the current step on.
+
+        A plain ``LambdaLR`` would leave a new stage at its first learning rate for the rest of the run; here its rate
+        is its peak, and it follows the same warmup and cosine as the others: added mid-run, it starts at the curve's
+        current point.
+        """
+        follow_new_param_groups(scheduler, scheduler.lr_factor)

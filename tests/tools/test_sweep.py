@@ -144,7 +144,7 @@ def test_a_trial_whose_sweep_was_killed_does_not_stay_running(digits_dir: Path, 
     command = [sys.executable, "-m", "vitlit", "sweep", "--config", str(DIGITS_CONFIG), "--search",
                str(_space(tmp_path, SPACE, **fixed)), "--n-trials", "2", "--root", str(tmp_path / "sweeps"),
                "--heartbeat", "1"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}  # tests/: helpers
     killed = subprocess.run(command, env={**env, "VITLIT_TEST_KILL": "1"}, capture_output=True, text=True)
     assert killed.returncode == -9, killed.stderr[-2000:]
     storage = f"sqlite:///{tmp_path / 'sweeps' / 'vitlit.db'}"

@@ -20,6 +20,7 @@ from vitlit.errors import ConfigError
 from vitlit.model import ViTClassifier
 from vitlit.optim import WarmupCosineLR, param_groups
 from vitlit.transfer.finetune import FreezeSchedule, backbone_layers, head_parameter_names
+from vitlit.transfer.private import follow_new_param_groups, record_last_lrs
 
 FINETUNE = ROOT / "configs" / "cifar10_vit_small_finetune.yaml"
 ADDONS = ROOT / "configs" / "addons"
@@ -141,7 +142,7 @@ def _model(**kwargs: object) -> ViTClassifier:
         (dict(unfreeze_at_epochs=[1, 2]), None, None, "without blocks_per_stage"),
         (dict(unfreeze_at_epochs=[1, 2, 3, 4], blocks_per_stage=2), 9, None, "has only 3 stages"),
         (dict(unfreeze_at_epochs=[1, 5], blocks_per_stage=2), 5, None, "unfreezes at epoch 5"),
-        (dict(unfreeze_at_epochs=[1]), 9, lambda o: torch.optim.lr_scheduler.ConstantLR(o), "constant learning rate"),
+        (dict(unfreeze_at_epochs=[1]), 9, lambda o: torch.optim.lr_scheduler.ConstantLR(o), "no lr_factor"),
     ],
 )
 def test_bad_schedules_are_refused(schedule: dict, trainer: int | None, scheduler, message: str) -> None:
@@ -182,10 +183,25 @@ def test_a_group_added_mid_run_follows_the_same_curve() -> None:
         optimizer.step()
         scheduler.step()
     optimizer.add_param_group({"params": [second], "lr": 0.1})
-    scheduler.track_new_param_groups()
+    FreezeSchedule._follow(scheduler)
     for _ in range(20):
         head, added = (g["lr"] for g in optimizer.param_groups)
         assert added == pytest.approx(0.1 * head)
         optimizer.step()
         scheduler.step()
     assert optimizer.param_groups[1]["lr"] < 0.1 * 0.5  # it decayed with the cosine
+
+
+def test_a_lambda_schedule_takes_on_a_new_group() -> None:
+    """The private names of torch that FreezeSchedule uses (`vitlit.transfer.private`) still exist and work."""
+    first, second = torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([first], lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5)
+    assert hasattr(scheduler, "_last_lr"), "torch renamed LRScheduler._last_lr"
+    optimizer.add_param_group({"params": [second], "lr": 2.0})
+    follow_new_param_groups(scheduler, lambda step: 0.5)
+    assert scheduler.base_lrs == [1.0, 2.0] and len(scheduler.lr_lambdas) == 2
+    assert scheduler.get_last_lr() == [0.5, 1.0]
+    optimizer.param_groups[0]["lr"] = 0.25
+    record_last_lrs(scheduler)
+    assert scheduler.get_last_lr() == [0.25, 1.0]
