@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.cli import DIGITS_CONFIG, run_cli
+from helpers.cli import DIGITS_CONFIG, refused, run_cli
 from helpers.hf import write_parquet, write_saved
 
 pytest.importorskip("datasets")
@@ -19,15 +19,6 @@ SHORT = ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "4", "--t
 def _fit(path: Path, root: Path, *extra: object):
     return run_cli("fit", "--config", DIGITS_CONFIG, *HF, "--data.path", path, *SHORT, "--trainer.default_root_dir",
                    root, *extra)  # fmt: skip
-
-
-def _refused(capsys: pytest.CaptureFixture[str], *args: object) -> str:
-    with pytest.raises(SystemExit) as stop:
-        run_cli(*args)
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("vitlit: error:")]
-    assert stop.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
-    return lines[0]
 
 
 def test_parquet_shards_train_test_and_predict_with_their_class_labels(tmp_path: Path) -> None:
@@ -72,7 +63,7 @@ def test_a_saved_data_set_with_string_labels_and_no_test_split_is_carved(
 def test_a_bad_row_is_named_and_skip_trains_without_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 43's hostile pass: a Parquet row whose bytes are PostScript never reaches a decoder."""
     folder = write_parquet(tmp_path / "pq", n=400, bad_row=7)
-    line = _refused(capsys, "fit", "--config", DIGITS_CONFIG, *HF, "--data.path", folder,
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *HF, "--data.path", folder,
                     "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
     assert "train row" in line and "not an image of the formats vitlit reads" in line and "bad_images skip" in line
     assert not (tmp_path / "runs").exists()
@@ -97,7 +88,7 @@ def test_what_cannot_be_a_data_set_is_one_line_before_anything_runs(
         path = "someone/some-digits"
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     started = time.monotonic()
-    line = _refused(capsys, "fit", "--config", DIGITS_CONFIG, *HF, "--data.path", path, *extra,
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *HF, "--data.path", path, *extra,
                     "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
     assert said in line and time.monotonic() - started < 30
     assert not (tmp_path / "runs").exists()

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers.cli import DIGITS_CONFIG, NO_WARMUP, ROOT, run_cli
+from helpers.cli import DIGITS_CONFIG, NO_WARMUP, ROOT, refused, run_cli
 from helpers.shards import RecordBatches
 
 pytest.importorskip("litdata")
@@ -36,15 +36,6 @@ def _fit(input_dir: Path, root: Path, *extra: object, callbacks=()):
     args = ["fit", "--config", DIGITS_CONFIG, *STREAM, "--data.input_dir", input_dir, "--data.batch_size", "64",
             "--trainer.default_root_dir", root, *NO_WARMUP, *extra]  # fmt: skip
     return main([str(a) for a in args], callbacks=callbacks)
-
-
-def _refused(capsys: pytest.CaptureFixture[str], *args: object) -> str:
-    with pytest.raises(SystemExit) as stop:
-        run_cli(*args)
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("vitlit: error:")]
-    assert stop.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
-    return lines[0]
 
 
 def test_prepare_writes_every_split_and_a_fit_trains_tests_and_predicts_from_it(chunks: Path, tmp_path: Path) -> None:
@@ -136,11 +127,11 @@ def test_damaged_or_foreign_chunks_are_one_line(
     if case == "existing-output":
         (tmp_path / "mine").mkdir()
         (tmp_path / "mine" / "notes.txt").write_text("mine")
-        line = _refused(capsys, "prepare", "--data", "DigitsDataModule", "--output", tmp_path / "mine",
+        line = refused(capsys, "prepare", "--data", "DigitsDataModule", "--output", tmp_path / "mine",
                         "--overwrite", "true")  # fmt: skip
         assert "no vitlit prepare wrote it" in line and (tmp_path / "mine" / "notes.txt").read_text() == "mine"
         return
-    line = _refused(capsys, "fit", "--config", DIGITS_CONFIG, *STREAM, "--data.input_dir", copy,
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *STREAM, "--data.input_dir", copy,
                     "--data.batch_size", "4", "--trainer.max_epochs", "1", "--trainer.default_root_dir",
                     tmp_path / "runs")  # fmt: skip
     assert said in line, line

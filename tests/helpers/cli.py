@@ -7,6 +7,7 @@ import pickle
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from torchvision.datasets import CIFAR10, CIFAR100
 
@@ -130,3 +131,13 @@ def tree_digest(root: Path) -> dict[str, str]:
 def no_warmup(optimizer: torch.optim.Optimizer) -> WarmupCosineLR:
     """The schedule of a test's `ViTClassifier` run of a few steps: the default's 500-step warmup would be refused."""
     return WarmupCosineLR(optimizer, warmup_steps=0)
+
+
+def refused(capsys: pytest.CaptureFixture[str], *args: object) -> str:
+    """Run ``vitlit *args``, expect the one-line refusal (status 2, no traceback) and return that line."""
+    with pytest.raises(SystemExit) as stop:
+        run_cli(*args)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("vitlit: error:")]
+    assert stop.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    return lines[0]

@@ -23,7 +23,7 @@ import onnxruntime as ort
 import pytest
 import torch
 import yaml
-from helpers.cli import DIGITS_CONFIG, run_cli
+from helpers.cli import DIGITS_CONFIG, refused, run_cli
 from helpers.http import free_port, post_file, post_json, post_raw, wait_for
 from helpers.learning import CASES
 from PIL import Image
@@ -251,17 +251,6 @@ def _alive(group: int, grace: float = 20.0) -> bool:
     return True
 
 
-def _refused(capsys: pytest.CaptureFixture[str], *args: object) -> str:
-    """Run ``vitlit <args>``, which must stop with exit 2 and one line; return the line."""
-    with pytest.raises(SystemExit) as exit_info:
-        run_cli(*args)
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "Traceback" not in err, err[-3000:]
-    lines = [line for line in err.splitlines() if line.startswith("vitlit: error:")]
-    assert len(lines) == 1, err[-3000:]
-    return lines[0]
-
-
 def test_export_never_overwrites_the_checkpoint_or_an_existing_file(
     trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -272,15 +261,15 @@ def test_export_never_overwrites_the_checkpoint_or_an_existing_file(
     (tmp_path / "link.onnx").symlink_to(ckpt)
     os.link(ckpt, tmp_path / "hard.onnx")
     for output in (ckpt, tmp_path / "link.onnx", tmp_path / "hard.onnx"):
-        line = _refused(capsys, "export", "--ckpt_path", ckpt, "--output", output, "--overwrite", "true")
+        line = refused(capsys, "export", "--ckpt_path", ckpt, "--output", output, "--overwrite", "true")
         assert "is the checkpoint being exported" in line, line
     assert ckpt.read_bytes() == before
     existing = tmp_path / "vit.onnx"
     existing.write_bytes(b"an earlier export")
-    assert "already exist" in _refused(capsys, "export", "--ckpt_path", ckpt, "--output", existing)
+    assert "already exist" in refused(capsys, "export", "--ckpt_path", ckpt, "--output", existing)
     assert existing.read_bytes() == b"an earlier export"
-    assert "is a folder" in _refused(capsys, "export", "--ckpt_path", ckpt, "--output", tmp_path)
-    assert "opset=99 is not one this PyTorch can export" in _refused(
+    assert "is a folder" in refused(capsys, "export", "--ckpt_path", ckpt, "--output", tmp_path)
+    assert "opset=99 is not one this PyTorch can export" in refused(
         capsys, "export", "--ckpt_path", ckpt, "--output", tmp_path / "new.onnx", "--opset", "99"
     )
     assert not (tmp_path / "new.onnx").exists()
@@ -297,7 +286,7 @@ def test_export_to_a_folder_it_cannot_write_is_one_line(
     folder.mkdir()
     folder.chmod(0o555)  # root may still write; the check is what vitlit asks of the folder
     monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != folder)
-    line = _refused(capsys, "export", "--ckpt_path", trained[0], "--output", folder / "vit.onnx")
+    line = refused(capsys, "export", "--ckpt_path", trained[0], "--output", folder / "vit.onnx")
     assert "is not writable" in line and not list(folder.iterdir())
 
 
@@ -324,7 +313,7 @@ def test_a_crafted_checkpoint_is_refused_before_anything_is_allocated(
 ) -> None:
     ckpt = _crafted(trained[0], tmp_path / "crafted.ckpt", **changes)
     for command, extra in (("export", ["--output", tmp_path / "x.onnx"]), ("serve", ["--port", str(free_port())])):
-        line = _refused(capsys, command, "--ckpt_path", ckpt, *extra)
+        line = refused(capsys, command, "--ckpt_path", ckpt, *extra)
         assert said in line, line
     assert not (tmp_path / "x.onnx").exists()
 
@@ -357,7 +346,7 @@ def test_serve_settings_that_cannot_work_are_one_line(
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         flags = [str(busy.getsockname()[1]) if f == "busy" else f for f in flags]
-        assert said in _refused(capsys, "serve", "--ckpt_path", trained[0], *flags)
+        assert said in refused(capsys, "serve", "--ckpt_path", trained[0], *flags)
 
 
 #: One picture in the image modes users send, each saved as a real file.
@@ -493,7 +482,7 @@ def test_a_checkpoint_that_does_not_fit_is_one_line_in_every_subcommand(
     ckpt = _edited(trained[0], tmp_path / "odd.ckpt", case)
     config = trained[0].parent.parent / "config.yaml"
     for subcommand in ("fit", "validate", "test", "predict"):
-        line = _refused(capsys, subcommand, "--config", config, "--ckpt_path", ckpt,
+        line = refused(capsys, subcommand, "--config", config, "--ckpt_path", ckpt,
                         "--trainer.default_root_dir", tmp_path / "out")  # fmt: skip
         assert "odd.ckpt" in line, (subcommand, line)
     assert not (tmp_path / "out").exists()
@@ -555,7 +544,7 @@ def test_a_timm_folder_loads_with_timm_alone_and_classifies_as_the_checkpoint(
     # Refused in one line, as for ONNX: an existing folder, the checkpoint's own, a file; nothing left behind.
     for output, said in ((folder, "already exists"), (ckpt.parent.parent, "holds the checkpoint"),
                          (ckpt, "holds the checkpoint")):  # fmt: skip
-        assert said in _refused(capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--output", output)
+        assert said in refused(capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--output", output)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
@@ -573,11 +562,11 @@ def test_an_export_replaces_only_a_folder_an_export_wrote(
                          ("..", "holds the current folder"), (tmp_path, "holds the current folder"),
                          (project / "notes.txt", "is a file"), (tmp_path / "dangling", "symbolic link (to a missing"),
                          (tmp_path / "project", "holds the current folder")):  # fmt: skip
-        line = _refused(capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--overwrite", "true",
+        line = refused(capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--overwrite", "true",
                         "--output", output)  # fmt: skip
         assert said in line, (output, line)
     monkeypatch.chdir(tmp_path)
-    line = _refused(capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--overwrite", "true", "--output",
+    line = refused(capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--overwrite", "true", "--output",
                     project)  # fmt: skip
     assert "holds notes.txt, src, which no vitlit export wrote" in line
     assert (project / "notes.txt").read_text() == "mine" and (project / "src").is_dir()
@@ -586,12 +575,12 @@ def test_an_export_replaces_only_a_folder_an_export_wrote(
     assert (tmp_path / "vit" / ".vitlit-export").is_file()
     export(ckpt, tmp_path / "vit", "timm", images=test_dir, overwrite=True)
     (tmp_path / "vit" / "eval.txt").write_text("mine too")
-    line = _refused(capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--overwrite", "true", "--output",
+    line = refused(capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--overwrite", "true", "--output",
                     tmp_path / "vit")  # fmt: skip
     assert "holds eval.txt, which no vitlit export wrote" in line and (tmp_path / "vit" / "eval.txt").is_file()
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert "is a folder no vitlit export wrote" in _refused(
+    assert "is a folder no vitlit export wrote" in refused(
         capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--overwrite", "true", "--output", empty
     )
 
@@ -608,7 +597,7 @@ def test_the_model_card_shows_hostile_names_as_text_and_its_front_matter_holds_o
     checkpoint["hyper_parameters"]["class_names"] = hostile
     torch.save(checkpoint, tmp_path / "hostile.ckpt")
     for license in ("mit\nevil: true", "MIT", "mit # x", ""):
-        line = _refused(capsys, "export", "--ckpt_path", tmp_path / "hostile.ckpt", "--format", "timm",
+        line = refused(capsys, "export", "--ckpt_path", tmp_path / "hostile.ckpt", "--format", "timm",
                         "--output", tmp_path / "x", "--license", license)  # fmt: skip
         assert "is not a license identifier" in line and "\n" not in line.strip()
     assert not (tmp_path / "x").exists()
