@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers.cli import DIGITS_CONFIG, ROOT, TINY_CONFIG, TINY_MODEL, run_cli
+from helpers.cli import DIGITS_CONFIG, ROOT, TINY_CONFIG, TINY_MODEL, run_cli, vitlit_command
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DistributedSampler
 
@@ -163,13 +163,13 @@ def _env() -> dict[str, str]:
 
 
 def _vitlit(*args: object, timeout: int = 300) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "vitlit", *map(str, args)]
+    command = vitlit_command(*args)
     return subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=timeout)
 
 
 def _torchrun(*args: object) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               "-m", "vitlit", *map(str, args)]  # fmt: skip
+               *vitlit_command(*args)[1:]]  # fmt: skip
     return subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
 
 

@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.cli import CPU, ROOT, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
+from helpers.cli import CPU, ROOT, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit, vitlit_command
 
 KILLER = """
 trainer:
@@ -47,7 +46,7 @@ def _digits_run(digits: Path, epochs: int, train_batches: int, val_batches: int,
 
 def _vitlit(*args: object) -> list[str]:
     """The command line of ``python -m vitlit`` with ``args``, for a fresh process."""
-    return [sys.executable, "-m", "vitlit", *map(str, args)]
+    return vitlit_command(*args)
 
 
 def _env() -> dict[str, str]:

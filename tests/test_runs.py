@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +15,16 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers.cli import CPU, DIGITS_CONFIG, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit, tree_digest
+from helpers.cli import (
+    CPU,
+    DIGITS_CONFIG,
+    TINY_CONFIG,
+    TINY_MODEL,
+    run_cli,
+    tiny_cifar_fit,
+    tree_digest,
+    vitlit_command,
+)
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit.cli import VitLitCLI
@@ -54,13 +62,13 @@ def test_versions_are_allocated_atomically_by_concurrent_allocators(tmp_path: Pa
 
 @pytest.mark.slow  # about 20 s: two digits fits in fresh processes at once
 def test_two_fits_started_at_once_finish_in_their_own_folders(tmp_path: Path, digits_dir: Path) -> None:
-    args = [
-        sys.executable, "-m", "vitlit", "fit", "--config", TINY_CONFIG, "--trainer.accelerator", "cpu",
+    args = vitlit_command(
+        "fit", "--config", TINY_CONFIG, "--trainer.accelerator", "cpu",
         "--trainer.precision", "32-true", "--model.model_name", "test_vit", "--model.patch_size", "8",
         "--data", "ImageFolderDataModule", "--data.root", digits_dir, "--data.num_workers", "0",
         "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", "--trainer.enable_progress_bar", "false",
         "--trainer.enable_model_summary", "false", "--trainer.default_root_dir", tmp_path,
-    ]  # fmt: skip
+    )  # fmt: skip
     procs = [subprocess.Popen([str(a) for a in args], stderr=subprocess.PIPE, text=True) for _ in range(2)]
     errors = [proc.communicate(timeout=300)[1] for proc in procs]
     assert [proc.returncode for proc in procs] == [0, 0], [e[-1500:] for e in errors]
@@ -156,8 +164,8 @@ def test_evaluating_a_runs_checkpoint_writes_beside_it(tmp_path: Path, two_epoch
 
 def _digits_fit(*args: object) -> list[str]:
     """``python -m vitlit fit`` of the digits recipe, a few quick steps per epoch, as a command line."""
-    return [sys.executable, "-m", "vitlit", "fit", "--config", str(DIGITS_CONFIG), "--model.patch_size", "16",
-            "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "1", *map(str, args)]  # fmt: skip
+    return vitlit_command("fit", "--config", DIGITS_CONFIG, "--model.patch_size", "16",
+                          "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "1", *args)  # fmt: skip
 
 
 def _file_size_limit(limit: int):

@@ -7,12 +7,11 @@ import csv
 import json
 import os
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers.cli import DIGITS_CONFIG, NO_WARMUP, ROOT, refused, run_cli
+from helpers.cli import DIGITS_CONFIG, NO_WARMUP, ROOT, refused, run_cli, vitlit_command
 from helpers.shards import RecordBatches
 
 pytest.importorskip("litdata")
@@ -154,11 +153,11 @@ def _postscript_item(i: int) -> dict:
 def test_two_processes_share_each_epoch_without_repeats(chunks: Path, tmp_path: Path) -> None:
     root = tmp_path / "ddp"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "vitlit", "fit", "--config", str(DIGITS_CONFIG), "--config",
-               str(ROOT / "configs" / "scale" / "ddp.yaml"), "--trainer.devices", "2", "--model.patch_size", "16",
-               *STREAM, "--data.input_dir", str(chunks), "--data.batch_size", "32", *PLAIN,
-               "--trainer.max_epochs", "2", "--trainer.callbacks+=helpers.shards.RecordBatches",
-               "--trainer.default_root_dir", str(root)]  # fmt: skip
+    command = vitlit_command("fit", "--config", DIGITS_CONFIG, "--config", ROOT / "configs" / "scale" / "ddp.yaml",
+                             "--trainer.devices", "2", "--model.patch_size", "16", *STREAM, "--data.input_dir", chunks,
+                             "--data.batch_size", "32", *PLAIN, "--trainer.max_epochs", "2",
+                             "--trainer.callbacks+=helpers.shards.RecordBatches",
+                             "--trainer.default_root_dir", root)  # fmt: skip
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [json.loads((root / f"batches-{r}.json").read_text()) for r in (0, 1)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -99,10 +100,19 @@ def run_cli(*args: object):
     A ``fit`` whose arguments name no ``warmup_steps`` gets `NO_WARMUP` last: the tests' runs
     of a few steps would be refused the recipes' warmups of hundreds. A test of the warmup gives its own.
     """
+    return main(_with_no_warmup(args))
+
+
+def vitlit_command(*args: object) -> list[str]:
+    """The command line of ``python -m vitlit *args`` for a fresh process, with `run_cli`'s `NO_WARMUP` rule."""
+    return [sys.executable, "-m", "vitlit", *_with_no_warmup(args)]
+
+
+def _with_no_warmup(args: tuple[object, ...]) -> list[str]:
     argv = [str(a) for a in args]
     if argv[:1] == ["fit"] and not any("warmup_steps" in a for a in argv):
         argv += NO_WARMUP
-    return main(argv)
+    return argv
 
 
 def tiny_cifar_fit(cifar_dir: Path, root: Path, *extra: object):

@@ -35,7 +35,7 @@ def test_a_sweep_stopped_by_sigterm_continues_with_the_same_command(
     digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fixed = {
-        "data.root": str(digits_dir), "data.on_device": True,
+        "data.root": str(digits_dir), "data.on_device": True, "model.scheduler.init_args.warmup_steps": 0,
         "trainer.limit_train_batches": 3, "trainer.limit_val_batches": 1, "trainer.enable_progress_bar": False,
         "trainer.callbacks+": "helpers.kill.SigtermOnce", "trainer.callbacks.init_args.marker": str(tmp_path / "once"),
     }  # fmt: skip
@@ -138,7 +138,8 @@ def test_a_storage_that_cannot_be_opened_is_one_line(
 
 @pytest.mark.slow  # about 40 s: a sweep killed in its first trial, then two short trials
 def test_a_trial_whose_sweep_was_killed_does_not_stay_running(digits_dir: Path, tmp_path: Path) -> None:
-    fixed = {"data.root": str(digits_dir), "trainer.max_epochs": 1, "trainer.limit_train_batches": 2,
+    fixed = {"data.root": str(digits_dir), "model.scheduler.init_args.warmup_steps": 0,
+             "trainer.max_epochs": 1, "trainer.limit_train_batches": 2,
              "trainer.limit_val_batches": 1, "trainer.callbacks+": "helpers.kill.KillAtEpoch",
              "trainer.callbacks.init_args.epoch": 0}  # fmt: skip
     command = [sys.executable, "-m", "vitlit", "sweep", "--config", str(DIGITS_CONFIG), "--search",
