@@ -109,7 +109,16 @@ def main() -> None:
         return
     results = {}
     for setting in ("off", "on"):  # a fresh process each: resident memory never shrinks back fully
-        sizes = ["--img-size", str(args.img_size), "--batch-size", str(args.batch_size), "--steps", str(args.steps)]
+        sizes = [
+            "--img-size",
+            str(args.img_size),
+            "--batch-size",
+            str(args.batch_size),
+            "--steps",
+            str(args.steps),
+            "--patch-size",
+            str(args.patch_size),
+        ]  # issue 45: the children measured patch 16 whatever was asked
         command = [sys.executable, __file__, "--one", setting, "--model", args.model, *sizes, "--device", args.device]
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         results[setting] = json.loads(out.strip().splitlines()[-1])

@@ -31,6 +31,7 @@ from PIL import Image
 from vitlit import ImageFolderDataModule
 from vitlit.data.digits import write_digits_folder
 from vitlit.data.images import image_files
+from vitlit.errors import CheckFailed
 from vitlit.tools.export import export
 from vitlit.trained import PREPROCESS, load_classifier
 
@@ -616,3 +617,29 @@ def test_the_model_card_shows_hostile_names_as_text_and_its_front_matter_holds_o
     # The code in the card loads this very folder.
     code = body.split("```python\n")[1].split("```")[0]
     assert f"timm.create_model({'local-dir:' + folder.name!r}, pretrained=True)" in code
+
+
+def test_serve_starts_where_the_system_never_forks(trained, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 45: Windows has no os.register_at_fork; serve called it unguarded and could not start there."""
+    import litserve
+
+    from vitlit.tools import serve as serve_module
+
+    monkeypatch.delattr(os, "register_at_fork")
+    started = []
+    monkeypatch.setattr(litserve.LitServer, "run", lambda self, **kwargs: started.append(kwargs))
+    serve_module.serve(trained[0], port=free_port(), accelerator="cpu")
+    assert started and started[0]["host"] == "127.0.0.1"
+
+
+def test_an_int8_model_that_disagrees_with_pytorch_is_not_written(
+    trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45: int8 was written whatever its agreement (0% kept); below the threshold it is refused."""
+    from vitlit.tools import export as export_module
+
+    run_onnx = export_module._run_onnx
+    monkeypatch.setattr(export_module, "_run_onnx", lambda path, batch: -run_onnx(path, batch))  # every top-1 flips
+    with pytest.raises(CheckFailed, match=r"int8 picks PyTorch's top-1 class for 0% of the 8 check images"):
+        export(trained[0], tmp_path / "int8.onnx", "int8")
+    assert not list(tmp_path.iterdir())

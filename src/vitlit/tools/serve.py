@@ -288,7 +288,8 @@ def serve(
     # Processes LitServe forks (its API servers, its manager) end with this one, even when it is killed outright
     # (SIGKILL, the OOM killer), instead of holding the port; its spawned model workers do the same in `setup`.
     owner = os.getpid()
-    os.register_at_fork(after_in_child=lambda: die_with(owner))
+    if hasattr(os, "register_at_fork"):  # Windows never forks: LitServe spawns there, and `setup` covers the workers
+        os.register_at_fork(after_in_child=lambda: die_with(owner))
     # SIGTERM (systemd, docker stop, kill) shuts down like Ctrl-C: LitServe then stops its worker processes,
     # which a plain SIGTERM to this process would leave running.
     previous = signal.signal(signal.SIGTERM, _interrupt_in(owner))
@@ -314,7 +315,8 @@ def die_with(parent: int) -> None:
     """End this process as soon as process ``parent`` ends, however it ends (SIGKILL included).
 
     Linux delivers a signal to a child when its parent dies (``PR_SET_PDEATHSIG``); elsewhere a daemon thread
-    watches for the parent to be gone (the process is then re-parented).
+    watches for the parent to be gone: on Windows by waiting on its process handle (Windows never re-parents a
+    process, so ``getppid`` would not change), on other systems until the process is re-parented.
     """
     if sys.platform.startswith("linux"):
         try:
@@ -328,6 +330,12 @@ def die_with(parent: int) -> None:
             return
 
     def watch() -> None:
+        if sys.platform == "win32":
+            kernel32 = ctypes.WinDLL("kernel32")
+            handle = kernel32.OpenProcess(0x00100000, False, parent)  # SYNCHRONIZE; 0 if the parent is gone
+            if handle:
+                kernel32.WaitForSingleObject(handle, 0xFFFFFFFF)  # INFINITE: returns when the parent ends
+            os._exit(1)
         while os.getppid() == parent:
             time.sleep(0.5)
         os._exit(1)
