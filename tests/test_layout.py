@@ -65,7 +65,7 @@ def test_a_default_run_loads_what_the_shared_settings_name_within_the_bound(digi
 
 def test_the_code_size_script_counts_every_module() -> None:
     table = code_size.sizes()
-    assert set(table) == {"core", *PARTS}
+    assert set(table) == {"core", *(part for part in PARTS if (PACKAGE / part).is_dir())}  # a fork may delete parts
     counted = {name for modules in table.values() for name in modules}
     assert counted == {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")}
     assert table["core"]["model.py"] > 100  # counts code, not nothing
