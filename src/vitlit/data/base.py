@@ -250,7 +250,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         new format is then ``class_names`` and ``train_dataset`` alone. (`setup` views those items of the training
         set itself, so that its hooks, ``targets_of`` and ``uint8_images_of``, serve the test split too.)
         """
-        return Subset(self.train_dataset(), self.hold_out_test(len(self.train_dataset()))[1])
+        held = self._held_out()
+        return Subset(held.dataset, held.indices)
 
     @property
     def carves_test(self) -> bool:
