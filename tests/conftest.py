@@ -25,7 +25,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Skip a test marked ``part("tools", ...)`` where a fork deleted one of those parts.
+    """Skip a test marked ``part("tools", ...)`` where a fork deleted one of those parts, and ``posix`` ones on Windows.
 
     A part's own tests live in tests/<part>/ and go with it; a test elsewhere that also uses one is marked.
     """
@@ -33,6 +33,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     package = Path(vitlit.__file__).parent  # the copy being tested, wherever it is
     for item in items:
+        if os.name == "nt" and item.get_closest_marker("posix"):
+            item.add_marker(pytest.mark.skip(reason="needs POSIX signals or process groups"))
         for mark in item.iter_markers("part"):
             missing = [name for name in mark.args if not (package / name).is_dir()]
             if missing:

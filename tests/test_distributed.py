@@ -223,6 +223,7 @@ def test_ddp_run_has_one_writer_and_evaluates_as_one_process(tmp_path: Path, dig
 
 
 @pytest.mark.slow
+@pytest.mark.posix  # SIGKILL, process groups, preexec_fn or /proc
 def test_ddp_device_path_resumes_exactly_and_stops_together_on_sigterm(tmp_path: Path, digits_dir: Path) -> None:
     data = ["--data.root", digits_dir, "--data.on_device", "true", "--data.augment", "autoaugment"]
     # Uninterrupted, launched by torchrun (every process started at once; only rank 0 picks the run folder).

@@ -126,6 +126,7 @@ def stopped(tmp_path_factory: pytest.TempPathFactory, digits_dir: Path) -> Itera
 
 
 @pytest.mark.slow
+@pytest.mark.posix  # SIGKILL, process groups, preexec_fn or /proc
 def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path: Path, stopped: dict[str, Future[Stopped]]) -> None:
     killed = stopped["killed"].result()
     whole = run_cli("fit", *killed.common, "--trainer.default_root_dir", tmp_path / "whole")
@@ -144,6 +145,7 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path: Path, stopped
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.posix  # SIGKILL, process groups, preexec_fn or /proc
 def test_signal_saves_a_checkpoint_and_says_how_to_resume(sig, status, stopped: dict[str, Future[Stopped]]) -> None:
     run = stopped[sig.name].result()
     last = run.run_dir / "checkpoints" / "last.ckpt"
@@ -172,6 +174,7 @@ def test_signal_saves_a_checkpoint_and_says_how_to_resume(sig, status, stopped: 
 
 
 @pytest.mark.slow
+@pytest.mark.posix  # SIGKILL, process groups, preexec_fn or /proc
 def test_sigterm_during_validation_resumes(stopped: dict[str, Future[Stopped]]) -> None:
     """The checkpoint saved mid-validation resumes too (EarlyStopping must not demand that validation's metric)."""
     run = stopped["in_validation"].result()
@@ -183,6 +186,7 @@ def test_sigterm_during_validation_resumes(stopped: dict[str, Future[Stopped]]) 
 
 
 @pytest.mark.slow
+@pytest.mark.posix  # SIGKILL, process groups, preexec_fn or /proc
 def test_kill_while_saving_keeps_last_ckpt_and_auto_resume_continues_the_run(
     stopped: dict[str, Future[Stopped]],
 ) -> None:

@@ -182,6 +182,7 @@ def _file_size_limit(limit: int):
 
 
 @pytest.mark.slow
+@pytest.mark.posix  # SIGKILL, process groups, preexec_fn or /proc
 def test_a_full_disk_stops_with_one_line_and_keeps_the_checkpoints(tmp_path: Path, digits_dir: Path) -> None:
     common = ["--data.root", digits_dir, "--trainer.default_root_dir", tmp_path]
     first = subprocess.run(_digits_fit(*common, "--trainer.max_epochs", "1"), capture_output=True, text=True)
@@ -243,6 +244,7 @@ def test_a_second_fit_of_a_run_in_use_is_refused(tmp_path: Path, digits_dir: Pat
 
 
 @pytest.mark.slow
+@pytest.mark.posix  # SIGKILL, process groups, preexec_fn or /proc
 def test_a_run_killed_before_its_first_checkpoint_is_left_as_it_was(tmp_path: Path, digits_dir: Path) -> None:
     common = ["--data.root", digits_dir, "--trainer.default_root_dir", tmp_path, "--trainer.max_epochs", "1"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "VITLIT_TEST_KILL": "1"}

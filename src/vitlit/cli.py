@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 import shutil
 import signal
 import sys
@@ -219,11 +218,12 @@ class VitLitCLI(LightningCLI):
 
 @contextlib.contextmanager
 def interrupts_stop_the_fit() -> Iterator[None]:
-    """While a fit runs, the first Ctrl-C (or a closed terminal's SIGHUP) stops it at the next step, as a SIGTERM.
+    """While a fit runs, the first Ctrl-C (or SIGHUP, or Ctrl-Break: `stop_signals`) stops it at the next step.
 
     Python raises KeyboardInterrupt wherever the main thread happens to be (inside an optimizer step, or swallowed in a
-    finaliser); Lightning's SIGTERM handling stops between steps and saves ``last.ckpt`` on the way out. Before
-    Lightning listens (data setup), and at a second Ctrl-C, it stops at once. POSIX, main thread only.
+    finaliser); Lightning's SIGTERM handling stops between steps and saves ``last.ckpt`` on the way out, so the signal
+    becomes a SIGTERM raised in this process (``raise_signal``: Windows' ``os.kill`` would end it at once). Before
+    Lightning listens (data setup), and at a second Ctrl-C, it stops at once. Main thread only.
     """
     VitLitCLI.signal_name = None
 
@@ -233,15 +233,20 @@ def interrupts_stop_the_fit() -> Iterator[None]:
             raise KeyboardInterrupt
         VitLitCLI.signal_name = signal.Signals(signum).name
         print(f"{PROG}: stopping at the next step; Ctrl-C again to stop at once", file=sys.stderr)
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)
 
-    handled = (signal.SIGINT, signal.SIGHUP) if os.name == "posix" and _main_thread() else ()
+    handled = stop_signals() if _main_thread() else ()
     previous = {s: signal.signal(s, stop) for s in handled}
     try:
         yield
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def stop_signals() -> tuple[signal.Signals, ...]:
+    """What stops a fit at the next step: Ctrl-C, and SIGHUP (POSIX) or Ctrl-Break (Windows) where they exist."""
+    return tuple(getattr(signal, name) for name in ("SIGINT", "SIGHUP", "SIGBREAK") if hasattr(signal, name))
 
 
 def _main_thread() -> bool:

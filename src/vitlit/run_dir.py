@@ -8,9 +8,9 @@
 - ``validate``/``test``/``predict`` of a run's checkpoint write into ``<run>/<subcommand>/version_K``, unless
   ``--trainer.default_root_dir`` names another folder than the run's.
 
-A fit's folder is locked (the operating system's ``flock``, released however the process ends) so that a second fit
-into it stops with one line. A logger takes its folder in its constructor only, so the logger is built again, from
-its configured arguments, into the chosen folder.
+A fit's folder is locked (``flock``, on Windows ``msvcrt.locking``: released however the process ends) so that a
+second fit into it stops with one line. A logger takes its folder in its constructor only, so the logger is built
+again, from its configured arguments, into the chosen folder.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from vitlit.errors import ConfigError
 
 LOCK = ".vitlit.lock"
+LOCKED_BYTE = 1 << 20  # Windows locks byte ranges, and a locked byte cannot be read by another process
 
 
 def run_of_checkpoint(ckpt: Path) -> Path | None:
@@ -87,15 +88,18 @@ def lock(run_dir: Path) -> int:
     """Lock ``run_dir`` for this process (a file descriptor to `unlock`), or refuse because another fit holds it."""
     fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        if os.name == "nt":
+        try:
+            import fcntl
+        except ImportError:  # Windows: a byte far past the owner's line, which others must still read
             import msvcrt
 
+            os.lseek(fd, LOCKED_BYTE, os.SEEK_SET)
             msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+            os.lseek(fd, 0, os.SEEK_SET)
         else:
-            import fcntl
-
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
+        os.lseek(fd, 0, os.SEEK_SET)
         owner = os.read(fd, 200).decode(errors="replace") or "another process"
         os.close(fd)
         raise ConfigError(f"{run_dir} is in use by a fit of {owner}; wait for it to end (or stop it), then run this "

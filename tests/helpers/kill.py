@@ -41,7 +41,7 @@ class SignalInValidation(Callback):
 
     def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: object, **kwargs: object):
         if trainer.current_epoch == self.epoch and not trainer.sanity_checking and os.environ.get("VITLIT_TEST_KILL"):
-            os.kill(os.getpid(), self.signum)
+            signal.raise_signal(self.signum)
 
 
 class DieWhileSavingLast(Callback):
@@ -95,7 +95,7 @@ class SigtermOnce(Callback):
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self.marker.exists():
             self.marker.touch()
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)
 
 
 class SignalOneRank(Callback):
@@ -120,4 +120,4 @@ class SignalOneRank(Callback):
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, i: int):
         armed = os.environ.get("VITLIT_TEST_KILL") and trainer.global_rank == self.rank
         if armed and trainer.current_epoch == self.epoch and i == self.batch:
-            os.kill(os.getpid(), self.signum)
+            signal.raise_signal(self.signum)

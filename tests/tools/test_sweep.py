@@ -137,6 +137,7 @@ def test_a_storage_that_cannot_be_opened_is_one_line(
 
 
 @pytest.mark.slow  # about 40 s: a sweep killed in its first trial, then two short trials
+@pytest.mark.posix  # SIGKILL, process groups, preexec_fn or /proc
 def test_a_trial_whose_sweep_was_killed_does_not_stay_running(digits_dir: Path, tmp_path: Path) -> None:
     fixed = {"data.root": str(digits_dir), "model.scheduler.init_args.warmup_steps": 0,
              "trainer.max_epochs": 1, "trainer.limit_train_batches": 2,
