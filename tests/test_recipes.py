@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, cifar_args, no_warmup, run_cli
 from PIL import Image
 from timm.data.random_erasing import RandomErasing
 
 from vitlit import ImageFolderDataModule, ViTClassifier
+from vitlit.cli import main
 from vitlit.data.augment import Policy
 from vitlit.data.policies import BatchPolicy
 from vitlit.fast.batch_augment import BatchAugment, random_erasing
@@ -192,3 +194,27 @@ def test_ema_weights_are_validated_and_checkpointed(tmp_path: Path, cifar_dir: P
     assert float(validate.trainer.callback_metrics["val/loss"]) == pytest.approx(
         float(fit.trainer.callback_metrics["val/loss"]), abs=1e-6
     )
+
+
+def test_the_from_scratch_vit_b_recipe_is_the_write_up_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 45: write-up 1 trains ViT-B/16 from scratch; its teacher and 24 h budget are the two addons on top."""
+    configs = Path(__file__).parents[1] / "configs"
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(configs / "cifar100_vit_base_224_scratch.yaml"),  # as written: its warmup too
+              "--config", str(configs / "addons" / "distill.yaml"), "--config", str(configs / "addons" / "budget.yaml"),
+              "--model.distillation.teacher", "resnet50", "--print_config"])  # fmt: skip
+    config = yaml.safe_load(capsys.readouterr().out)
+    model, data, trainer = config["model"]["init_args"], config["data"]["init_args"], config["trainer"]
+    assert model["model_name"] == "vit_base_patch16_224" and model["pretrained"] is False
+    assert model["label_smoothing"] == 0.1
+    assert model["optimizer"]["init_args"].items() >= {"lr": 5e-4, "weight_decay": 0.05}.items()
+    assert model["scheduler"]["init_args"]["warmup_steps"] == 500 and trainer["max_steps"] == 12000
+    assert model["distillation"]["init_args"]["teacher"] == "resnet50"
+    assert (data["img_size"], data["crop"], data["crop_scale"], data["augment"]) == (224, "resized", [0.8, 1.0],
+                                                                                   "trivialaugment")  # fmt: skip
+    erasing = data["batch_augment"]["init_args"]
+    assert (erasing["random_erasing"], erasing["random_erasing_end"]) == (0.4, 0.2)
+    assert data["batch_size"] * trainer["accumulate_grad_batches"] == 64
+    callbacks = {c["class_path"].rpartition(".")[2]: c.get("init_args", {}) for c in trainer["callbacks"]}
+    assert callbacks["EarlyStopping"].items() >= {"monitor": "val/loss", "patience": 10}.items()
+    assert callbacks["Snapshots"]["every_fraction"] == 0.2 and "TimeBudget" in callbacks
