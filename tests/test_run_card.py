@@ -7,10 +7,14 @@ import os
 import stat
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from helpers.cli import DIGITS_CONFIG, ROOT, run_cli
+from helpers.shapes import write_shapes
+
+from vitlit.runs.run_card import _near_chance
 
 SHORT = [
     "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "2", "--data.batch_size", "32",
@@ -102,10 +106,12 @@ def test_a_fit_ends_with_a_summary_whose_commands_work(
     tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)  # the paths printed are the ones to type here
-    run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.max_epochs", "2",
-            "--trainer.limit_train_batches", "3", "--data.val_size", "32")  # fmt: skip
+    # A model that learned (0.59-0.72 val/acc over seeds 0-2), or the summary warns instead of offering commands.
+    run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.max_epochs", "6",
+            "--data.val_size", "64", "--model.patch_size", "16",
+            "--model.scheduler.init_args.warmup_steps", "20")  # fmt: skip
     lines = capsys.readouterr().err.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("vitlit: fit finished after 2 epochs in"))
+    start = next(i for i, line in enumerate(lines) if line.startswith("vitlit: fit finished after 6 epochs in"))
     block = dict(line.split(None, 1) for line in lines[start + 1 : start + 5])
     assert block["run"] == "folder  lightning_logs/version_0"
     assert block["best"].startswith("lightning_logs/version_0/checkpoints/epoch") and "val/acc 0." in block["best"]
@@ -140,3 +146,26 @@ def test_git_dirty_counts_an_untracked_module_but_not_ignored_runs(tmp_path: Pat
     assert git_state(tmp_path)["git_dirty"] is False  # ignored files are not code
     (tmp_path / "my_data.py").write_text("y = 2\n")
     assert git_state(tmp_path)["git_dirty"] is True
+
+
+@pytest.mark.parametrize(
+    ("best", "images", "classes", "warned"),
+    [(0.50, 40, 3, True), (0.60, 40, 3, False), (0.15, 160, 10, True), (0.20, 160, 10, False)],
+)
+def test_near_chance_is_guessing_plus_three_standard_errors(best: float, images: int, classes: int, warned: bool):
+    trainer = SimpleNamespace(lightning_module=SimpleNamespace(hparams={"num_classes": classes}),
+                              val_dataloaders=SimpleNamespace(dataset=range(images)))  # fmt: skip
+    assert (_near_chance({"best_val_acc": best}, trainer) is not None) is warned
+
+
+def test_a_fit_that_learned_nothing_says_so_instead_of_offering_its_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 45: 450 drawn shapes ended at chance with the README's line, and the summary read as a normal finish."""
+    shapes = write_shapes(tmp_path / "shapes", per_class=40)
+    run_cli("fit", "--config", DIGITS_CONFIG, "--data", "ImageFolderDataModule", "--data.root", shapes,
+            "--trainer.max_epochs", "2", "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    err = capsys.readouterr().err
+    warning = next(line for line in err.splitlines() if line.lstrip().startswith("warning"))
+    assert "is within noise of guessing one of 3 classes (0.33): the model learned little" in warning
+    assert "configs/own_images.yaml" in warning and "python -m vitlit test" not in err

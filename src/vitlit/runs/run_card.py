@@ -187,9 +187,23 @@ def summary(card: dict[str, Any], trainer: Trainer) -> str:
     commands = [export] if "export" in TOOLS else []
     if getattr(trainer.datamodule, "has_test_split", True):  # test and predict need one (predict: or a folder)
         commands[:0] = [f"python -m vitlit test {config}", f"python -m vitlit predict {config}"]
-    if pick:
+    chance = _near_chance(card, trainer)
+    if chance:  # no test, predict or export commands for a model that learned nothing
+        lines.append(f"  {'warning':<10}  {chance}")
+    elif pick:
         lines += [f"  {'next' if i == 0 else '':<10}  {c}" for i, c in enumerate(commands)]
     return "\n".join(lines)
+
+
+def _near_chance(card: dict[str, Any], trainer: Trainer) -> str | None:
+    """Say so where the best val/acc is within noise of guessing: below 1/k plus three binomial standard errors."""
+    k, best = trainer.lightning_module.hparams.get("num_classes"), card.get("best_val_acc")
+    n = len(getattr(trainer.val_dataloaders, "dataset", None) or ())
+    if not k or best is None or not n or best >= 1 / k + 3 * ((1 / k) * (1 - 1 / k) / n) ** 0.5:
+        return None
+    return (f"the best val/acc, {best:.2f} on {n} images, is within noise of guessing one of {k} classes "
+            f"({1 / k:.2f}): the model learned little. What helps: a pretrained start (configs/own_images.yaml), "
+            f"more images, more epochs (docs/your-data.md: \"When a run learns nothing\")")  # fmt: skip
 
 
 def _seed() -> int | None:
