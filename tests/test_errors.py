@@ -323,7 +323,24 @@ CASES = [
         ],
         ["two ModelCheckpoint callbacks have the same settings", "another monitor, mode or every_n_epochs"],
     ),
+    (
+        "a second best-val/acc checkpoint in a YAML file",  # the same check, whatever way the callbacks arrive
+        lambda tmp, run: [
+            "--config",
+            _written(
+                tmp / "second.yaml",
+                "trainer:\n  callbacks+:\n    - class_path: "
+                "ModelCheckpoint\n      init_args: {monitor: val/acc, mode: max, save_top_k: 3}\n",
+            ),
+        ],
+        ["two ModelCheckpoint callbacks have the same settings", "another monitor, mode or every_n_epochs"],
+    ),
 ]
+
+
+def _written(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
 
 
 @pytest.mark.parametrize(("args", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])

@@ -74,8 +74,10 @@ def test_a_logger_that_refuses_its_arguments_is_one_line(
     with pytest.raises(SystemExit) as exit_info:
         _fit(digits_dir, tmp_path, "--trainer.logger", "MLFlowLogger", "--trainer.logger.tracking_uri", "foo://bar")
     err = capsys.readouterr().err.strip().splitlines()
-    assert exit_info.value.code == 2 and len(err) == 1 and "MLFlowLogger refused its arguments" in err[0]
-    assert "foo://bar" in err[0]
+    # One line naming the logger and the value; the words between are MLflow's or jsonargparse's, which change with
+    # the versions an install resolves (issue 45: mlflow-skinny 3.18 through jsonargparse's Union report).
+    assert exit_info.value.code == 2 and len(err) == 1 and err[0].startswith("vitlit: error:")
+    assert "MLFlowLogger" in err[0] and "foo://bar" in err[0]
     assert not (tmp_path / "lightning_logs").exists()
 
 

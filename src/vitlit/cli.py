@@ -29,7 +29,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from vitlit import __version__
 from vitlit import config as cfg
 from vitlit.data import ImageClassificationDataModule
-from vitlit.errors import CheckFailed, TrainingHalted
+from vitlit.errors import CheckFailed, ConfigError, TrainingHalted
 from vitlit.memory import check_activations
 from vitlit.run_dir import Placed, place_run, resolve_checkpoint, run_of_checkpoint, unlock
 
@@ -145,6 +145,19 @@ class VitLitCLI(LightningCLI):
             if refused is None:
                 raise
             raise refused from None
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        """Lightning's Trainer, once no two stateful callbacks share a state key (a checkpoint keeps one state each)."""
+        given = (self.config_init[self.subcommand] if self.subcommand else self.config_init)["trainer"]["callbacks"]
+        callbacks = given if isinstance(given, list) else [given] if given else []
+        keys = [cb.state_key for cb in callbacks if type(cb).state_dict is not Callback.state_dict]
+        twice = next((cb for cb in callbacks if keys.count(cb.state_key) > 1), None)
+        if twice is not None:
+            raise ConfigError(f"two {type(twice).__name__} callbacks have the same settings ({twice.state_key}), and "
+                                  f"a checkpoint keeps one state per setting: change the one src/vitlit/defaults.yaml "
+                                  f"already has (--trainer.callbacks in --print_config) or give yours another monitor, "
+                                  f"mode or every_n_epochs.")  # fmt: skip
+        return super().instantiate_trainer(**kwargs)
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]

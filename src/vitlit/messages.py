@@ -103,11 +103,6 @@ def refused_arguments(err: BaseException) -> ConfigError | None:
         built = [
             type(f.f_locals["self"]).__name__ for f in frames if f.f_code.co_name == "__init__" and "self" in f.f_locals
         ]
-        if "more than one stateful callback of type" in str(error):  # Lightning's words name no setting to change
-            kind = str(error).split("`")[1]
-            return ConfigError(f"two {kind} callbacks have the same settings, and a checkpoint keeps one state per "
-                               f"setting: change the one src/vitlit/defaults.yaml already has (--trainer.callbacks in "
-                               f"--print_config) or give yours another monitor, mode or every_n_epochs.")  # fmt: skip
         words = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
         who = built[0] if built else "a class of the config"
         return ConfigError(f"{who} refused its arguments ({words}); fix them in the config or on the command line.")

@@ -24,10 +24,11 @@ from vitlit.types import Fraction, PositiveInt
 class TimeBudget(Callback):
     """Size the learning-rate schedule (its ``total_steps``) to the time budget, and keep re-sizing it as the run goes.
 
-    The pace is measured from the run's own steps, after the first ``every_n_steps`` (start-up, compilation and the
-    data source's first decode are not extrapolated) and including what every epoch costs besides its steps
-    (validation, checkpoints); every ``every_n_steps`` optimizer steps the schedule's length is set to the steps the
-    rest of the budget holds at that pace, so the learning rate reaches its floor as the budget ends. The addon gives
+    The pace is measured from the run's own steps, after the first one (start-up, compilation and the data source's
+    first decode are not extrapolated) and including what every epoch costs besides its steps (validation,
+    checkpoints). The schedule's length is set to the steps the rest of the budget holds at that pace once 1, 2, 4,
+    8, ... steps are timed (a budget of a few steps still ends annealed), then every ``every_n_steps`` optimizer
+    steps, so the learning rate reaches its floor as the budget ends. The addon gives
     `vitlit.optim.WarmupCosineLR` ``decay_fraction: 0.2``: at its peak until the last 20%, so that a new estimate
     moves where the decay starts, not the rate of the steps before it. The plan and how the budget was spent are
     said at the start and the end, and kept in the run card (``time_budget``). ``max_epochs``
@@ -43,7 +44,7 @@ class TimeBudget(Callback):
         self.every_n_steps, self.reserve = int(every_n_steps), float(reserve)
         self._timer: Timer | None = None
         self._start: tuple[float, int] | None = None  # (time spent, step) where the pace is measured from
-        self._said = False
+        self._said, self._seen = False, 0
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
@@ -53,21 +54,21 @@ class TimeBudget(Callback):
         if not hasattr(self._schedule(trainer), "total_steps"):
             raise ConfigError("TimeBudget sizes a schedule with total_steps (vitlit.optim.WarmupCosineLR); the "
                               "configured scheduler has none.")  # fmt: skip
-        self._start, self._said = None, False
+        self._start, self._said, self._seen = None, False, trainer.global_step
         if trainer.ckpt_path is not None:
             _say(trainer, f"resumed with {_clock(self._timer.time_remaining())} of the budget left "
                           f"({_clock(self._timer.time_elapsed())} spent)")  # fmt: skip
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
         step, timer = trainer.global_step, self._timer
-        if timer is None or step == 0 or step % self.every_n_steps:
+        if timer is None or step == self._seen:  # not an optimizer step (accumulation), or seen
             return
-        spent = timer.time_elapsed()
+        self._seen, spent = step, timer.time_elapsed()
         if self._start is None:
             self._start = (spent, step)
             return
         since, steps = spent - self._start[0], step - self._start[1]
-        if since <= 0 or steps <= 0:
+        if since <= 0 or (step % self.every_n_steps and steps & (steps - 1)):  # 1, 2, 4, 8, ... steps, then every n
             return
         left = timer.time_remaining() - self.reserve * (spent + timer.time_remaining())
         planned = step + int(max(0.0, left) * steps / since)
