@@ -60,11 +60,16 @@ def test_the_logged_gradient_norm_is_the_one_before_clipping(clip: float | None,
 
 def test_gradient_norm_curve_and_weight_histograms_reach_tensorboard(tmp_path: Path, cifar_dir: Path) -> None:
     cli = tiny_cifar_fit(
-        cifar_dir, tmp_path, "--trainer.max_steps", "6", "--trainer.log_every_n_steps", "1",
+        cifar_dir, tmp_path, "--trainer.max_steps", "6", "--trainer.log_every_n_steps", "2",
         "--trainer.precision", "bf16-mixed", "--trainer.callbacks+=vitlit.runs.histograms.WeightHistograms",
     )  # fmt: skip
-    norms = read_scalars(cli.trainer.log_dir)["train/grad_norm"]
-    assert [step for step, _ in norms] == list(range(6)) and all(0 < v < 1e4 for _, v in norms)
+    scalars = read_scalars(cli.trainer.log_dir)
+    norms, weights = scalars["train/grad_norm"], scalars["train/weight_norm"]
+    assert [step for step, _ in norms] == [step for step, _ in weights] == [1, 3, 5]  # the logging steps
+    assert all(0 < v < 1e4 for _, v in norms)
+    # The last one is the weights' norm before the last step: within that step's change of the final weights' norm.
+    final = torch.nn.utils.get_total_norm([p for p in cli.model.parameters() if p.requires_grad]).item()
+    assert weights[-1][1] == pytest.approx(final, rel=0.02) and weights[0][1] != weights[-1][1]
     events = EventAccumulator(cli.trainer.log_dir, size_guidance={"histograms": 0})
     events.Reload()
     tags = events.Tags()["histograms"]

@@ -343,11 +343,15 @@ class ViTClassifier(LightningModule):
         Lightning's default refuses fused optimizers under 16-/bf16-mixed; `vitlit.clipping` explains why it can.
         Logs ``train/grad_norm``, the global gradient norm before clipping: the curve that shows a learning rate too
         high (spikes) or a warmup too short. Logged every step as a tensor; Lightning reads it back only at its logging
-        steps, so no step waits for it.
+        steps, so no step waits for it. Beside it, at those steps only, ``train/weight_norm`` (the trainable weights'
+        global L2 norm before the step): growth that weight decay does not hold, or a collapse.
         """
         norm = clip_true_gradients(optimizer, self.trainer.precision_plugin, gradient_clip_val, gradient_clip_algorithm)
         if norm is not None:
             self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
+        if (self.trainer.global_step + 1) % self.trainer.log_every_n_steps == 0:  # Lightning's logging steps
+            weights = [p.detach() for p in self.parameters() if p.requires_grad]
+            self.log("train/weight_norm", torch.nn.utils.get_total_norm(weights), on_step=True, on_epoch=False)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuse a checkpoint whose architecture or classes differ, with the reason, before any weights are copied."""
