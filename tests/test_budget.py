@@ -78,3 +78,15 @@ def test_a_budget_addon_without_a_budget_is_one_line(
     assert lines == ["vitlit: error: TimeBudget (configs/addons/budget.yaml) needs a budget: give --trainer.max_time, "
                      "e.g. 00:01:30:00 (DD:HH:MM:SS)."]  # fmt: skip
     assert not (tmp_path / "lightning_logs").exists()
+
+
+def test_snapshots_are_spaced_on_the_budgets_plan(
+    digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45: every 25% of a 1000-epoch plan is never, in a budget of about 48 steps."""
+    clock = Clock(monkeypatch, per_step=0.2)
+    fit = _budgeted(digits_dir, tmp_path, clock, "00:00:00:10", "--trainer.callbacks+=vitlit.runs.snapshots.Snapshots",
+                    "--trainer.callbacks.every_fraction", "0.25", "--trainer.callbacks.keep", "-1")  # fmt: skip
+    planned = fit.trainer.lr_scheduler_configs[0].scheduler.total_steps
+    steps = sorted(int(p.stem[-7:]) for p in Path(fit.trainer.log_dir, "checkpoints").glob("snapshot-step*.ckpt"))
+    assert len(steps) >= 3 and all(abs(s / planned - round(4 * s / planned) / 4) < 0.1 for s in steps), (steps, planned)

@@ -60,11 +60,14 @@ def test_a_sweep_stopped_by_sigterm_continues_with_the_same_command(
         )  # --max-epochs 2 == optuna.trial.TrialState.PRUNED
     out = capsys.readouterr().out
     assert "python -m vitlit fit --config" in out and "--model.optimizer.init_args.lr" in out
+    assert "--trainer.max_epochs 2" in out  # issue 45: the trials' length, not the recipe's 40 epochs
     # The best config re-parses on top of the base recipe and trains.
     config = Path(best["best_config"])
-    assert yaml.safe_load(config.read_text())["model"]["optimizer"]["init_args"]["lr"] == pytest.approx(
+    saved = yaml.safe_load(config.read_text())
+    assert saved["model"]["optimizer"]["init_args"]["lr"] == pytest.approx(
         best["params"]["model.optimizer.init_args.lr"]
     )
+    assert saved["trainer"]["max_epochs"] == 2
     fit = run_cli(
         "fit", "--config", DIGITS_CONFIG, "--config", config, "--data.root", digits_dir, "--trainer.max_epochs", "1",
         "--trainer.callbacks", "[]", "--trainer.limit_train_batches", "2", "--trainer.default_root_dir",

@@ -5,6 +5,8 @@ The first write-up keeps a snapshot every 20% of training (``configs/cifar100_vi
 
 from __future__ import annotations
 
+from typing import Any
+
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
@@ -63,15 +65,25 @@ class Snapshots(ModelCheckpoint):
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # After checkpoint restore and configure_optimizers: the step count is known and no random draw is moved.
-        if self.every_fraction is not None:
-            total = total_steps(trainer)
-            if total is None:
-                raise ConfigError(
-                    "Snapshots every_fraction needs the run's length, but max_epochs and max_steps are unbounded; "
-                    "set --trainer.max_epochs or use every_n_steps."
-                )
-            set_checkpoint_interval(self, max(1, round(total * self.every_fraction)))
+        self._space(trainer)
         super().on_train_start(trainer, pl_module)
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
+        self._space(trainer)  # the plan may change: a time budget re-sizes the schedule as the run goes
+        super().on_train_batch_end(trainer, pl_module, *args, **kwargs)
+
+    def _space(self, trainer: Trainer) -> None:
+        """Space the snapshots on the planned length: the schedule's (a time budget's plan), else the Trainer's."""
+        if self.every_fraction is None:
+            return
+        schedules = trainer.lr_scheduler_configs
+        total = (getattr(schedules[0].scheduler, "total_steps", None) if schedules else None) or total_steps(trainer)
+        if total is None:
+            raise ConfigError(
+                "Snapshots every_fraction needs the run's length, but max_epochs and max_steps are unbounded; "
+                "set --trainer.max_epochs or use every_n_steps."
+            )
+        set_checkpoint_interval(self, max(1, round(total * self.every_fraction)))
 
     @property
     def state_key(self) -> str:

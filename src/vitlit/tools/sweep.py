@@ -253,11 +253,13 @@ def sweep(
     folder.mkdir(parents=True, exist_ok=True)
     done_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
+    # The trials' length goes into the best command and file too: the values were tuned for a schedule of this length.
+    length = {} if max_epochs is None else {"trainer.max_epochs": int(max_epochs)}
+
     def objective(trial: optuna.Trial) -> float:
         values = suggest(trial, space)
         run_root = folder / f"trial_{trial.number:03d}"
         trial.set_user_attr("run_root", str(run_root))
-        length = {} if max_epochs is None else {"trainer.max_epochs": int(max_epochs)}
         args = ["fit", "--config", config, *as_flags({**fixed, **length, **values}),
                 "--trainer.default_root_dir", str(run_root)]  # fmt: skip
         try:
@@ -311,10 +313,10 @@ def sweep(
     best_file.write_text(  # a comment line holds no newline: shown() writes it as an escape
         f"# Best trial {best.number} of sweep {study_name}: val/acc {best.value:.4f}. Give it after the base config:\n"
         f"#   {shown(shlex.join(['python', '-m', 'vitlit', 'fit', '--config', config, '--config', str(best_file)]))} "
-        f"{shown(fixed_flags)}\n" + yaml.safe_dump(nested(best.params)),
+        f"{shown(fixed_flags)}\n" + yaml.safe_dump(nested({**length, **best.params})),
         encoding="utf-8",
     )
-    flags = as_flags({**fixed, **best.params})
+    flags = as_flags({**fixed, **length, **best.params})
     command = shlex.join(["python", "-m", "vitlit", "fit", "--config", config, *flags])
     print(f"best trial {best.number}: val/acc {best.value:.4f}")
     print(command)
