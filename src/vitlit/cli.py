@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import shutil
 import signal
 import sys
@@ -262,6 +263,12 @@ def stop_signals() -> tuple[signal.Signals, ...]:
     return tuple(getattr(signal, name) for name in ("SIGINT", "SIGHUP", "SIGBREAK") if hasattr(signal, name))
 
 
+def stdout_gone() -> None:
+    """Point the standard output at the null device, where its reader is gone (Python's flush at exit would fail)."""
+    with contextlib.suppress(OSError, ValueError):  # ValueError: a stream without a descriptor (a test's capture)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def _main_thread() -> bool:
     import threading
 
@@ -342,6 +349,12 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
             )
     except CheckFailed as err:
         _exit(err, status=1)
+    except KeyboardInterrupt:  # Ctrl-C before a fit listens for it (data setup, a folder scan), or outside a fit
+        print(f"{PROG}: interrupted by SIGINT; nothing was saved", file=sys.stderr)
+        raise SystemExit(130) from None
+    except BrokenPipeError:  # the output's reader went away (`vitlit models | head`): nothing left to tell it
+        stdout_gone()
+        raise SystemExit(141) from None  # 128 + SIGPIPE, as a shell reports a writer it cut off
     except Exception as err:
         from vitlit.messages import one_line_error
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,14 @@ def load_yaml(text: str, where: str) -> Any:
         def size(node: Any) -> int:  # values below a node, each distinct node counted once: linear in the text
             if id(node) not in sizes:
                 sizes[id(node)] = 1  # a node that contains itself is refused by the parser below
+                if isinstance(node, yaml.MappingNode):  # PyYAML keeps the last of two equal keys, silently
+                    keys = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode) and k.value != "<<"]
+                    if len(set(keys)) < len(keys):
+                        twice = next(k for i, k in enumerate(keys) if k in keys[:i])
+                        raise ConfigError(
+                            f"{where} gives the key {twice!r} twice in one mapping (line "
+                            f"{node.start_mark.line + 1}); YAML keeps only the last: write it once."
+                        )
                 kids = [k for c in node.value for k in (c if isinstance(c, tuple) else (c,))] if isinstance(
                     node.value, list) else []  # fmt: skip
                 sizes[id(node)] = 1 + sum(size(k) for k in kids)
@@ -79,12 +88,24 @@ def check_config_files(argv: list[str]) -> None:
 
 
 def check_finite_flags(argv: list[str]) -> None:
-    """Refuse a flag given NaN or infinity (``--model.optimizer.init_args.lr nan``), which no option of vitlit takes."""
+    """Refuse a flag given NaN or infinity (``--model.optimizer.init_args.lr nan``), which no option of vitlit takes.
+
+    A value whose anchors and aliases (``&``, ``*``) expand past a file's limits is refused too: the parser expands it.
+    """
     for i, flag in enumerate(argv):
         value = argv[i + 1] if i + 1 < len(argv) else ""  # a --flag=value may come last
         flag, value = (flag.split("=", 1) if "=" in flag else (flag, value)) if flag.startswith("--") else ("", "")
-        if value.strip().lower().lstrip("+-.") in ("nan", "inf", "infinity"):
+        if _number(value) is not None and not math.isfinite(_number(value)):  # nan, inf, 1e400 (read as inf)
             raise ConfigError(f"{flag}={value} is not a finite number; give a number such as 0.1.")
+        if "&" in value and "*" in value:
+            load_yaml(value, f"the value of {flag}")
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def _finite(content: Any, where: str, key: str = "") -> None:
@@ -128,7 +149,16 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
         if isinstance(value, (int, float)) and not ok(value):
             raise ConfigError(f"--trainer.{name}={value} would train nothing or crash the run; {fix}.")
     budget = trainer.get("max_time")
-    if isinstance(budget, str) and not budget.replace(":", "").strip("0"):
+    try:  # the parsed duration, as Lightning's Timer reads it (a DD:HH:MM:SS string, or timedelta's keys)
+        span = timedelta(**budget) if isinstance(budget, dict) else timedelta(
+            **dict(zip(("days", "hours", "minutes", "seconds"), map(int, budget.split(":")), strict=True)))  # fmt: skip
+    except OverflowError:
+        raise ConfigError(
+            f"--trainer.max_time={budget} is longer than a clock counts; leave it out for no limit."
+        ) from None
+    except (AttributeError, TypeError, ValueError):
+        span = None  # not a duration: Lightning's Timer says which format it takes
+    if span is not None and span.total_seconds() <= 0:
         raise ConfigError(f"--trainer.max_time={budget} would train nothing; give a time budget such as 00:12:00:00.")
     precision, accelerator = str(trainer.get("precision")), str(trainer.get("accelerator"))
     import torch  # not at the top: `vitlit --version` and the tools' --help must not load torch

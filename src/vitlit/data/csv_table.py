@@ -68,6 +68,9 @@ class CSVImageDataModule(ImageFolderDataModule):
         try:
             with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: spreadsheets write a byte-order mark
                 reader = csv.DictReader(f)
+                twice = {column for column in reader.fieldnames or [] if reader.fieldnames.count(column) > 1}
+                if twice & {name, label_key, split_key}:  # DictReader keeps the last of two such columns, silently
+                    raise ConfigError(f"{path} has the column {sorted(twice)[0]!r} twice; name each column once.")
                 if not {name, label_key} <= set(reader.fieldnames or []):
                     columns = [column[:40] for column in (reader.fieldnames or [])[:10]]
                     raise ConfigError(

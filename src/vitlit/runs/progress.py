@@ -12,6 +12,7 @@ line per epoch instead.
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from typing import Any
@@ -74,8 +75,17 @@ class EpochLines(LightningProgressBar):
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self._enabled or not trainer.is_global_zero or trainer.sanity_checking:
             return
-        print(epoch_line(trainer, time.monotonic() - self._started, trainer.current_epoch + 1 - self._first_epoch))
-        sys.stdout.flush()
+        try:
+            print(epoch_line(trainer, time.monotonic() - self._started, trainer.current_epoch + 1 - self._first_epoch))
+            sys.stdout.flush()
+        except OSError:  # the reader went away (`vitlit fit | head`): stop at the next step and save, as on SIGHUP
+            from vitlit.cli import stdout_gone
+
+            self._enabled = False
+            stdout_gone()
+            hangup = getattr(signal, "SIGHUP", signal.SIGINT)
+            if callable(signal.getsignal(hangup)):  # the CLI's fit listens (not a caller in Python without it)
+                signal.raise_signal(hangup)
 
 
 def epoch_line(trainer: Trainer, seconds: float, epochs_timed: int) -> str:

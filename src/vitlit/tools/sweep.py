@@ -35,7 +35,7 @@ import yaml
 from vitlit.config import check_writable_folder, load_yaml
 from vitlit.errors import ConfigError
 from vitlit.text import redacted, shown
-from vitlit.types import PositiveInt
+from vitlit.types import NonNegativeInt, PositiveInt
 
 #: A study's name: it names files and a folder inside ``--root`` (``<name>.db``, ``<name>/``), so never a path.
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
@@ -183,7 +183,7 @@ def sweep(
     storage: str | None = None,
     study_name: str = "vitlit",
     root: str = "sweeps",
-    seed: int = 0,
+    seed: NonNegativeInt = 0,
     prune_after: PositiveInt = 2,
     heartbeat: PositiveInt = 30,
     max_epochs: PositiveInt | None = None,

@@ -1,0 +1,114 @@
+"""What reaches the command line's entry point ends in one line and a status (issue 45's hostile round, issue 46).
+
+An interrupt during setup, a reader that went away, a flag value the parser would expand without end, a number too
+large to be one, a key given twice: each is one line to stderr and a status, never a traceback, and a fit that loses
+its output stream stops at the next step with ``last.ckpt``, as on SIGHUP.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from helpers.cli import CPU, DIGITS_CONFIG, refused, run_cli
+
+import vitlit.data.folder
+
+
+class _GoneReader(io.StringIO):
+    """A standard output whose reader left after ``lines`` lines (``vitlit fit | head -2``)."""
+
+    def __init__(self, lines: int) -> None:
+        super().__init__()
+        self.left = lines
+
+    def write(self, text: str) -> int:
+        if "\n" in text:
+            self.left -= 1
+        if self.left < 0:
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("fileno")
+
+
+def _interrupted(*args: object) -> None:
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_while_a_folder_is_scanned_is_one_line(
+    tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(vitlit.data.folder, "image_files", _interrupted)  # a 5,000-class folder being scanned
+    with pytest.raises(SystemExit) as stop:
+        run_cli("fit", "--config", DIGITS_CONFIG, *CPU, "--data", "ImageFolderDataModule", "--data.root", digits_dir,
+                "--trainer.default_root_dir", tmp_path)  # fmt: skip
+    err = capsys.readouterr().err
+    assert stop.value.code == 130 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "vitlit: interrupted by SIGINT; nothing was saved"
+
+
+def test_a_fit_whose_output_reader_left_stops_at_the_next_step_and_saves(
+    tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`vitlit fit | head -2`: a BrokenPipeError from the epoch lines ended the fit without its last steps saved."""
+    monkeypatch.setattr("sys.stdout", _GoneReader(lines=2))
+    with pytest.raises(SystemExit) as stop:
+        run_cli("fit", "--config", DIGITS_CONFIG, *CPU, "--data.root", digits_dir, "--trainer.max_epochs", "6",
+                "--trainer.default_root_dir", tmp_path)  # fmt: skip
+    err = capsys.readouterr().err
+    last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    assert stop.value.code == 129 and "Traceback" not in err and last.is_file()
+    assert err.strip().splitlines()[-1].startswith("vitlit: interrupted by SIGHUP at epoch 3, step ")
+
+
+def test_a_tool_whose_output_reader_left_ends_quietly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`vitlit models | head -1`."""
+    monkeypatch.setattr("sys.stdout", _GoneReader(lines=1))
+    with pytest.raises(SystemExit) as stop:
+        run_cli("models", "test_vit*")
+    assert stop.value.code == 141 and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["serve", "--ckpt_path", "x.ckpt", "--max_upload_mb", "1e400"], "--max_upload_mb=1e400 is not a finite"),
+        (["serve", "--ckpt_path", "x.ckpt", "--port", "70000"], 'key "port"'),
+        (["serve", "--ckpt_path", "x.ckpt", "--batch_timeout", "-1"], 'key "batch_timeout"'),
+        (["sweep", "--config", DIGITS_CONFIG, "--search", "x.yaml", "--seed", "-1"], 'key "seed"'),
+        (["fit", "--config", DIGITS_CONFIG, "--model.optimizer.init_args.lr", "1e400"], "lr=1e400 is not a finite"),
+        (["fit", "--config", DIGITS_CONFIG, "--trainer.max_time", "{seconds: -10}"], "would train nothing"),
+    ],
+    ids=["serve-upload", "serve-port", "serve-timeout", "sweep-seed", "fit-lr", "fit-max-time"],
+)
+def test_numbers_are_checked_as_parsed_for_every_entry_point(
+    args: list[object], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert expected in refused(capsys, *args)
+
+
+def test_a_flag_value_that_expands_without_end_is_refused_before_parsing(capsys: pytest.CaptureFixture[str]) -> None:
+    """A billion laughs as a flag value took the parser 107 s, then an IndexError."""
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdef", "bcdefg", strict=True)
+    )
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, "--model.class_names", bomb)
+    assert "the value of --model.class_names expands to more than" in line
+
+
+def test_a_key_given_twice_is_refused_in_a_config_and_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """PyYAML and csv.DictReader keep the last of two, silently: a run that is not the one its file shows."""
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("trainer:\n  max_epochs: 2\ntrainer:\n  max_epochs: 3\n")
+    assert "gives the key 'trainer' twice" in refused(capsys, "fit", "--config", DIGITS_CONFIG, "--config", twice)
+    table = tmp_path / "data"
+    table.mkdir()
+    (table / "labels.csv").write_text("filename,label,label\na.png,cat,dog\n")
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *CPU, "--data", "vitlit.data.csv_table.CSVImageDataModule",
+                   "--data.root", table, "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    assert "has the column 'label' twice" in line
