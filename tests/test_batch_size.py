@@ -1,4 +1,4 @@
-"""Small GPUs: Lightning's BatchSizeFinder on both data paths, and the memory benchmark in a tiny form."""
+"""Small GPUs: the batch size search on both data paths, and the memory benchmark in a tiny form."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.cli import DIGITS_CONFIG, ROOT, run_cli
+import yaml
+from helpers.cli import DIGITS_CONFIG, ROOT, refused, run_cli
 
 
 # The DataLoader path goes with the slow tests: its batches come from the same data module, which many tests train.
@@ -20,13 +21,44 @@ def test_the_batch_size_finder_grows_the_batch_on_both_data_paths(
 ) -> None:
     cli = run_cli(
         "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.on_device", on_device,
-        "--trainer.callbacks+=BatchSizeFinder", "--trainer.callbacks.init_val", "8",
+        "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch", "--trainer.callbacks.init_val", "8",
         "--trainer.callbacks.max_trials", "3", "--trainer.callbacks.steps_per_trial", "1",
         "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", "--trainer.default_root_dir", tmp_path,
     )  # fmt: skip
     assert cli.datamodule.batch_size == 32  # trials of 8, 16 and 32 images: every one fits on the CPU
     images, _ = next(iter(cli.trainer.train_dataloader))
     assert len(images) == 32
+
+
+def test_the_search_stops_at_the_training_split_and_the_rate_schedule_and_config_follow(
+    digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 45: 1,348 images got a batch of 8192, the learning rate of batch 64, and a config that resumed at 64."""
+    cli = run_cli(
+        "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.on_device", "true",
+        "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch", "--trainer.callbacks.init_val", "64",
+        "--trainer.callbacks.steps_per_trial", "1", "--trainer.max_epochs", "2", "--trainer.limit_val_batches", "1",
+        "--trainer.default_root_dir", tmp_path,
+    )  # fmt: skip
+    images = len(cli.datamodule.train_set)
+    assert cli.datamodule.batch_size == 1024 < images < 2048  # 64, 128, ... 1024 ran; 2048 passes the split
+    assert cli.trainer.global_step == 2  # one step an epoch, and the schedule was sized for those two
+    schedule = cli.trainer.lr_scheduler_configs[0].scheduler
+    assert schedule.total_steps == 2 and schedule.base_lrs[0] == pytest.approx(2e-3 * 1024 / 64)
+    saved = yaml.safe_load((Path(cli.trainer.log_dir) / "config.yaml").read_text())
+    assert saved["data"]["init_args"]["batch_size"] == 1024
+    assert saved["model"]["init_args"]["optimizer"]["init_args"]["lr"] == pytest.approx(2e-3 * 16)
+    assert f"vitlit: batch size 1024 (was 64; at most the {images:,} training images); learning rate x16 (linear)" in (
+        capsys.readouterr().err
+    )
+
+
+def test_lightnings_finder_alone_is_refused_for_what_it_leaves_behind(
+    digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir,
+                   "--trainer.callbacks+=BatchSizeFinder", "--trainer.default_root_dir", tmp_path)  # fmt: skip
+    assert "BatchSizeFinder changes the batch but not the learning rate" in line and "BatchSizeSearch" in line
 
 
 @pytest.mark.slow  # about 13 s: ViT-S/16 steps at 224 px with and without checkpointing

@@ -10,6 +10,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from vitlit.private import unscales_internally
 from vitlit.runs.private import (
+    cap_batch_search,
     clear_skip_flags,
     is_local_path,
     kill_started_processes,
@@ -24,6 +25,17 @@ def test_checkpoint_interval_can_be_changed_after_construction() -> None:
     assert "_every_n_train_steps" in vars(callback), "Lightning renamed ModelCheckpoint._every_n_train_steps"
     set_checkpoint_interval(callback, 7)
     assert callback._every_n_train_steps == 7
+
+
+def test_a_batch_size_search_can_be_capped_and_its_loaders_rebuilt() -> None:
+    from lightning.pytorch.callbacks import BatchSizeFinder
+    from lightning.pytorch.tuner import batch_size_scaling
+
+    finder = BatchSizeFinder(max_val=8192)
+    assert "_max_val" in vars(finder), "Lightning renamed BatchSizeFinder._max_val"
+    cap_batch_search(finder, 100)
+    assert finder._max_val == 100
+    assert callable(batch_size_scaling._reset_dataloaders), "Lightning renamed the tuner's _reset_dataloaders"
 
 
 def test_fused_optimizers_are_recognised_as_unscaling_inside_their_step() -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar, NoReturn
 
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import BatchSizeFinder
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -153,6 +154,11 @@ class VitLitCLI(LightningCLI):
         callbacks = given if isinstance(given, list) else [given] if given else []
         keys = [cb.state_key for cb in callbacks if type(cb).state_dict is not Callback.state_dict]
         twice = next((cb for cb in callbacks if keys.count(cb.state_key) > 1), None)
+        if any(type(cb) is BatchSizeFinder for cb in callbacks):  # a batch without its learning rate or config
+            raise ConfigError(
+                "BatchSizeFinder changes the batch but not the learning rate, the schedule's length or "
+                "the saved config; use --trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch."
+            )
         if twice is not None:
             raise ConfigError(f"two {type(twice).__name__} callbacks have the same settings ({twice.state_key}), and "
                                   f"a checkpoint keeps one state per setting: change the one src/vitlit/defaults.yaml "

@@ -35,7 +35,6 @@ import litserve as ls
 import torch
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse
-from jsonargparse.typing import restricted_number_type
 from PIL import Image, UnidentifiedImageError
 from starlette.datastructures import Headers
 from starlette.formparsers import MultiPartException, MultiPartParser
@@ -43,10 +42,8 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from vitlit.data.images import MAX_PIXELS, PIL_MODES, RASTER_FORMATS, ImageTooLarge, open_image
 from vitlit.errors import ConfigError
 from vitlit.trained import load_classifier
-from vitlit.types import NonNegativeFloat, PositiveFloat, PositiveInt
+from vitlit.types import PositiveFloat, PositiveInt
 
-#: A TCP port: the parser refuses 0 and 65536 up in one line, before anything starts.
-Port = restricted_number_type("Port", int, [(">=", 1), ("<=", 65535)])
 #: Parts a multipart upload may have: the one ``image`` field, and a few a client library may add.
 MAX_FORM_PARTS = 8
 
@@ -241,9 +238,9 @@ class ViTClassifierAPI(ls.LitAPI):
 def serve(
     ckpt_path: Path,
     host: str = "127.0.0.1",
-    port: Port = 8000,
+    port: PositiveInt = 8000,
     max_batch_size: PositiveInt = 16,
-    batch_timeout: NonNegativeFloat = 0.005,
+    batch_timeout: float = 0.005,
     max_upload_mb: PositiveFloat = 10.0,
     max_pixels: PositiveInt = MAX_PIXELS,
     top_k: PositiveInt = 3,

@@ -1,0 +1,109 @@
+"""The largest batch that fits, for the whole run: Lightning's BatchSizeFinder, and what must follow the batch.
+
+Lightning's callback alone chose 8192 for 1,348 training images (a trial batch that no epoch fills costs nothing, so
+it "fits"), left the learning rate and the schedule's length where the old batch put them, and wrote nothing to the
+run's config, so a resume trained at the old batch (issue 45). `BatchSizeSearch` searches no further than the
+training split, scales the learning rate with the batch it chose (or keeps it, when told to), sizes the schedule to
+the new number of steps, says all of it in one line and saves the batch and rate in the run's config. Lightning's own
+``BatchSizeFinder``, which does none of that, is refused by the CLI with a pointer here.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import BatchSizeFinder
+
+from vitlit.atomic import write_atomically
+from vitlit.errors import ConfigError
+from vitlit.runs.private import cap_batch_search, set_batch_size
+from vitlit.schedule import total_steps
+from vitlit.types import PositiveInt
+
+
+class BatchSizeSearch(BatchSizeFinder):
+    """Find the largest training batch that fits (Lightning's BatchSizeFinder), capped at the training split.
+
+    Given as ``--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch``. Before training, batches of
+    ``init_val``, twice that, ... are tried for ``steps_per_trial`` steps each until one runs out of memory, the
+    training split (or ``max_val``) is reached, or ``max_trials`` are done; the run trains with the last that fitted.
+    Then the learning rate follows the batch (``lr_scaling``), the learning-rate schedule is sized to the run's new
+    number of optimizer steps, and the batch and rate are written into the run's ``config.yaml``, so that a resume
+    trains as the run did.
+
+    Args:
+        lr_scaling: How the learning rate follows the batch: ``linear`` (x chosen/configured batch, the rule of
+            docs/training.md), ``sqrt`` (x its square root, a common choice for Adam-type optimizers) or ``none``
+            (kept as configured; the closing line says so).
+        mode: ``power`` (double until a trial fails) or ``binsearch`` (then search between the last two).
+        steps_per_trial: Training steps each trial batch size runs.
+        init_val: The first batch size tried.
+        max_trials: Most batch sizes tried.
+        max_val: Largest batch size tried; the training split's size lowers it.
+    """
+
+    def __init__(
+        self,
+        lr_scaling: Literal["linear", "sqrt", "none"] = "linear",
+        mode: Literal["power", "binsearch"] = "power",
+        steps_per_trial: PositiveInt = 3,
+        init_val: PositiveInt = 2,
+        max_trials: PositiveInt = 25,
+        max_val: PositiveInt = 8192,
+    ) -> None:
+        super().__init__(mode, int(steps_per_trial), int(init_val), int(max_trials), max_val=int(max_val))
+        self.lr_scaling, self.init_val = lr_scaling, int(init_val)
+
+    def scale_batch_size(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        data = trainer.datamodule
+        before, images = int(data.batch_size), len(data.train_set)
+        if self.init_val > images:
+            raise ConfigError(f"BatchSizeSearch init_val={self.init_val} is larger than the {images:,} training "
+                              f"images; give a smaller --trainer.callbacks.init_val.")  # fmt: skip
+        cap_batch_search(self, images + 1)  # Lightning tries sizes below max_val: the whole split is one to try
+        super().scale_batch_size(trainer, pl_module)
+        chosen = int(data.batch_size)
+        if chosen > images:  # the doubled size Lightning stopped at without trying it: back to the last that ran
+            chosen //= 2
+            set_batch_size(trainer, chosen)
+        factor = {"linear": chosen / before, "sqrt": (chosen / before) ** 0.5, "none": 1.0}[self.lr_scaling]
+        for optimizer in trainer.optimizers:
+            for group in optimizer.param_groups:
+                group["lr"] *= factor
+                if "initial_lr" in group:  # what a scheduler restarts from
+                    group["initial_lr"] *= factor
+        steps, note = total_steps(trainer), None  # another batch, another number of steps per epoch
+        for config in trainer.lr_scheduler_configs:
+            schedule = config.scheduler
+            schedule.base_lrs = [lr * factor for lr in schedule.base_lrs]
+            if steps is not None and callable(getattr(schedule, "set_total_steps", None)):
+                note = schedule.set_total_steps(steps)
+        saved = self._save(trainer, chosen, factor)
+        if trainer.is_global_zero:
+            rate = "kept (lr_scaling none)" if factor == 1.0 else f"x{factor:.3g} ({self.lr_scaling})"
+            where = f"; saved in {saved}" if saved else ""
+            print(f"vitlit: batch size {chosen} (was {before}; at most the {images:,} training images); learning rate "
+                  f"{rate}; {steps or 'unbounded'} optimizer steps{where}", file=sys.stderr)  # fmt: skip
+            if note:
+                print(f"vitlit: {note}", file=sys.stderr)
+
+    @staticmethod
+    def _save(trainer: Trainer, chosen: int, factor: float) -> Path | None:
+        """Write the batch and the learning rate into the run's saved config; return its path (None: no config)."""
+        saver = next((cb for cb in trainer.callbacks if hasattr(cb, "config_filename")), None)
+        if saver is None or trainer.log_dir is None or not trainer.is_global_zero:
+            return None
+        path = Path(trainer.log_dir) / saver.config_filename
+        if not path.is_file():
+            return None
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+        config["data"]["init_args"]["batch_size"] = chosen
+        optimizer = ((config.get("model") or {}).get("init_args") or {}).get("optimizer") or {}
+        if isinstance(optimizer, dict) and "lr" in (optimizer.get("init_args") or {}):
+            optimizer["init_args"]["lr"] = float(optimizer["init_args"]["lr"]) * factor
+        write_atomically(path, yaml.safe_dump(config, sort_keys=False))
+        return path
