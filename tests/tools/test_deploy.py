@@ -23,7 +23,7 @@ import onnxruntime as ort
 import pytest
 import torch
 import yaml
-from helpers.cli import DIGITS_CONFIG, refused, run_cli
+from helpers.cli import DIGITS_CONFIG, ROOT, refused, run_cli
 from helpers.http import free_port, post_file, post_json, post_raw, wait_for
 from helpers.learning import CASES
 from PIL import Image
@@ -645,3 +645,23 @@ def test_an_int8_model_that_disagrees_with_pytorch_is_not_written(
     with pytest.raises(CheckFailed, match=r"int8 picks PyTorch's top-1 class for 0% of the 8 check images"):
         export(trained[0], tmp_path / "int8.onnx", "int8")
     assert not list(tmp_path.iterdir())
+
+
+def test_the_predict_route_documents_its_request_and_answer(trained) -> None:
+    """Issue 45: /openapi.json showed /predict without a request schema; docs/deploy.md lists every route."""
+    import litserve as ls
+
+    from vitlit.tools.serve import ViTClassifierAPI, describe_predict
+
+    server = ls.LitServer(ViTClassifierAPI(str(trained[0]), True, 3, 10**6), accelerator="cpu")
+    describe_predict(server.app, 3)
+    schema = server.app.openapi()
+    predict = schema["paths"]["/predict"]["post"]
+    content = predict["requestBody"]["content"]
+    assert content["multipart/form-data"]["schema"]["properties"]["image"]["format"] == "binary"
+    assert content["application/json"]["schema"]["properties"]["image"]["format"] == "byte"
+    answer = predict["responses"]["200"]["content"]["application/json"]["schema"]["properties"]["predictions"]
+    assert answer["items"]["properties"].keys() == {"class", "probability"} and answer["maxItems"] == 3
+    documented = (ROOT / "docs" / "deploy.md").read_text()
+    assert all(f"`{route}`" in documented for route in ("/predict", "/health", "/info", "/docs", "/openapi.json"))
+    assert {"/predict", "/health", "/info"} <= schema["paths"].keys()

@@ -285,6 +285,7 @@ def serve(
         api, accelerator=accelerator, max_payload_size=limit, model_metadata=info,
         middlewares=[(RequestCheck, {"max_size": limit})],
     )  # fmt: skip
+    describe_predict(server.app, int(top_k))
     # Processes LitServe forks (its API servers, its manager) end with this one, even when it is killed outright
     # (SIGKILL, the OOM killer), instead of holding the port; its spawned model workers do the same in `setup`.
     owner = os.getpid()
@@ -297,6 +298,41 @@ def serve(
         server.run(host=host, port=int(port), generate_client_file=False)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def describe_predict(app: Any, top_k: int) -> None:
+    """Give ``POST /predict`` its request and answer in the OpenAPI schema (``/openapi.json``, ``/docs``).
+
+    The route takes a form or JSON, which one annotation cannot say, so LitServe registers it without a schema; the
+    schema is extended the way FastAPI documents ("Extending OpenAPI": ``app.openapi`` replaced).
+    """
+    from fastapi.openapi.utils import get_openapi
+
+    def image(kind: str, text: str) -> dict[str, Any]:  # the one field, as a file (form) or base64 (JSON)
+        field = {"type": "string", "format": kind, "description": text}
+        return {"type": "object", "required": ["image"], "properties": {"image": field}}
+
+    form = image("binary", "The image file (PNG, JPEG, WebP, ...).")
+    body = image("byte", "The image file's bytes in base64.")
+    entry = {"type": "object", "properties": {"class": {"type": "string"}, "probability": {"type": "number"}}}
+    answer = {"type": "object", "properties": {"predictions": {"type": "array", "items": entry, "maxItems": top_k,
+              "description": "The most probable classes, most probable first."}}}  # fmt: skip
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            predict = schema["paths"]["/predict"]["post"]
+            predict["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": form},
+                                                                    "application/json": {"schema": body}}}  # fmt: skip
+            predict["responses"] = {
+                "200": {"description": "The top classes.", "content": {"application/json": {"schema": answer}}},
+                "400": {"description": "Not a readable image, or too many pixels; `detail` says why."},
+                "413": {"description": "Larger than --max_upload_mb."},
+            }
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi
 
 
 def _check_port_free(host: str, port: int) -> None:
