@@ -50,7 +50,9 @@ class ModelCard:
 #: How an exported model's input is made from an image file, for code of one's own (the sidecar and ONNX metadata
 #: carry it): what `ModelCard.preprocess` does. PIL's own bilinear resize differs enough to change some top-1 classes.
 PREPROCESS = (
-    "decode to uint8 with in_chans channels (1: L, 3: RGB, 4: RGBA); as a uint8 CHW tensor, resize the shorter side to "
+    "decode to uint8 with in_chans channels (1: L, 3: RGB, 4: RGBA): 16- and 32-bit integer grey images scaled "
+    "(value * 255 / 65535, clipped to 0-65535 first, rounded; PIL's convert would clip them to white), other modes "
+    "(palette, CMYK, grey with alpha) through PIL's convert; as a uint8 CHW tensor, resize the shorter side to "
     "img_size with bilinear interpolation and antialiasing (torchvision.transforms.v2.Resize(img_size, "
     "antialias=True) on the tensor, not on the PIL image); centre-crop to img_size x img_size; divide by 255; "
     "subtract mean and divide by std per channel; float32 NCHW, input 'images'"

@@ -30,7 +30,7 @@ from PIL import Image
 
 from vitlit import ImageFolderDataModule
 from vitlit.data.digits import write_digits_folder
-from vitlit.data.images import image_files
+from vitlit.data.images import image_files, open_image
 from vitlit.errors import CheckFailed
 from vitlit.tools.export import export
 from vitlit.trained import PREPROCESS, load_classifier
@@ -514,7 +514,7 @@ def test_the_preprocessing_the_sidecar_describes_is_what_vitlit_does(trained) ->
 
 
 def test_a_timm_folder_loads_with_timm_alone_and_classifies_as_the_checkpoint(
-    trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    trained, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 37: the trained model handed to the timm / Hugging Face world, checked like the other formats."""
     ckpt, test_dir = trained
@@ -541,9 +541,23 @@ def test_a_timm_folder_loads_with_timm_alone_and_classifies_as_the_checkpoint(
     assert predicted.split() == [str(i) for i in net(images[:64]).argmax(1).tolist()]
     assert labels.split() == card.class_names
     config = json.loads((folder / "config.json").read_text())["pretrained_cfg"]
-    assert config["mean"] == list(card.mean) and config["input_size"] == [3, card.img_size, card.img_size]
+    assert config["mean"] == [float(f"{m:.6g}") for m in card.mean]  # 0.485, not float32's 0.48500001430511475
+    assert config["input_size"] == [3, card.img_size, card.img_size]
+    assert config["license"] == "mit" and "tag" not in config  # issue 45: not the base model's license and tag
     readme = (folder / "README.md").read_text()
     assert "license: mit" in readme and "timm.create_model(" in readme and "huggingface-cli upload" in readme
+    assert "## Data\n\n- data module: DigitsDataModule" in readme
+    tested = json.loads((ckpt.parent.parent / "run_card.json").read_text()).get("test_acc_by_checkpoint", {})
+    said = f"{tested[ckpt.name]:.4f} (this checkpoint)" if ckpt.name in tested else "not measured for this checkpoint"
+    assert f"- test accuracy: {said}" in readme  # issue 45: the exported checkpoint's, not the last one tested
+    # The card's code opens a 16-bit PNG as training did (PIL's convert("RGB") gives white), copied as it is.
+    code = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    monkeypatch.chdir(tmp_path)
+    exec(code, namespace)  # the model loads from ./vit-digits, as the card says
+    sixteen = tmp_path / "deep.png"
+    Image.fromarray(np.arange(64, dtype=np.uint16).reshape(8, 8) * 1000).save(sixteen)
+    assert np.array_equal(np.asarray(namespace["open_as_trained"](sixteen)), np.asarray(open_image(sixteen, "RGB")))
     # Refused in one line, as for ONNX: an existing folder, the checkpoint's own, a file; nothing left behind.
     for output, said in ((folder, "already exists"), (ckpt.parent.parent, "holds the checkpoint"),
                          (ckpt, "holds the checkpoint")):  # fmt: skip
@@ -613,7 +627,7 @@ def test_the_model_card_shows_hostile_names_as_text_and_its_front_matter_holds_o
     assert "\x1b" not in readme and "\u202e" not in readme
     html = MarkdownIt("commonmark", {"html": True}).render(body)
     assert "<script>" not in html and "<b>" not in html and "<a " not in html
-    assert html.count("<h1>") == 1 and html.count("<h2>") == 3 and html.count("<pre>") == 2
+    assert html.count("<h1>") == 1 and html.count("<h2>") == 4 and html.count("<pre>") == 2
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "# heading" in html
     assert json.loads((folder / "config.json").read_text())["label_names"] == hostile  # JSON quotes them itself
     # The code in the card loads this very folder.

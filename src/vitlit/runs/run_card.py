@@ -140,7 +140,8 @@ class RunCard(Callback):
         card = read_card(run) if run is not None else {}
         if card and "test/acc" in trainer.callback_metrics:
             card["test_acc"] = float(trainer.callback_metrics["test/acc"])
-            card["test_checkpoint"] = Path(trainer.ckpt_path).name
+            card["test_checkpoint"] = Path(trainer.ckpt_path).name  # the last tested; each one's below
+            card.setdefault("test_acc_by_checkpoint", {})[card["test_checkpoint"]] = card["test_acc"]
             write_card(run, card)
 
     def _write(self, trainer: Trainer) -> None:

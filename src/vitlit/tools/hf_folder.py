@@ -23,6 +23,7 @@ import torch
 from timm.models import save_for_hf  # timm's own writer of hub folders (push_to_hf_hub's too)
 
 from vitlit.config import check_writable_folder
+from vitlit.data.images import PIL_MODES
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.run_dir import run_of_checkpoint
 from vitlit.text import markdown, shown
@@ -85,11 +86,16 @@ def write_timm_folder(
     output = output.expanduser().absolute()
     staged = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
     try:
-        data_config = {"mean": tuple(card.mean), "std": tuple(card.std), "interpolation": "bilinear",
+        data_config = {"mean": _rounded(card.mean), "std": _rounded(card.std), "interpolation": "bilinear",
                        "input_size": (card.in_chans, card.img_size, card.img_size), "crop_pct": 1.0}  # fmt: skip
         save_for_hf(net, str(staged), model_config={"label_names": list(card.class_names)}, data_config=data_config,
                     safe_serialization=True)  # fmt: skip
-        text = model_card(card, run_of_checkpoint(Path(ckpt_path)), license, output.name)
+        # timm keeps the base model's pretrained_cfg: its license and tag are not this model's.
+        config = json.loads((staged / "config.json").read_text(encoding="utf-8"))
+        cfg = {key: value for key, value in config["pretrained_cfg"].items() if key != "tag"}
+        config["pretrained_cfg"] = cfg | {"license": license}
+        (staged / "config.json").write_text(json.dumps(config, indent=4) + "\n", encoding="utf-8")
+        text = model_card(card, run_of_checkpoint(Path(ckpt_path)), license, output.name, Path(ckpt_path).name)
         (staged / "README.md").write_text(text, encoding="utf-8")  # `markdown` wrote undecodable bytes as escapes
         (staged / MARKER).write_text("vitlit export --format timm wrote this folder; --overwrite may replace it.\n")
         loaded = timm.create_model(f"local-dir:{staged}", pretrained=True).eval()
@@ -111,7 +117,12 @@ def write_timm_folder(
     return {"max_abs_diff": difference, "bytes": size, "files": sorted(p.name for p in output.iterdir())}
 
 
-def model_card(card: ModelCard, run: Path | None, license: str, name: str) -> str:
+def _rounded(values: Any) -> tuple[float, ...]:
+    """Statistics as they were meant (0.485, not float32's 0.48500001430511475): six significant digits."""
+    return tuple(float(f"{float(v):.6g}") for v in values)
+
+
+def model_card(card: ModelCard, run: Path | None, license: str, name: str, checkpoint: str = "") -> str:
     """The folder's README.md: what the model is, how it was trained and scored, how to load and upload it.
 
     Every text that comes from the data, the checkpoint or the run card (class names, the model's and folder's names,
@@ -124,10 +135,14 @@ def model_card(card: ModelCard, run: Path | None, license: str, name: str) -> st
     classes = ", ".join(names) + (f", ... ({len(card.class_names)} in all)" if len(card.class_names) > 20 else "")
     if isinstance(facts.get("versions"), dict):
         facts["versions"] = ", ".join(f"{k} {v}" for k, v in facts["versions"].items())
+    tested = (facts.get("test_acc_by_checkpoint") or {}).get(checkpoint)  # this checkpoint's, not the last tested
+    facts["test_acc"] = "not measured for this checkpoint" if tested is None else f"{tested:.4f} (this checkpoint)"
+    facts |= {key: f"{facts[key]:.4f}" for key in ("best_val_acc",) if isinstance(facts.get(key), float)}
     trained = [f"- {label}: {markdown(facts[key])}" for key, label in (
         ("epochs_done", "epochs"), ("seed", "seed"), ("precision", "precision"), ("effective_batch", "effective batch"),
         ("best_val_acc", "best validation accuracy"), ("best_epoch", "at epoch"), ("test_acc", "test accuracy"),
         ("versions", "versions"), ("git_commit", "vitlit commit")) if facts.get(key) is not None]  # fmt: skip
+    data = _data(run)
     recipe = "exported from a loose checkpoint"
     if run is not None:
         recipe = f"its options are the run's config.yaml (run folder {markdown(run.name)})"
@@ -148,13 +163,28 @@ Trained with `python -m vitlit fit`; {recipe}.
 
 {chr(10).join(trained) or "- (no run card was found beside the checkpoint)"}
 
+## Data
+
+{data}
+
 ## Use it with timm
 
 ```python
+import numpy as np
 import timm
+from PIL import Image
+
 model = timm.create_model({local}, pretrained=True).eval()  # or "hf-hub:<user>/<name>" once uploaded
 config = timm.data.resolve_data_config({{}}, model=model)  # mean, std, input size, as trained
 labels = model.pretrained_cfg["label_names"]
+
+
+def open_as_trained(path):  # as training did: 16-bit grey scaled to 8 bits (PIL's convert clips it to white)
+    image = Image.open(path)
+    if image.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N"):
+        pixels = np.asarray(image, dtype=np.float64).clip(0, 65535) * (255 / 65535)
+        image = Image.fromarray(pixels.round().astype(np.uint8))
+    return image.convert({PIL_MODES.get(card.in_chans, "RGB")!r})
 ```
 
 vitlit's own preprocessing, for inputs identical to training's evaluation: {PREPROCESS}.
@@ -169,3 +199,24 @@ Check the license field above first: it is what you chose at export (`--license`
 pretrained weights used. The file {MARKER} marks the folder as an export's (`--overwrite` replaces only such a
 folder); leave it out of an upload if you like.
 """
+
+
+def _data(run: Path | None) -> str:
+    """What the model was trained on, from the run's config: the data module, the data set or folder, the splits."""
+    import yaml
+
+    try:
+        config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) if run else None
+        data = config["data"]
+        module, options = data["class_path"].rpartition(".")[2], data.get("init_args") or {}
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return "- (the run's config.yaml was not found beside the checkpoint)"
+    source = options.get("dataset") or options.get("path") or options.get("root") or options.get("input_dir")
+    lines = [f"- data module: {markdown(module)}"]
+    if source:  # a folder by its name only: the card may be published, the local path is nobody's business
+        lines.append(f"- data: {markdown(Path(str(source)).name if '/' in str(source) else source)}")
+    held = (("val_size", "held out for validation"), ("test_size", "held out for test"), ("seed", "split seed"))
+    for key, label in held:
+        if options.get(key) is not None:
+            lines.append(f"- {label}: {markdown(options[key])}")
+    return "\n".join(lines)
