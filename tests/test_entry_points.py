@@ -110,3 +110,20 @@ def test_a_key_given_twice_is_refused_in_a_config_and_a_table(tmp_path: Path, ca
     line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *CPU, "--data", "vitlit.data.csv_table.CSVImageDataModule",
                    "--data.root", table, "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
     assert "has the column 'label' twice" in line
+
+
+@pytest.mark.posix  # resource limits
+def test_too_little_memory_to_load_torch_is_one_line() -> None:
+    """`ulimit -v` below what torch's libraries map: an ImportError traceback from deep inside torch."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (200 * 2**20, resource.RLIM_INFINITY))  # torch maps more
+
+    done = subprocess.run([sys.executable, "-m", "vitlit", "fit", "--config", str(DIGITS_CONFIG)], capture_output=True,
+                          text=True, preexec_fn=limit, timeout=120)  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.startswith("vitlit: error: PyTorch, Lightning or timm could not be loaded (")
+    assert done.stderr.strip().endswith("(ulimit -v) and the install (pip install -e .).")
