@@ -14,8 +14,11 @@ def run() -> None:
         from vitlit.cli import main
     except (ImportError, MemoryError, OSError) as err:  # a broken install, or too little memory to map torch
         line = " ".join(str(err).split())[:200]
-        print(f"vitlit: error: PyTorch, Lightning or timm could not be loaded ({type(err).__name__}: {line}); check "
-              f"the memory this shell allows (ulimit -v) and the install (pip install -e .).", file=sys.stderr)
+        print(
+            f"vitlit: error: PyTorch, Lightning or timm could not be loaded ({type(err).__name__}: {line}); check "
+            f"the memory this shell allows (ulimit -v) and the install (pip install -e .).",
+            file=sys.stderr,
+        )
         raise SystemExit(1) from None
 
     # Help texts made by new parsers (``--data.help CLASS``) name the program after sys.argv[0]: not __main__.py.

@@ -20,7 +20,7 @@ from vitlit.checkpoints import check_weights, read_checkpoint
 from vitlit.data.augment import to_normalized_float
 from vitlit.data.images import PIL_MODES, ImageFiles
 from vitlit.data.sources import Decode
-from vitlit.errors import ConfigError
+from vitlit.errors import CheckFailed, ConfigError
 
 
 @dataclass
@@ -127,6 +127,10 @@ def load_classifier(ckpt_path: str | Path, weights_only: bool = True) -> tuple[n
     check_weights(state, probe.state_dict(), path)  # before anything the size of the claims is allocated
     net = timm.create_model(hp["model_name"], pretrained=False, **kwargs)
     net.load_state_dict(state)
+    broken = next((k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()), None)
+    if broken is not None:  # every answer would be NaN (a server's "probability": null, an int8 copy agreeing 0%)
+        raise CheckFailed(f"checkpoint {path} has weights that are not finite numbers (NaN or infinity, first in "
+                          f"{broken}); use an earlier checkpoint of the run (its checkpoints/ folder).")  # fmt: skip
     card = ModelCard(
         model_name=hp["model_name"],
         class_names=[str(c) for c in hp.get("class_names") or range(hp["num_classes"])],

@@ -499,6 +499,11 @@ def test_export_of_a_model_whose_outputs_are_nan_fails(trained, tmp_path: Path, 
     assert exit_info.value.code == 1
     assert "are not finite numbers" in capsys.readouterr().err
     assert not list(tmp_path.glob("x.onnx*"))
+    # Issue 46, class 3: the server answered 200 with "probability": null; it does not start now.
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("serve", "--ckpt_path", ckpt, "--port", free_port(), "--accelerator", "cpu")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 1 and len(err) == 1 and "nan.ckpt has weights that are not finite numbers" in err[0]
 
 
 def test_the_preprocessing_the_sidecar_describes_is_what_vitlit_does(trained) -> None:
