@@ -235,6 +235,11 @@ CASES = [
         lambda tmp, run: ["--ckpt_path", _bzip2(tmp)],
         ["bz.ckpt holds compressed records, which torch.save never writes"],
     ),
+    (
+        "pretrained weights with a compressed record",  # issue 46, class 7: 1.6 GB inflated from a 1.5 MB file
+        lambda tmp, run: ["--model.pretrained_file", _bzip2(tmp)],
+        ["pretrained_file", "bz.ckpt holds compressed records, which torch.save never writes"],
+    ),
     ("checkpoint is a folder", lambda tmp, run: ["--ckpt_path", run], ["is a folder", "last.ckpt"]),
     ("checkpoint is the file system's root", lambda tmp, run: ["--ckpt_path", "/"], ["--ckpt_path / is a folder"]),
     ("checkpoint is a symlink loop", lambda tmp, run: ["--ckpt_path", _loop(tmp)], ["loop.ckpt does not exist"]),

@@ -8,6 +8,7 @@ stored (uncompressed) records, so a compressed record is refused from the archiv
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import zipfile
 from collections.abc import Mapping
@@ -43,15 +44,8 @@ def read_checkpoint(path: str | Path, weights_only: bool | None = True, mmap: bo
         what = "is not a regular file (a device, a pipe)" if file.exists() else "does not exist (or is a broken link)"
         raise ConfigError(f"checkpoint {path} {what}; give the path of a .ckpt file of an earlier run.")
     try:
-        with file.open("rb") as f:
-            head = f.read(4)
+        head = refuse_compressed(file, "checkpoint")
         zipped = head == b"PK\x03\x04"  # torch.save's format; files of torch < 1.6 are a bare pickle (0x80 ...)
-        if zipped:
-            with zipfile.ZipFile(file) as archive:  # its directory only: nothing is unpacked
-                compressed = any(r.compress_type != zipfile.ZIP_STORED for r in archive.infolist())
-        if zipped and compressed:
-            raise ConfigError(f"checkpoint {path} holds compressed records, which torch.save never writes; give a "
-                              f".ckpt file that vitlit or Lightning saved.")  # fmt: skip
         if not (zipped or head[:1] == b"\x80"):
             what = "empty" if not head else "another kind of file"
             raise ConfigError(f"checkpoint {path} is not a PyTorch checkpoint (it is {what}); give a .ckpt file.")
@@ -64,6 +58,22 @@ def read_checkpoint(path: str | Path, weights_only: bool | None = True, mmap: bo
         raise ConfigError(f"checkpoint {path} is not a Lightning checkpoint (no state_dict); for plain timm weights "
                           f"use --model.pretrained_file instead.")  # fmt: skip
     return checkpoint
+
+
+def refuse_compressed(path: Path, what: str) -> bytes:
+    """Refuse a zip archive (torch.save's format) with compressed records; return the file's first 4 bytes.
+
+    torch.save stores its records; torch.load would inflate a compressed one whole (a 1.5 MB file can hold 1.6 GB),
+    so the archive's directory is read, nothing unpacked. Checkpoints, ``pretrained_file`` and ``teacher_file`` alike.
+    """
+    with path.open("rb") as f:
+        head = f.read(4)
+    if head == b"PK\x03\x04":
+        with contextlib.suppress(zipfile.BadZipFile), zipfile.ZipFile(path) as archive:  # damaged: the loader says
+            if any(record.compress_type != zipfile.ZIP_STORED for record in archive.infolist()):
+                raise ConfigError(f"{what} {path} holds compressed records, which torch.save never writes; give a "
+                                  f"file torch.save or safetensors wrote.")  # fmt: skip
+    return head
 
 
 def unreadable(path: str | Path, err: BaseException, weights_only: bool | None = True) -> ConfigError:

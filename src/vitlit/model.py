@@ -200,8 +200,9 @@ class ViTClassifier(LightningModule):
                     f"pretrained_file={hp.pretrained_file!r} does not exist; give the path of a weights file."
                 )
             kwargs["pretrained_cfg_overlay"] = {"file": str(path)}
-            from vitlit.checkpoints import UNREADABLE  # what a damaged weights file raises
+            from vitlit.checkpoints import UNREADABLE, refuse_compressed  # what a damaged weights file raises
 
+            refuse_compressed(path, "pretrained_file")
             try:  # timm reads the file with torch.load(weights_only=True), or safetensors: no code runs from it
                 # timm loads non-strictly when the class count changes, so a file of another model would be
                 # skipped without a word and training would start from random weights: check the names first.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -109,8 +110,12 @@ def test_a_distilled_deit_student_trains_its_distillation_head(teacher_ckpt: Pat
         (["--model.distillation.teacher", "test_vit", "--model.distillation.teacher_file", "FIVE"], "test_vit with 10"),
         (["--model.distillation.teacher", "test_vit", "--model.distillation.teacher_file", "TEXT"], "readable"),
         (["--model.distillation.teacher", "test_vit", "--model.distillation.teacher_file", "NONE"], "does not exist"),
+        (
+            ["--model.distillation.teacher", "test_vit", "--model.distillation.teacher_file", "BZIP2"],
+            "bz.pth holds compressed records, which torch.save never writes",
+        ),  # issue 46, class 7
     ],
-    ids=["unknown-name", "other-class-count", "unreadable-file", "missing-file"],
+    ids=["unknown-name", "other-class-count", "unreadable-file", "missing-file", "compressed-file"],
 )
 def test_bad_teachers_are_one_line(
     flags: list[str], message: str, digits: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -118,7 +123,10 @@ def test_bad_teachers_are_one_line(
     five = tmp_path / "five.pth"
     torch.save(timm.create_model("test_vit", num_classes=5).state_dict(), five)
     (tmp_path / "notes.pth").write_text("not weights")
-    files = {"FIVE": str(five), "TEXT": str(tmp_path / "notes.pth"), "NONE": str(tmp_path / "none.pth")}
+    with zipfile.ZipFile(tmp_path / "bz.pth", "w", compression=zipfile.ZIP_BZIP2) as archive:
+        archive.writestr("bz/data.pkl", bytes(20_000_000))  # 20 MB of zeros in a few hundred bytes
+    files = {"FIVE": str(five), "TEXT": str(tmp_path / "notes.pth"), "NONE": str(tmp_path / "none.pth"),
+             "BZIP2": str(tmp_path / "bz.pth")}  # fmt: skip
     flags = [files.get(flag, flag) for flag in flags]
     with pytest.raises(SystemExit) as exit_info:
         run_cli("fit", "--config", DIGITS_CONFIG, "--config", ROOT / "configs" / "addons" / "distill.yaml",

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchvision.transforms.v2.functional import resize
 
-from vitlit.checkpoints import UNREADABLE
+from vitlit.checkpoints import UNREADABLE, refuse_compressed
 from vitlit.errors import ConfigError
 from vitlit.model import ViTClassifier
 from vitlit.types import PositiveFloat, PositiveInt, Probability
@@ -156,6 +156,7 @@ class Distillation:
         if not path.is_file():
             raise ConfigError(f"teacher_file={self.teacher_file!r} does not exist; give the teacher's weights file.")
         net = timm.create_model(self.teacher_name, pretrained=False, num_classes=num_classes)
+        refuse_compressed(path, "teacher_file")
         try:
             net.load_state_dict(timm.models.load_state_dict(str(path)))
         except (*UNREADABLE, RuntimeError, KeyError) as err:
