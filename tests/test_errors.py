@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli, tiny_cifar_fit, tree_digest
+from PIL import Image
 from torchvision.datasets import CIFAR10
 
 from vitlit import config
@@ -73,6 +74,12 @@ def _alias_bomb(tmp: Path) -> Path:
     lines += [f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 10)]
     (tmp / "bomb.yaml").write_text("\n".join(lines) + "\n")
     return tmp / "bomb.yaml"
+
+
+def _one_class_folder(tmp: Path) -> Path:
+    (tmp / "one" / "cat").mkdir(parents=True)
+    Image.new("RGB", (8, 8)).save(tmp / "one" / "cat" / "a.png")
+    return tmp / "one"
 
 
 def _bzip2(tmp: Path) -> Path:
@@ -150,6 +157,11 @@ CASES = [
         "folder root missing",
         lambda tmp, run: ["--data", "ImageFolderDataModule", "--data.root", tmp / "nope"],
         ["nope/train does not exist"],
+    ),
+    (
+        "one class folder",  # issue 46, class 9: not told that two are needed
+        lambda tmp, run: ["--data", "ImageFolderDataModule", "--data.root", _one_class_folder(tmp)],
+        ["it holds one class folder (cat), and a classifier needs 2"],
     ),
     (
         "empty class folder",

@@ -101,3 +101,19 @@ def check_weights(state_dict: Mapping[str, Any], expected: Mapping[str, torch.Te
     if problem is not None:
         raise ConfigError(f"checkpoint {path} does not fit this model ({problem}); give a checkpoint of this model "
                           f"trained with the same options (the run's config.yaml).")  # fmt: skip
+
+
+def check_restorable(checkpoint: Mapping[str, Any], path: str | Path, resume: bool) -> None:
+    """Refuse a checkpoint Lightning cannot restore (a resume: also one without the optimizer's state), in one line.
+
+    Lightning reads ``pytorch-lightning_version`` from every checkpoint it restores and, to resume, the optimizer's
+    state and the loops' progress; without them it stops with a KeyError deep in the restore.
+    """
+    if "pytorch-lightning_version" not in checkpoint:
+        raise ConfigError(f"checkpoint {path} lacks what Lightning writes into every checkpoint (its version); give "
+                          f"a .ckpt file that vitlit or Lightning saved.")  # fmt: skip
+    lacking = [key for key in ("optimizer_states", "loops") if key not in checkpoint]
+    if resume and lacking:
+        raise ConfigError(f"checkpoint {path} holds no {lacking[0]} (saved with weights only), so a fit cannot "
+                          f"continue from it; give last.ckpt or a snapshot of its run, or evaluate it with "
+                          f"validate or test.")  # fmt: skip

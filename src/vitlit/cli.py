@@ -183,9 +183,10 @@ class VitLitCLI(LightningCLI):
         root = Path(getattr(logger, "root_dir", None) or Path(trainer.default_root_dir) / "lightning_logs")
         ckpt = resolve_checkpoint(self._ckpt_path, subcommand, root.expanduser().absolute())
         if ckpt is not None:
-            from vitlit.checkpoints import check_weights, read_checkpoint  # runs from a checkpoint only
+            from vitlit.checkpoints import check_restorable, check_weights, read_checkpoint  # runs from a checkpoint
 
             checkpoint = read_checkpoint(ckpt, self.config_init[subcommand].get("weights_only"))
+            check_restorable(checkpoint, ckpt, resume=subcommand == "fit")
             run = run_of_checkpoint(ckpt)
             options = f"--config {run / 'config.yaml'}" if run is not None else None
             if hasattr(model, "check_checkpoint"):  # architecture, classes and (for a resume) the optimizer

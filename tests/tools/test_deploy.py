@@ -473,11 +473,15 @@ def _edited(trained_ckpt: Path, path: Path, case: str) -> Path:
         checkpoint["hyper_parameters"] = {"lr": 0.1, "hidden": 64}
     elif case == "nan":
         weights["net.head.bias"].fill_(float("nan"))
+    elif case == "weights-only":  # ModelCheckpoint(save_weights_only=True)
+        del checkpoint["optimizer_states"], checkpoint["lr_schedulers"]
+    elif case == "old-layout":  # no Lightning version: Lightning's restore stopped with KeyError
+        del checkpoint["pytorch-lightning_version"]
     torch.save(checkpoint, path)
     return path
 
 
-@pytest.mark.parametrize("case", ["missing-key", "extra-key", "wrong-shape", "other-project"])
+@pytest.mark.parametrize("case", ["missing-key", "extra-key", "wrong-shape", "other-project", "old-layout"])
 def test_a_checkpoint_that_does_not_fit_is_one_line_in_every_subcommand(
     case: str, trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -489,6 +493,16 @@ def test_a_checkpoint_that_does_not_fit_is_one_line_in_every_subcommand(
                         "--trainer.default_root_dir", tmp_path / "out")  # fmt: skip
         assert "odd.ckpt" in line, (subcommand, line)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_weights_only_checkpoint_is_refused_for_a_resume_in_one_line(
+    trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 46, class 9: Lightning's KeyError traceback ('Trying to restore optimizer state but ...')."""
+    ckpt = _edited(trained[0], tmp_path / "weights.ckpt", "weights-only")
+    line = refused(capsys, "fit", "--config", trained[0].parent.parent / "config.yaml", "--ckpt_path", ckpt,
+                   "--trainer.default_root_dir", tmp_path / "out")  # fmt: skip
+    assert "weights.ckpt holds no optimizer_states (saved with weights only), so a fit cannot continue" in line
 
 
 def test_export_of_a_model_whose_outputs_are_nan_fails(trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]):

@@ -87,9 +87,10 @@ class ImageFolderDataModule(ImageClassificationDataModule):
 
                 self._files, classes = scan_flat(self, flat)
                 return classes
+            one = f"; it holds one class folder ({flat[0].name}), and a classifier needs 2" if len(flat) == 1 else ""
             raise ConfigError(
                 f"{train_dir} does not exist; --data.root must hold train/<class>/<images> "
-                f"(and optionally val/ and test/), or class folders <class>/<images> only."
+                f"(and optionally val/ and test/), or class folders <class>/<images> only{one}."
             )
         classes = [c.name for c in _class_dirs(train_dir)]
         if len(classes) < 2:
