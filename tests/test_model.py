@@ -99,6 +99,17 @@ def test_the_activation_estimate_is_a_lower_bound_of_what_training_keeps() -> No
     assert activation_bytes(net, 8, training=True, precision="bf16-mixed", checkpointing=False) == fit // 2
     assert activation_bytes(net, 8, training=True, precision="32-true", checkpointing=True) < fit
     assert activation_bytes(torch.nn.Linear(2, 2), 8, True, "32-true", False) is None  # not a ViT: no estimate
+    # Issue 46, class 9: unfused attention keeps its heads x tokens x tokens matrix per block; still a lower bound.
+    for block in net.blocks:
+        block.attn.fused_attn = False
+    unfused = activation_bytes(net, 8, training=True, precision="32-true", checkpointing=False)
+    assert unfused - fit == 8 * len(net.blocks) * 2 * 65**2 * 4  # batch x blocks x heads x tokens^2 x fp32
+    kept.clear()
+    with torch.autograd.graph.saved_tensors_hooks(
+        lambda t: kept.append(t.numel() * t.element_size()) or t, lambda t: t
+    ):
+        net(images).sum()
+    assert unfused <= sum(kept)
 
 
 def test_a_weights_file_of_another_shape_names_the_tensor(tmp_path: Path) -> None:

@@ -37,15 +37,19 @@ def activation_bytes(net: Any, batch_size: int, training: bool, precision: str, 
     """A lower bound on the activation memory of one batch of a timm ViT; ``None`` for a model of another shape.
 
     Training keeps every block's activations for the backward pass (with gradient checkpointing, only each block's
-    input, plus one block's while it is recomputed); evaluation holds one block's at a time.
+    input, plus one block's while it is recomputed); evaluation holds one block's at a time. Where a block's attention
+    is not fused (timm's ``fused_attn`` off), its heads x tokens x tokens matrix is held too: at 4096 px and more
+    it is most of the memory.
     """
     try:
         tokens = int(net.patch_embed.num_patches) + int(net.num_prefix_tokens)
         width, depth = int(net.embed_dim), len(net.blocks)
-    except (AttributeError, TypeError):
+        attention = getattr(net.blocks[0].attn, "num_heads", 0) * tokens**2  # unfused: the matrix, after softmax
+        attention *= not getattr(net.blocks[0].attn, "fused_attn", True)
+    except (AttributeError, TypeError, IndexError):
         return None
     scalar = 4 if "32" in precision or "64" in precision else 2  # fp32, or fp16/bf16 under autocast
-    block = SAVED_PER_TOKEN_CHANNEL * tokens * width * scalar
+    block = (SAVED_PER_TOKEN_CHANNEL * tokens * width + attention) * scalar
     if not training:
         return batch_size * block
     kept = depth * tokens * width * scalar + block if checkpointing else depth * block
