@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -164,6 +165,18 @@ def test_a_symlink_loop_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture
         tiny_folder_fit(root, tmp_path / "out")
     assert exit_info.value.code == 2
     assert f"{root / 'train' / 'b' / 'loop'} is a symbolic link to {root / 'train'}" in _one_error_line(capsys)
+
+
+def test_a_link_to_the_file_systems_root_is_blamed_on_the_link(tmp_path: Path) -> None:
+    """Issue 46, class 9: the scan walked into / and blamed /bin/X11 (a loop found there) instead."""
+    from vitlit.data.images import image_files
+    from vitlit.errors import ConfigError
+
+    root = _folder(tmp_path / "data")
+    link = root / "train" / "b" / "everything"
+    os.symlink("/", link)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(link))} is a symbolic link to /,"):
+        list(image_files(root / "train"))
 
 
 def test_a_symlinked_folder_elsewhere_is_followed(tmp_path: Path) -> None:

@@ -139,7 +139,7 @@ def image_files(top: Path) -> Iterator[Path]:
             if name.startswith("."):
                 continue
             link, real = os.path.join(dirpath, name), os.path.realpath(os.path.join(dirpath, name))
-            if real in seen or (here + os.sep).startswith(real + os.sep):
+            if real in seen or (here + os.sep).startswith(real.rstrip(os.sep) + os.sep):  # "/" is an ancestor too
                 raise ConfigError(
                     f"{link} is a symbolic link to {real}, a folder already scanned (a loop, or the same images "
                     f"twice); remove the link."
