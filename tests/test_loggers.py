@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import socket
 import time
 from pathlib import Path
@@ -102,3 +103,17 @@ def test_an_unreachable_tracking_server_is_one_line_within_seconds(
     assert f"MLFlowLogger cannot reach its service at {uri}" in lines[0]
     assert elapsed < (90 if server == "silent" else 30), elapsed
     assert not (tmp_path / "lightning_logs").exists()
+
+
+def test_every_service_waits_seconds_not_minutes_unless_the_user_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 46, class 9: an unreachable W&B took 124 s (the bounds covered MLflow only)."""
+    from types import SimpleNamespace
+
+    from vitlit.services import reach_loggers
+
+    for name in ("MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "WANDB_INIT_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")  # the user's own setting stays
+    reach_loggers(SimpleNamespace(loggers=[], is_global_zero=True))
+    assert int(os.environ["WANDB_INIT_TIMEOUT"]) <= 30 and int(os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"]) <= 30
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "3"

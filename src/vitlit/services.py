@@ -9,9 +9,10 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from vitlit.errors import ConfigError
 
-#: Bounds on each request to a tracking server (MLflow's own settings, unless the user set them): a server that
-#: does not answer costs seconds, not MLflow's default of minutes of retries.
-SERVICE_TIMEOUTS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "15", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1"}
+#: Bounds on each request to a tracking server (the services' own settings, unless the user set them): a server that
+#: does not answer costs seconds, not MLflow's minutes of retries or W&B's 90 s (124 s measured) to start a run.
+SERVICE_TIMEOUTS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "15", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+                    "WANDB_INIT_TIMEOUT": "20"}  # fmt: skip
 
 
 def reach_loggers(trainer: Trainer) -> None:
