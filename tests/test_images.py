@@ -65,6 +65,19 @@ def test_every_sixteen_bit_value_is_rounded_as_the_model_card_says(tmp_path: Pat
     np.testing.assert_array_equal(np.asarray(open_image(tmp_path / "wide.tif", "L")), [[0, 0, 255, 255]])
 
 
+@pytest.mark.parametrize("fmt", ["BMP", "GIF", "TIFF", "PPM", "WEBP", "PNG", "JPEG"])
+def test_damage_past_the_header_is_found_in_every_format(fmt: str, tmp_path: Path) -> None:
+    """Issue 46, class 9: BMP, GIF, TIFF and PPM files cut short passed the check and stopped training mid-run."""
+    from vitlit.data.images import image_problem
+
+    pixels = (np.random.default_rng(0).random((40, 40, 3)) * 255).astype(np.uint8)
+    whole = tmp_path / f"whole.{fmt.lower()}"
+    Image.fromarray(pixels).save(whole, format=fmt)
+    cut = tmp_path / f"cut.{fmt.lower()}"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size * 2 // 3])
+    assert image_problem(whole) is None and image_problem(cut) is not None
+
+
 BAD_FILES = {
     "truncated.png": ("a truncated PNG file", lambda p, good: p.write_bytes(good.read_bytes()[:-40])),
     "empty.png": ("empty (0 bytes)", lambda p, good: p.write_bytes(b"")),

@@ -190,17 +190,24 @@ def image_problem(path: Path | bytes, img_size: int | None = None, decode: bool 
             return f"too large to decode safely ({too_large}); downscale it"
         if image.mode == "F":
             return "32-bit float pixels of unknown range; save it as an 8- or 16-bit image"
-        if image.format in ("PNG", "JPEG"):  # other formats end without a marker to look for
+        if image.format in ("PNG", "JPEG"):
             f.seek(max(0, size - 64))
             tail = f.read()
             if not (tail.endswith(b"IEND\xaeB`\x82") if image.format == "PNG" else b"\xff\xd9" in tail):
                 return f"a truncated {image.format} file"
-    if decode:
+        if image.format == "WEBP" and int.from_bytes(_head(f, 8)[4:], "little") + 8 > size:  # RIFF's own length
+            return "a truncated WEBP file"
+    if decode or image.format not in ("PNG", "JPEG", "WEBP"):  # BMP, GIF, TIFF, PPM: no end marker, so decoded
         try:
             open_image(io.BytesIO(path) if isinstance(path, (bytes, bytearray)) else path, "RGB", img_size)
         except (OSError, SyntaxError, ValueError) as err:
             return f"damaged: PIL cannot decode it ({_first_line(err)})"
     return None
+
+
+def _head(f: BinaryIO, n: int) -> bytes:
+    f.seek(0)
+    return f.read(n)
 
 
 def _first_line(err: BaseException) -> str:
