@@ -117,3 +117,19 @@ def test_every_service_waits_seconds_not_minutes_unless_the_user_says(monkeypatc
     reach_loggers(SimpleNamespace(loggers=[], is_global_zero=True))
     assert int(os.environ["WANDB_INIT_TIMEOUT"]) <= 30 and int(os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"]) <= 30
     assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "3"
+
+
+def test_a_logger_whose_service_dies_mid_run_is_one_line_with_the_resume_command(
+    tmp_path: Path, digits_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 46, class 9: MLflow dying mid-run printed 10 chained tracebacks."""
+    with pytest.raises(SystemExit) as stop:
+        run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.max_epochs", "3",
+                "--trainer.logger", "helpers.faults.DyingLogger", "--trainer.log_every_n_steps", "2",
+                "--trainer.default_root_dir", tmp_path)  # fmt: skip
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("vitlit: error:")]
+    assert stop.value.code == 1 and "Traceback" not in err and len(lines) == 1, err[-3000:]
+    assert lines[0].startswith("vitlit: error: DyingLogger failed during the run ([Errno 111] Connection refused")
+    last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    assert lines[0].endswith(f"--ckpt_path {last}") and last.is_file()

@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import sys
+import traceback
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any, ClassVar, NoReturn
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import BatchSizeFinder
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit import __version__
@@ -100,6 +102,8 @@ class VitLitCLI(LightningCLI):
             # the folder this run made goes again, as long as it holds no checkpoint, so a refused run leaves none.
             from vitlit.messages import one_line_error
 
+            if not one_line_error(err) and failed_logger(err) is not None:
+                self._stopped(err)  # a logger's service went away mid-run: one line, with the resume command
             placed = self.run
             if placed and placed.made and one_line_error(err) and not any(placed.run_dir.rglob("*.ckpt")):
                 shutil.rmtree(placed.run_dir, ignore_errors=True)
@@ -217,8 +221,12 @@ class VitLitCLI(LightningCLI):
     def _stopped(self, err: BaseException) -> None:
         """End a fit stopped by a signal or a guard in one line with the command that resumes it, and its status."""
         trainer = getattr(self, "trainer", None)
+        logger = failed_logger(err) if isinstance(err, Exception) else None  # not an interrupt met inside a logger
         if isinstance(err, TrainingHalted):
             line, status = f"{PROG}: error: {err}", 1
+        elif logger is not None:  # before `interrupted`, which Lightning sets for any exception
+            reason = " ".join(str(err).split())[:160] or type(err).__name__
+            line, status = f"{PROG}: error: {type(logger).__name__} failed during the run ({reason})", 1
         elif trainer is not None and (isinstance(err, SIGTERMException) or trainer.interrupted):
             name = VitLitCLI.signal_name or ("SIGTERM" if isinstance(err, SIGTERMException) else "SIGINT")
             line = f"{PROG}: interrupted by {name} at epoch {trainer.current_epoch}, step {trainer.global_step}"
@@ -235,6 +243,16 @@ class VitLitCLI(LightningCLI):
         if trainer is None or trainer.is_global_zero:  # one line, not one per DDP process
             print(line, file=sys.stderr)
         raise SystemExit(status) from None
+
+
+def failed_logger(err: BaseException | None) -> Logger | None:
+    """The logger whose own method raised ``err`` or an error it was chained to (its service went away), if any."""
+    while err is not None:
+        for frame, _ in traceback.walk_tb(err.__traceback__):
+            if isinstance(frame.f_locals.get("self"), Logger):
+                return frame.f_locals["self"]
+        err = err.__cause__ or err.__context__
+    return None
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.loggers import Logger
 
 
 class PoisonBatch(Callback):
@@ -32,3 +33,38 @@ class PoisonBatch(Callback):
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
         if self.poisoned and not self.after:
             self.after = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+
+
+class DyingLogger(Logger):
+    """A tracking service that stops answering after ``calls`` metric writes, as an MLflow server that died mid-run.
+
+    Its ``finalize`` fails too, as MLflow's does then: Lightning's teardown chains that error to the first.
+    """
+
+    def __init__(self, calls: int = 3) -> None:
+        super().__init__()
+        self.calls = calls
+
+    @property
+    def name(self) -> str:
+        return "dying"
+
+    @property
+    def version(self) -> str:
+        return "0"
+
+    @property
+    def experiment(self) -> DyingLogger:
+        return self
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.calls -= 1
+        if self.calls < 0:
+            raise ConnectionError("[Errno 111] Connection refused: the tracking server went away")
+
+    def finalize(self, status: str) -> None:
+        if self.calls < 0:
+            raise ConnectionError("[Errno 111] Connection refused")
