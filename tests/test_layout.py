@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import code_size  # noqa: E402
 
 PARTS = code_size.PARTS
-#: The bound of issue 34: a default digits fit loads at most this many code lines of vitlit.
-MAX_DEFAULT_RUN_LINES = 2400
+#: The bound of issue 34 (2,400), raised in issue 45 to what the guards of issues 45-46 added (see RESULTS.md).
+MAX_DEFAULT_RUN_LINES = 2520
 
 
 def _imports(path: Path) -> set[str]:

@@ -14,11 +14,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 import shutil
 import signal
 import sys
-import traceback
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -27,7 +25,6 @@ from typing import Any, ClassVar, NoReturn
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import BatchSizeFinder
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
-from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit import __version__
@@ -100,7 +97,7 @@ class VitLitCLI(LightningCLI):
         except Exception as err:
             # A user error found once the folder was made (an image that cannot be read, met at the data's setup):
             # the folder this run made goes again, as long as it holds no checkpoint, so a refused run leaves none.
-            from vitlit.messages import one_line_error
+            from vitlit.messages import failed_logger, one_line_error
 
             if not one_line_error(err) and failed_logger(err) is not None:
                 self._stopped(err)  # a logger's service went away mid-run: one line, with the resume command
@@ -221,6 +218,8 @@ class VitLitCLI(LightningCLI):
     def _stopped(self, err: BaseException) -> None:
         """End a fit stopped by a signal or a guard in one line with the command that resumes it, and its status."""
         trainer = getattr(self, "trainer", None)
+        from vitlit.messages import failed_logger  # the end of a run only
+
         logger = failed_logger(err) if isinstance(err, Exception) else None  # not an interrupt met inside a logger
         if isinstance(err, TrainingHalted):
             line, status = f"{PROG}: error: {err}", 1
@@ -243,16 +242,6 @@ class VitLitCLI(LightningCLI):
         if trainer is None or trainer.is_global_zero:  # one line, not one per DDP process
             print(line, file=sys.stderr)
         raise SystemExit(status) from None
-
-
-def failed_logger(err: BaseException | None) -> Logger | None:
-    """The logger whose own method raised ``err`` or an error it was chained to (its service went away), if any."""
-    while err is not None:
-        for frame, _ in traceback.walk_tb(err.__traceback__):
-            if isinstance(frame.f_locals.get("self"), Logger):
-                return frame.f_locals["self"]
-        err = err.__cause__ or err.__context__
-    return None
 
 
 @contextlib.contextmanager
@@ -286,12 +275,6 @@ def interrupts_stop_the_fit() -> Iterator[None]:
 def stop_signals() -> tuple[signal.Signals, ...]:
     """What stops a fit at the next step: Ctrl-C, and SIGHUP (POSIX) or Ctrl-Break (Windows) where they exist."""
     return tuple(getattr(signal, name) for name in ("SIGINT", "SIGHUP", "SIGBREAK") if hasattr(signal, name))
-
-
-def stdout_gone() -> None:
-    """Point the standard output at the null device, where its reader is gone (Python's flush at exit would fail)."""
-    with contextlib.suppress(OSError, ValueError):  # ValueError: a stream without a descriptor (a test's capture)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _main_thread() -> bool:
@@ -378,6 +361,8 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         print(f"{PROG}: interrupted by SIGINT; nothing was saved", file=sys.stderr)
         raise SystemExit(130) from None
     except BrokenPipeError:  # the output's reader went away (`vitlit models | head`): nothing left to tell it
+        from vitlit.messages import stdout_gone
+
         stdout_gone()
         raise SystemExit(141) from None  # 128 + SIGPIPE, as a shell reports a writer it cut off
     except Exception as err:

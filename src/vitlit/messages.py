@@ -7,12 +7,16 @@ constructor refused its arguments is named with its error. Anything else is a bu
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
 import re
+import sys
 import traceback
 from pathlib import Path
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.loggers import Logger
 
 from vitlit.errors import ConfigError
 
@@ -107,3 +111,19 @@ def refused_arguments(err: BaseException) -> ConfigError | None:
         who = built[0] if built else "a class of the config"
         return ConfigError(f"{who} refused its arguments ({words}); fix them in the config or on the command line.")
     return None
+
+
+def failed_logger(err: BaseException | None) -> Logger | None:
+    """The logger whose own method raised ``err`` or an error it was chained to (its service went away), if any."""
+    while err is not None:
+        for frame, _ in traceback.walk_tb(err.__traceback__):
+            if isinstance(frame.f_locals.get("self"), Logger):
+                return frame.f_locals["self"]
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def stdout_gone() -> None:
+    """Point the standard output at the null device, where its reader is gone (Python's flush at exit would fail)."""
+    with contextlib.suppress(OSError, ValueError):  # ValueError: a stream without a descriptor (a test's capture)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -79,7 +79,7 @@ class EpochLines(LightningProgressBar):
             print(epoch_line(trainer, time.monotonic() - self._started, trainer.current_epoch + 1 - self._first_epoch))
             sys.stdout.flush()
         except OSError:  # the reader went away (`vitlit fit | head`): stop at the next step and save, as on SIGHUP
-            from vitlit.cli import stdout_gone
+            from vitlit.messages import stdout_gone
 
             self._enabled = False
             stdout_gone()
