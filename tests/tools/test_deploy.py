@@ -698,3 +698,38 @@ def test_the_predict_route_documents_its_request_and_answer(trained) -> None:
     documented = (ROOT / "docs" / "deploy.md").read_text()
     assert all(f"`{route}`" in documented for route in ("/predict", "/health", "/info", "/docs", "/openapi.json"))
     assert {"/predict", "/health", "/info"} <= schema["paths"].keys()
+
+
+def test_uploads_are_decoded_before_the_model_worker_sees_them(trained) -> None:
+    """Issue 46, class 6: 8-16 large 16-bit uploads decoded on the model's worker starved every other client (504s).
+
+    The server's middleware decodes each upload in a thread of its own process and hands the worker the prepared
+    tensor; the worker's answer is the one a direct decode gives.
+    """
+    import asyncio
+
+    from vitlit.tools.serve import RequestCheck, ViTClassifierAPI
+
+    ckpt, test_dir = trained
+    _, card = load_classifier(ckpt)
+    image = next(iter(image_files(test_dir / "3")))
+    seen: list[bytes] = []
+
+    async def worker_side(scope: dict, receive: Any, send: Any) -> None:
+        seen.append((await receive())["body"])
+        seen.append(dict(scope["headers"])[b"content-type"])
+
+    async def post(body: bytes, content_type: bytes) -> None:
+        sent = iter([{"type": "http.request", "body": body, "more_body": False}])
+        scope = {"type": "http", "method": "POST", "path": "/predict", "headers": [(b"content-type", content_type)]}
+        check = RequestCheck(worker_side, max_size=2**20, card=card, max_pixels=10**6)
+        await check(scope, lambda: asyncio.sleep(0, next(sent)), lambda message: asyncio.sleep(0))
+
+    encoded = base64.b64encode(image.read_bytes()).decode()
+    asyncio.run(post(json.dumps({"image": encoded}).encode(), b"application/json"))
+    body, content_type = json.loads(seen[0]), seen[1]
+    assert content_type == b"application/json" and set(body) == {"pixels", "shape"}  # no encoded image left
+    api = ViTClassifierAPI(str(ckpt), True, 3, 10**6)  # as `setup` prepares it in a worker (not this process)
+    api.card, api.transform, api.mode = card, card.preprocess(), "RGB"
+    direct = api.decode_request({"image": encoded})  # what the worker decoded itself before
+    torch.testing.assert_close(api.decode_request(body), direct, rtol=0, atol=0)

@@ -15,6 +15,7 @@ HTTP 400 with the reason, one over ``max_upload_mb`` gets 413; neither reaches t
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import ctypes
@@ -41,7 +42,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 
 from vitlit.data.images import MAX_PIXELS, PIL_MODES, RASTER_FORMATS, ImageTooLarge, open_image
 from vitlit.errors import ConfigError
-from vitlit.trained import load_classifier
+from vitlit.trained import ModelCard, load_classifier
 from vitlit.types import PositiveFloat, PositiveInt
 
 #: Parts a multipart upload may have: the one ``image`` field, and a few a client library may add.
@@ -101,8 +102,11 @@ class RequestCheck:
         path: The endpoint it guards.
     """
 
-    def __init__(self, app: Any, max_size: int, path: str = "/predict") -> None:
-        self.app, self.max_size, self.path = app, max_size, path
+    def __init__(
+        self, app: Any, max_size: int, path: str = "/predict", card: ModelCard | None = None, max_pixels: int = 0
+    ) -> None:
+        self.app, self.max_size, self.path, self.card, self.max_pixels = app, max_size, path, card, max_pixels
+        self.transform = card.preprocess() if card is not None else None
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") != self.path:
@@ -128,6 +132,21 @@ class RequestCheck:
         if problem is not None:
             await JSONResponse({"detail": problem}, status_code=400)(scope, receive, send)
             return
+        if self.card is not None:  # decoded here, in a thread of the API server: the model's worker only predicts
+            request = await _parsed(content_type, body)
+            try:
+                pixels = await asyncio.to_thread(self._pixels, request)
+            except ValueError as err:
+                await JSONResponse({"detail": str(err)}, status_code=400)(scope, receive, send)
+                return
+            finally:
+                if hasattr(request, "close"):  # a form's uploaded files
+                    await request.close()
+            body = json.dumps({"pixels": base64.b64encode(pixels.numpy().tobytes()).decode(),
+                               "shape": list(pixels.shape)}).encode()  # fmt: skip
+            kept = [(k, v) for k, v in scope.get("headers") or [] if k not in (b"content-type", b"content-length")]
+            scope = {**scope, "headers": [*kept, (b"content-type", b"application/json"),
+                                          (b"content-length", str(len(body)).encode())]}  # fmt: skip
         replayed = False
 
         async def replay() -> dict:
@@ -138,6 +157,23 @@ class RequestCheck:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, send)
+
+    def _pixels(self, request: Any) -> torch.Tensor:
+        """The model's input for one request: decoded (`decode_image`) and prepared as in training's evaluation."""
+        image = decode_image(request, PIL_MODES.get(self.card.in_chans, "RGB"), self.card.img_size, self.max_pixels)
+        return self.transform(image).float().contiguous()
+
+
+async def _parsed(content_type: str, body: bytes) -> Any:
+    """The body as LitServe would hand it to ``decode_request``: the multipart form, or the JSON object."""
+    if content_type.lower().startswith("multipart/"):
+
+        async def stream() -> AsyncIterator[bytes]:
+            yield body
+
+        return await MultiPartParser(Headers({"content-type": content_type}), stream(), max_files=MAX_FORM_PARTS,
+                                     max_fields=MAX_FORM_PARTS).parse()  # fmt: skip
+    return json.loads(body)
 
 
 async def body_problem(content_type: str, body: bytes) -> str | None:
@@ -212,6 +248,10 @@ class ViTClassifierAPI(ls.LitAPI):
     # No annotation on `request`: LitServe reads it to choose how to parse the body, and only an empty one (or
     # starlette's Request object, which postponed annotations turn into a string) means "the form or the JSON".
     def decode_request(self, request) -> torch.Tensor:
+        if hasattr(request, "get") and "pixels" in request:  # `RequestCheck` decoded it (a client's body never is)
+            return torch.frombuffer(bytearray(base64.b64decode(request["pixels"])), dtype=torch.float32).reshape(
+                request["shape"]
+            )
         try:
             image = decode_image(request, self.mode, self.card.img_size, self.max_pixels)
         except ValueError as err:
@@ -283,7 +323,7 @@ def serve(
     limit = int(max_upload_mb * 2**20)
     server = ls.LitServer(
         api, accelerator=accelerator, max_payload_size=limit, model_metadata=info,
-        middlewares=[(RequestCheck, {"max_size": limit})],
+        middlewares=[(RequestCheck, {"max_size": limit, "card": card, "max_pixels": int(max_pixels)})],
     )  # fmt: skip
     describe_predict(server.app, int(top_k))
     # Processes LitServe forks (its API servers, its manager) end with this one, even when it is killed outright
