@@ -69,7 +69,8 @@ def main_() -> None:
     with tempfile.TemporaryDirectory(prefix="vitlit-serve-") as tmp:
         work = Path(tmp)
         data = write_digits_folder(work / "digits")
-        quick = ["--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", "--trainer.default_root_dir", work]
+        quick = ["--trainer.max_steps", "2", "--model.scheduler.init_args.warmup_steps", "0",  # 2 steps: no warmup
+                 "--trainer.limit_val_batches", "1", "--trainer.default_root_dir", work]  # fmt: skip
         fit = main([str(a) for a in ["fit", "--config", CONFIG, "--data.root", data, *quick]])
         ckpt = Path(fit.trainer.log_dir) / "checkpoints" / "last.ckpt"
         images = [p.read_bytes() for p in list(image_files(data / "test"))[:64]]
