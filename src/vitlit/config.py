@@ -23,8 +23,9 @@ DEFAULTS = Path(__file__).with_name("defaults.yaml")
 #: Bounds on a YAML document: a recipe is a few KB. Anchors and aliases let a few hundred bytes stand for billions
 #: of values, which the parser would expand for minutes.
 MAX_YAML_BYTES, MAX_YAML_VALUES = 1_000_000, 100_000
-#: Arguments that name a file or folder, in any data module or model (at the top of their ``init_args``).
-PATH_ARGUMENTS = ("root", "data_dir", "predict_dir", "pretrained_file")
+#: Arguments that name a file or folder, in any data module or model (their ``init_args``, or those of a class given
+#: to the model, such as a distillation's teacher); ``teacher`` is a path only where it names an existing file.
+PATH_ARGUMENTS = ("root", "data_dir", "predict_dir", "pretrained_file", "teacher_file", "teacher")
 
 
 def load_yaml(text: str, where: str) -> Any:
@@ -200,11 +201,13 @@ def absolute_paths(config: Any) -> None:
     A run saves its config for resuming, testing and the notebooks, which run from other folders.
     """
     for init_args in (config["model"]["init_args"], config["data"]["init_args"]):
-        for key in PATH_ARGUMENTS:
-            value = init_args.get(key) if hasattr(init_args, "get") else None
-            if not isinstance(value, (str, Path)) or "://" in str(value) or Path(value).expanduser().is_absolute():
+        for dotted in list(init_args.keys()) if hasattr(init_args, "keys") else []:  # a class given to a class: a.b.c
+            key, value = dotted.rsplit(".", 1)[-1], init_args[dotted]
+            if key not in PATH_ARGUMENTS or not isinstance(value, (str, Path)) or "://" in str(value):
                 continue
-            init_args[key] = os.path.abspath(value)  # not resolve(): a symbolic link the user named stays
+            if Path(value).expanduser().is_absolute() or (key == "teacher" and not Path(value).is_file()):  # a name
+                continue
+            init_args[dotted] = os.path.abspath(value)  # not resolve(): a symbolic link the user named stays
     root = config["trainer"].get("default_root_dir")
     if isinstance(root, str) and "://" not in root:
         config["trainer"]["default_root_dir"] = os.path.abspath(os.path.expanduser(root))

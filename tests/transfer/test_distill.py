@@ -135,3 +135,27 @@ def test_bad_teachers_are_one_line(
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("vitlit: error:") and message in line, line
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_teacher_named_by_a_relative_path_is_saved_absolute(
+    teacher_ckpt: Path, digits: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The saved config must resume from any folder: a relative teacher path was saved relative."""
+    import shutil
+
+    import yaml
+
+    shutil.copy(teacher_ckpt, tmp_path / "teacher.ckpt")
+    torch.save(timm.create_model("test_vit", num_classes=10).state_dict(), tmp_path / "teacher.pth")
+    monkeypatch.chdir(tmp_path)
+    for teacher in (["teacher.ckpt"], ["test_vit", "--model.distillation.teacher_file", "teacher.pth"]):
+        student = run_cli("fit", "--config", DIGITS_CONFIG, "--config", ROOT / "configs" / "addons" / "distill.yaml",
+                          "--data.root", digits, "--trainer.default_root_dir", tmp_path / "runs", *QUICK,
+                          "--model.distillation.teacher", *teacher)  # fmt: skip
+        saved = yaml.safe_load((Path(student.trainer.log_dir) / "config.yaml").read_text())
+        distillation = saved["model"]["init_args"]["distillation"]["init_args"]
+        if teacher[0] == "teacher.ckpt":
+            assert distillation["teacher"] == str(tmp_path / "teacher.ckpt")
+        else:  # a timm name stays a name; its weights file becomes absolute
+            assert distillation["teacher"] == "test_vit"
+            assert distillation["teacher_file"] == str(tmp_path / "teacher.pth")
