@@ -128,20 +128,18 @@ class RequestCheck:
             if len(body) > self.max_size:
                 await JSONResponse({"detail": "Payload too large"}, status_code=413)(scope, receive, send)
                 return
-        problem = await body_problem(content_type, body)
-        if problem is not None:
-            await JSONResponse({"detail": problem}, status_code=400)(scope, receive, send)
-            return
-        if self.card is not None:  # decoded here, in a thread of the API server: the model's worker only predicts
-            request = await _parsed(content_type, body)
-            try:
+        request = pixels = None
+        try:
+            request = await parsed_body(content_type, body)
+            if self.card is not None:  # decoded here, in a thread of the API server: the model's worker only predicts
                 pixels = await asyncio.to_thread(self._pixels, request)
-            except ValueError as err:
-                await JSONResponse({"detail": str(err)}, status_code=400)(scope, receive, send)
-                return
-            finally:
-                if hasattr(request, "close"):  # a form's uploaded files
-                    await request.close()
+        except ValueError as err:
+            await JSONResponse({"detail": str(err)}, status_code=400)(scope, receive, send)
+            return
+        finally:
+            if hasattr(request, "close"):  # a form's uploaded files
+                await request.close()
+        if pixels is not None:
             body = json.dumps({"pixels": base64.b64encode(pixels.numpy().tobytes()).decode(),
                                "shape": list(pixels.shape)}).encode()  # fmt: skip
             kept = [(k, v) for k, v in scope.get("headers") or [] if k not in (b"content-type", b"content-length")]
@@ -164,23 +162,14 @@ class RequestCheck:
         return self.transform(image).float().contiguous()
 
 
-async def _parsed(content_type: str, body: bytes) -> Any:
-    """The body as LitServe would hand it to ``decode_request``: the multipart form, or the JSON object."""
-    if content_type.lower().startswith("multipart/"):
+async def parsed_body(content_type: str, body: bytes) -> Any:
+    """A ``/predict`` body as LitServe hands it to ``decode_request``: the multipart form (to close), or the JSON.
 
-        async def stream() -> AsyncIterator[bytes]:
-            yield body
+    A multipart form is parsed by starlette's own parser, as LitServe parses it, with its limits on parts: a body it
+    would fail on (malformed, or thousands of parts) gets its reason here instead of a 500 there.
 
-        return await MultiPartParser(Headers({"content-type": content_type}), stream(), max_files=MAX_FORM_PARTS,
-                                     max_fields=MAX_FORM_PARTS).parse()  # fmt: skip
-    return json.loads(body)
-
-
-async def body_problem(content_type: str, body: bytes) -> str | None:
-    """Why a ``/predict`` body cannot hold an image vitlit reads, for the client; ``None`` if it may.
-
-    A multipart form is parsed here by starlette's own parser, as LitServe will parse it, with its limits on parts:
-    a body it would fail on (malformed, or thousands of parts) gets its reason here instead of a 500 there.
+    Raises:
+        ValueError: Why the body cannot hold an image vitlit reads, in a sentence for the client.
     """
     how = 'send the image as a multipart file \'image\' (curl -F image=@file.png) or as JSON {"image": "<base64>"}'
     header = Message()
@@ -188,36 +177,39 @@ async def body_problem(content_type: str, body: bytes) -> str | None:
     media = header.get_content_type() if content_type else ""
     if media == "multipart/form-data":
         if not header.get_param("boundary"):
-            return f"the multipart body has no boundary in its Content-Type; {how}"
-        return await _form_problem(content_type, body, how)
+            raise ValueError(f"the multipart body has no boundary in its Content-Type; {how}")
+
+        async def stream() -> AsyncIterator[bytes]:
+            yield body
+
+        parser = MultiPartParser(Headers({"content-type": content_type}), stream(), max_files=MAX_FORM_PARTS,
+                                 max_fields=MAX_FORM_PARTS)  # fmt: skip
+        try:
+            return await parser.parse()
+        except MultiPartException as err:  # its limits
+            raise ValueError(f"the multipart form cannot be read: {err.message.rstrip('.')} (it may have "
+                             f"{MAX_FORM_PARTS} parts); {how}") from None  # fmt: skip
+        except Exception as err:  # python-multipart's own errors for a body that is not a form (LitServe: 500)
+            raise ValueError(f"the multipart body is malformed ({type(err).__name__}); {how}") from None
     if media.endswith("json"):
         try:
             payload = json.loads(body)
         except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than Python's parser goes
-            return f"the body is not valid JSON (or is nested too deep); {how}"
+            raise ValueError(f"the body is not valid JSON (or is nested too deep); {how}") from None
         if not isinstance(payload, dict):
-            return f"the JSON body is not an object; {how}"
-        return None
-    return f"a body of type {content_type or 'unknown (no Content-Type)'} is not taken; {how}"
+            raise ValueError(f"the JSON body is not an object; {how}")
+        return payload
+    raise ValueError(f"a body of type {content_type or 'unknown (no Content-Type)'} is not taken; {how}")
 
 
-async def _form_problem(content_type: str, body: bytes, how: str) -> str | None:
-    """Why starlette's multipart parser refuses ``body`` (more than `MAX_FORM_PARTS` parts, or malformed)."""
-
-    async def stream() -> AsyncIterator[bytes]:
-        yield body
-
-    parser = MultiPartParser(Headers({"content-type": content_type}), stream(), max_files=MAX_FORM_PARTS,
-                             max_fields=MAX_FORM_PARTS)  # fmt: skip
+async def body_problem(content_type: str, body: bytes) -> str | None:
+    """Why a ``/predict`` body cannot hold an image vitlit reads (`parsed_body`'s reason), or ``None`` if it may."""
     try:
-        form = await parser.parse()
-    except MultiPartException as err:  # its limits
-        return (
-            f"the multipart form cannot be read: {err.message.rstrip('.')} (it may have {MAX_FORM_PARTS} parts); {how}"
-        )
-    except Exception as err:  # python-multipart's own errors for a body that is not a form (LitServe: 500)
-        return f"the multipart body is malformed ({type(err).__name__}); {how}"
-    await form.close()
+        request = await parsed_body(content_type, body)
+    except ValueError as err:
+        return str(err)
+    if hasattr(request, "close"):
+        await request.close()
     return None
 
 
