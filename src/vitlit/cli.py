@@ -153,18 +153,18 @@ class VitLitCLI(LightningCLI):
         """Lightning's Trainer, once no two stateful callbacks share a state key (a checkpoint keeps one state each)."""
         given = (self.config_init[self.subcommand] if self.subcommand else self.config_init)["trainer"]["callbacks"]
         callbacks = given if isinstance(given, list) else [given] if given else []
-        keys = [cb.state_key for cb in callbacks if type(cb).state_dict is not Callback.state_dict]
-        twice = next((cb for cb in callbacks if keys.count(cb.state_key) > 1), None)
         if any(type(cb) is BatchSizeFinder for cb in callbacks):  # a batch without its learning rate or config
             raise ConfigError(
                 "BatchSizeFinder changes the batch but not the learning rate, the schedule's length or "
                 "the saved config; use --trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch."
             )
+        keys = [cb.state_key for cb in callbacks if type(cb).state_dict is not Callback.state_dict]
+        twice = next((cb for cb in callbacks if keys.count(cb.state_key) > 1), None)
         if twice is not None:
             raise ConfigError(f"two {type(twice).__name__} callbacks have the same settings ({twice.state_key}), and "
-                                  f"a checkpoint keeps one state per setting: change the one src/vitlit/defaults.yaml "
-                                  f"already has (--trainer.callbacks in --print_config) or give yours another monitor, "
-                                  f"mode or every_n_epochs.")  # fmt: skip
+                              f"a checkpoint keeps one state per setting: change the one src/vitlit/defaults.yaml "
+                              f"already has (--trainer.callbacks in --print_config) or give yours another monitor, "
+                              f"mode or every_n_epochs.")  # fmt: skip
         return super().instantiate_trainer(**kwargs)
 
     def before_instantiate_classes(self) -> None:
