@@ -7,7 +7,14 @@ its output stream stops at the next step with ``last.ckpt``, as on SIGHUP.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
+import json
+import os
+import signal
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -62,6 +69,69 @@ def test_a_fit_whose_output_reader_left_stops_at_the_next_step_and_saves(
     last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
     assert stop.value.code == 129 and "Traceback" not in err and last.is_file()
     assert err.strip().splitlines()[-1].startswith("vitlit: interrupted by SIGHUP at epoch 3, step ")
+
+
+class _ClosedTerminal(io.StringIO):
+    """A terminal that closes after ``writes`` writes: every later one fails with EIO, as a closed pty's do."""
+
+    def __init__(self, writes: int) -> None:
+        super().__init__()
+        self.left = writes
+
+    def write(self, text: str) -> int:
+        self.left -= 1
+        if self.left < 0:
+            raise OSError(errno.EIO, "Input/output error")
+        return super().write(text)
+
+    def isatty(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("fileno")
+
+
+def test_a_fit_whose_terminal_closed_while_the_bar_draws_stops_at_the_next_step_and_saves(
+    tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bar's writes (on Rich's refresh thread or the loop) met EIO: a traceback, no checkpoint of the last steps."""
+    monkeypatch.setattr("sys.stdout", _ClosedTerminal(writes=200))
+    monkeypatch.setattr("sys.stderr", _ClosedTerminal(writes=0))  # the same terminal: the stop's line has nowhere to go
+    with pytest.raises(SystemExit) as stop:
+        run_cli("fit", "--config", DIGITS_CONFIG, *CPU, "--data.root", digits_dir, "--trainer.max_epochs", "30",
+                "--trainer.default_root_dir", tmp_path)  # fmt: skip
+    run = tmp_path / "lightning_logs" / "version_0"
+    card = json.loads((run / "run_card.json").read_text())
+    assert stop.value.code == 129 and (run / "checkpoints" / "last.ckpt").is_file()
+    assert card["signal"] == "SIGHUP" and 0 < card["epochs_done"] < 30  # the run card is where the stop is read
+
+
+@pytest.mark.slow
+@pytest.mark.posix  # a pseudo-terminal
+def test_closing_the_terminal_of_a_fit_stops_it_with_a_checkpoint(tmp_path: Path, digits_dir: Path) -> None:
+    """The real thing: a fit drawing its bar in a pty whose other end closes (the kernel's SIGHUP, then EIO)."""
+    pty = pytest.importorskip("pty")
+    args = ["fit", "--config", DIGITS_CONFIG, *CPU, "--data.root", digits_dir, "--trainer.max_epochs", "100",
+            "--trainer.default_root_dir", tmp_path]  # fmt: skip
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a session whose controlling terminal is the pty
+        os.execv(sys.executable, [sys.executable, "-m", "vitlit", *map(str, args)])
+    seen, started = b"", time.monotonic()
+    while b"val/acc" not in seen and time.monotonic() - started < 120:  # the bar shows a validation's result
+        with contextlib.suppress(OSError):
+            seen += os.read(fd, 65536)
+    os.close(fd)
+    for _ in range(600):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail("the fit went on after its terminal closed")
+    run = tmp_path / "lightning_logs" / "version_0"
+    assert os.waitstatus_to_exitcode(status) == 129 and (run / "checkpoints" / "last.ckpt").is_file()
+    assert json.loads((run / "run_card.json").read_text())["signal"] == "SIGHUP"
 
 
 def test_a_tool_whose_output_reader_left_ends_quietly(

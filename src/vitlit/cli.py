@@ -32,7 +32,8 @@ from vitlit import config as cfg
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import CheckFailed, ConfigError, TrainingHalted
 from vitlit.memory import check_activations
-from vitlit.run_dir import Placed, place_run, resolve_checkpoint, run_of_checkpoint, unlock
+from vitlit.run_dir import Placed, place_run, resolve_checkpoint, run_of_checkpoint, saved_config, unlock
+from vitlit.streams import stream_gone, tell
 
 PROG = "vitlit"
 #: Subcommands beside LightningCLI's four: name -> the function whose typed, documented arguments are its flags. A
@@ -234,13 +235,12 @@ class VitLitCLI(LightningCLI):
             return
         last = self.run.run_dir / "checkpoints" / "last.ckpt" if self.run is not None else None
         if last is not None and last.is_file():
-            saver = next((cb for cb in trainer.callbacks if hasattr(cb, "config_filename")), None)
-            config = self.run.run_dir / (saver.config_filename if saver is not None else "config.yaml")
+            config = saved_config(trainer, self.run.run_dir)
             line += f"; resume with: python -m {PROG} fit --config {config} --ckpt_path {last}"
         elif trainer is None or trainer.is_global_zero:
             line += "; no checkpoint was written, so there is nothing to resume"
         if trainer is None or trainer.is_global_zero:  # one line, not one per DDP process
-            print(line, file=sys.stderr)
+            tell(line)
         raise SystemExit(status) from None
 
 
@@ -257,10 +257,12 @@ def interrupts_stop_the_fit() -> Iterator[None]:
 
     def stop(signum: int, frame: Any) -> None:
         listening = signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None)  # Lightning's handler is in
+        if VitLitCLI.signal_name is not None and signal.Signals(signum).name == "SIGHUP":
+            return  # a hangup does not insist: a closed terminal is met by the kernel's signal and the bar's writes
         if VitLitCLI.signal_name is not None or not listening:
             raise KeyboardInterrupt
         VitLitCLI.signal_name = signal.Signals(signum).name
-        print(f"{PROG}: stopping at the next step; Ctrl-C again to stop at once", file=sys.stderr)
+        tell(f"{PROG}: stopping at the next step; Ctrl-C again to stop at once")
         signal.raise_signal(signal.SIGTERM)
 
     handled = stop_signals() if _main_thread() else ()
@@ -358,12 +360,10 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
     except CheckFailed as err:
         _exit(err, status=1)
     except KeyboardInterrupt:  # Ctrl-C before a fit listens for it (data setup, a folder scan), or outside a fit
-        print(f"{PROG}: interrupted by SIGINT; nothing was saved", file=sys.stderr)
+        tell(f"{PROG}: interrupted by SIGINT; nothing was saved")
         raise SystemExit(130) from None
     except BrokenPipeError:  # the output's reader went away (`vitlit models | head`): nothing left to tell it
-        from vitlit.messages import stdout_gone
-
-        stdout_gone()
+        stream_gone()
         raise SystemExit(141) from None  # 128 + SIGPIPE, as a shell reports a writer it cut off
     except Exception as err:
         from vitlit.messages import one_line_error

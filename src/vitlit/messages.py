@@ -7,11 +7,8 @@ constructor refused its arguments is named with its error. Anything else is a bu
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import os
 import re
-import sys
 import traceback
 from pathlib import Path
 
@@ -121,9 +118,3 @@ def failed_logger(err: BaseException | None) -> Logger | None:
                 return frame.f_locals["self"]
         err = err.__cause__ or err.__context__
     return None
-
-
-def stdout_gone() -> None:
-    """Point the standard output at the null device, where its reader is gone (Python's flush at exit would fail)."""
-    with contextlib.suppress(OSError, ValueError):  # ValueError: a stream without a descriptor (a test's capture)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

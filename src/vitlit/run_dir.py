@@ -185,3 +185,9 @@ def place_run(trainer: Trainer, subcommand: str, ckpt: Path | None) -> Placed | 
     relocated = type(logger)(**{**init_args, "save_dir": os.fspath(save_dir), "name": name, "version": version})
     trainer.loggers = [relocated, *trainer.loggers[1:]]
     return Placed(run_dir, fd, (run_dir, *made) if config_name is None else ())
+
+
+def saved_config(trainer: Trainer, run_dir: Path) -> Path:
+    """The config a run saved in ``run_dir``: ``config.yaml``, or a resume's ``config.resume-K.yaml`` (`place_run`)."""
+    saver = next((cb for cb in trainer.callbacks if isinstance(cb, SaveConfigCallback)), None)
+    return run_dir / (saver.config_filename if saver is not None else "config.yaml")

@@ -20,6 +20,7 @@ from lightning.pytorch.callbacks import BatchSizeFinder
 
 from vitlit.atomic import write_atomically
 from vitlit.errors import ConfigError
+from vitlit.run_dir import saved_config
 from vitlit.runs.private import cap_batch_search, set_batch_size
 from vitlit.schedule import total_steps
 from vitlit.types import PositiveInt
@@ -94,10 +95,9 @@ class BatchSizeSearch(BatchSizeFinder):
     @staticmethod
     def _save(trainer: Trainer, chosen: int, factor: float) -> Path | None:
         """Write the batch and the learning rate into the run's saved config; return its path (None: no config)."""
-        saver = next((cb for cb in trainer.callbacks if hasattr(cb, "config_filename")), None)
-        if saver is None or trainer.log_dir is None or not trainer.is_global_zero:
+        if trainer.log_dir is None or not trainer.is_global_zero:
             return None
-        path = Path(trainer.log_dir) / saver.config_filename
+        path = saved_config(trainer, Path(trainer.log_dir))
         if not path.is_file():
             return None
         config = yaml.safe_load(path.read_text(encoding="utf-8"))

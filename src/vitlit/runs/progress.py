@@ -8,6 +8,10 @@ TensorBoard only, and this bar reads it from ``trainer.callback_metrics`` at the
 default bar; a bar named in a config's callbacks is kept as it is. Where the output is not a terminal (a batch job's
 log, ``nohup``, CI, a notebook), a bar would write escape codes or thousands of redraws: `EpochLines` writes one
 line per epoch instead.
+
+A terminal that closes (its window, an ssh session that drops) or a pipe whose reader leaves (``| head``) stops the
+fit at the next step with ``last.ckpt``, as SIGHUP does (`reader_gone`): the bar's writes and the epoch lines meet
+the loss as an ``OSError`` (EIO, EPIPE), on the loop or on Rich's refresh thread, never as a traceback.
 """
 
 from __future__ import annotations
@@ -21,15 +25,19 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 
+from vitlit.streams import stream_gone
+
 
 class ProgressBar(RichProgressBar):
     """RichProgressBar plus the training loss, read once every ``log_every_n_steps`` optimizer steps.
 
     It also leaves out Lightning's ``v_num`` (the run's folder is printed when it starts), which Rich would show as
-    ``v_num: 0.000``. Every option is RichProgressBar's.
+    ``v_num: 0.000``. Every option is RichProgressBar's; its console writes to `TerminalOut` unless
+    ``console_kwargs`` names a file.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["console_kwargs"] = {"file": TerminalOut(), **(kwargs.get("console_kwargs") or {})}
         super().__init__(*args, **kwargs)
         self._loss: float | None = None
         self._read_at_step = -1
@@ -78,14 +86,50 @@ class EpochLines(LightningProgressBar):
         try:
             print(epoch_line(trainer, time.monotonic() - self._started, trainer.current_epoch + 1 - self._first_epoch))
             sys.stdout.flush()
-        except OSError:  # the reader went away (`vitlit fit | head`): stop at the next step and save, as on SIGHUP
-            from vitlit.messages import stdout_gone
-
+        except OSError:  # the reader went away (`vitlit fit | head`, a closed terminal)
             self._enabled = False
-            stdout_gone()
-            hangup = getattr(signal, "SIGHUP", signal.SIGINT)
-            if callable(signal.getsignal(hangup)):  # the CLI's fit listens (not a caller in Python without it)
-                signal.raise_signal(hangup)
+            reader_gone()
+
+
+class TerminalOut:
+    """The standard output as the bar's Rich console writes to it, where a closed terminal calls `reader_gone`.
+
+    Looked up at each use, as Rich looks up ``sys.stdout`` (a test's capture, a notebook's stream; under Rich's live
+    display, the stream its proxy stands for, as Rich unwraps it). Rich handles a broken pipe only, by exiting with
+    status 1; a closed terminal's EIO would end its refresh thread with a traceback and the loop's next redraw too.
+    """
+
+    def write(self, text: str) -> int:
+        try:
+            return _stdout().write(text)
+        except OSError:
+            reader_gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            _stdout().flush()
+        except OSError:
+            reader_gone()
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: the stream's own
+        return getattr(_stdout(), name)
+
+
+def _stdout() -> Any:
+    return getattr(sys.stdout, "rich_proxied_file", sys.stdout)
+
+
+def reader_gone() -> None:
+    """The output's reader went away: point it at the null device, and stop at the next step and save, as on SIGHUP.
+
+    Raised as a signal (from any thread: Python runs the handler on the main thread) so that the CLI's fit stops as
+    a hangup stops it, with the same line and status; a caller in Python without the CLI's handler is left running.
+    """
+    stream_gone()
+    hangup = getattr(signal, "SIGHUP", signal.SIGINT)
+    if callable(signal.getsignal(hangup)):
+        signal.raise_signal(hangup)
 
 
 def epoch_line(trainer: Trainer, seconds: float, epochs_timed: int) -> str:

@@ -14,7 +14,6 @@ import json
 import os
 import platform
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,9 +25,11 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import EarlyStopping, Timer
 from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 import vitlit
 from vitlit.atomic import write_atomically
+from vitlit.streams import tell
 from vitlit.text import markdown
 
 CARD = "run_card.json"
@@ -74,7 +75,8 @@ class RunCard(Callback):
 
     Only the main process writes. The exit reason is ``running``, ``finished``, ``early stop``, ``time budget``
     (``--trainer.max_time``), ``stopped`` (another callback asked to stop), or the exception that ended it
-    (``SIGTERMException`` for a signal or a first Ctrl-C, ``TrainingHalted`` for the NaN guard, ...).
+    (``SIGTERMException`` for a signal or a first Ctrl-C, its name in ``signal``; ``TrainingHalted`` for the NaN
+    guard, ...).
     """
 
     def __init__(self) -> None:
@@ -125,12 +127,16 @@ class RunCard(Callback):
         if self.card:
             self.card["epochs_done"], self.card["exit_reason"] = trainer.current_epoch, _why_stopped(trainer)
             self._write(trainer)
-            print(summary(self.card, trainer), file=sys.stderr)
+            tell(summary(self.card, trainer))
 
     @rank_zero_only
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         if self.card:
             self.card["exit_reason"] = type(exception).__name__
+            if isinstance(exception, SIGTERMException):  # which one: a closed terminal leaves no line to read it in
+                from vitlit.cli import VitLitCLI
+
+                self.card["signal"] = VitLitCLI.signal_name or "SIGTERM"
             self._write(trainer)
 
     @rank_zero_only
@@ -180,9 +186,10 @@ def summary(card: dict[str, Any], trainer: Trainer) -> str:
         lines.append(f"  best        {_short(best)} (epoch {card.get('best_epoch')}{score})")
     if last.is_file():
         lines.append(f"  last        {_short(last)}")
-    saver = next((cb for cb in trainer.callbacks if hasattr(cb, "config_filename")), None)
-    config = f"--config {_short(run / (saver.config_filename if saver else 'config.yaml'))} --ckpt_path {_short(pick)}"
     from vitlit.cli import TOOLS  # the subcommands this copy of vitlit has (a fork may have deleted tools/)
+    from vitlit.run_dir import saved_config
+
+    config = f"--config {_short(saved_config(trainer, run))} --ckpt_path {_short(pick)}"
 
     export = f"python -m vitlit export --ckpt_path {_short(pick)} --output {_short(run / 'model.onnx')}"
     commands = [export] if "export" in TOOLS else []
