@@ -169,6 +169,23 @@ def test_a_flag_value_that_expands_without_end_is_refused_before_parsing(capsys:
     assert "the value of --model.class_names expands to more than" in line
 
 
+def test_a_nul_byte_in_a_config_or_a_flag_value_is_named_with_where_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """YAML's "\\0" in quotes is a NUL byte: a path holding one ended in `ValueError: embedded null byte`."""
+    escaped, raw = tmp_path / "escaped.yaml", tmp_path / "raw.yaml"
+    escaped.write_text('trainer:\n  default_root_dir: "runs\\0x"\n')
+    raw.write_bytes(b"trainer:\n  max_epochs: 1\x00\n")
+    said = refused(capsys, "fit", "--config", DIGITS_CONFIG, "--config", escaped)
+    assert said == f"vitlit: error: config file {escaped} holds a NUL byte (\\0) in a value at line 2, " + (
+        "which no path or name can hold; remove it."
+    )
+    said = refused(capsys, "fit", "--config", DIGITS_CONFIG, "--trainer", '{default_root_dir: "runs\\0x"}')
+    assert said.startswith("vitlit: error: the value of --trainer holds a NUL byte (\\0) in a value at line 1")
+    said = refused(capsys, "fit", "--config", DIGITS_CONFIG, "--config", raw)
+    assert said.startswith(f"vitlit: error: config file {raw} is not valid YAML (the character U+0000 at character 25)")
+
+
 def test_a_key_given_twice_is_refused_in_a_config_and_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     """PyYAML and csv.DictReader keep the last of two, silently: a run that is not the one its file shows."""
     twice = tmp_path / "twice.yaml"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import shutil
 import tarfile
 import zipfile
@@ -521,6 +522,58 @@ def test_a_folder_this_user_may_not_read_is_one_line(
         f"vitlit: error: {root / 'train'} cannot be read or written by this user (permission denied); check its "
         f"permissions."
     )
+
+
+def test_a_sub_folder_this_user_may_not_list_is_named_not_left_out(tmp_path: Path, monkeypatch) -> None:
+    """os.walk leaves out a folder it cannot list: a class's images, or predict_dir's, went missing without a word."""
+    from vitlit.data.images import image_files
+
+    (tmp_path / "a" / "locked").mkdir(parents=True)
+    (tmp_path / "a" / "0.png").write_bytes(b"")
+    listing = os.scandir
+
+    def refuse(path):  # what another user's folder gives (root lists every folder, so it is simulated)
+        if Path(path) == tmp_path / "a" / "locked":
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return listing(path)
+
+    monkeypatch.setattr(os, "scandir", refuse)
+    with pytest.raises(config.ConfigError, match=r"a/locked cannot be listed \(Permission denied\); check its perm"):
+        list(image_files(tmp_path))
+
+
+def test_a_checkpoint_this_user_may_not_read_is_not_blamed_on_its_bytes(tmp_path: Path, monkeypatch) -> None:
+    from vitlit.checkpoints import read_checkpoint
+
+    ckpt = tmp_path / "last.ckpt"
+    torch.save({"state_dict": {}}, ckpt)
+    real_open = Path.open
+
+    def refuse(self, *args, **kwargs):  # stat() works, open() fails: another user's file
+        if self == ckpt:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", refuse)
+    with pytest.raises(config.ConfigError) as err:
+        read_checkpoint(ckpt)
+    assert str(err.value) == (
+        f"checkpoint {ckpt} cannot be read (Permission denied); check its permissions, or give a file."
+    )
+
+
+def test_a_nul_byte_in_a_table_s_file_name_is_named_with_its_table_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _empty_class_folder(tmp_path)
+    (tmp_path / "labels.csv").write_bytes(b"filename,label\ntrain/cat/a.png\x00.png,cat\n")
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, "--data", "vitlit.data.csv_table.CSVImageDataModule",
+                "--data.root", tmp_path, "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_info.value.code == 2
+    table = tmp_path / "labels.csv"
+    assert err == f"vitlit: error: {table} line 2: 'train/cat/a.png\\x00.png' is not a file inside {tmp_path}."
 
 
 def test_pretrained_weights_without_the_hub_are_one_line(

@@ -81,6 +81,8 @@ def unreadable(path: str | Path, err: BaseException, weights_only: bool | None =
     if weights_only is not False and isinstance(err, pickle.UnpicklingError) and "weights_only" in str(err):
         return ConfigError(f"checkpoint {path} holds Python objects besides tensors, which weights-only loading "
                            f"refuses; if you trust the file's origin, pass --weights_only false.")  # fmt: skip
+    if isinstance(err, OSError) and err.strerror:  # the file system's refusal (permissions, a folder), not its bytes
+        return ConfigError(f"checkpoint {path} cannot be read ({err.strerror}); check its permissions, or give a file.")
     words = " ".join(str(err).split()).split(". ")[0][:100] or type(err).__name__
     return ConfigError(f"checkpoint {path} cannot be read ({words}); it is truncated or not a PyTorch checkpoint: use "
                        f"an earlier snapshot from the same checkpoints/ folder.")  # fmt: skip

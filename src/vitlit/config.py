@@ -38,6 +38,9 @@ def load_yaml(text: str, where: str) -> Any:
         def size(node: Any) -> int:  # values below a node, each distinct node counted once: linear in the text
             if id(node) not in sizes:
                 sizes[id(node)] = 1  # a node that contains itself is refused by the parser below
+                if isinstance(node, yaml.ScalarNode) and "\x00" in node.value:  # "\0" in quotes: no path holds one
+                    raise ConfigError(f"{where} holds a NUL byte (\\0) in a value at line {node.start_mark.line + 1}, "
+                                      f"which no path or name can hold; remove it.")  # fmt: skip
                 if isinstance(node, yaml.MappingNode):  # PyYAML keeps the last of two equal keys, silently
                     keys = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode) and k.value != "<<"]
                     if len(set(keys)) < len(keys):
@@ -60,6 +63,9 @@ def load_yaml(text: str, where: str) -> Any:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
+        if isinstance(err, yaml.reader.ReaderError):  # a character YAML refuses, such as NUL: which one, and where
+            code = ord(err.character) if isinstance(err.character, str) else err.character
+            at = f" (the character U+{code:04X} at character {err.position + 1})"
         raise ConfigError(f"{where} is not valid YAML{at}; fix it or start from a file in configs/.") from None
 
 
@@ -89,17 +95,29 @@ def check_config_files(argv: list[str]) -> None:
 
 
 def check_finite_flags(argv: list[str]) -> None:
-    """Refuse a flag given NaN or infinity (``--model.optimizer.init_args.lr nan``), which no option of vitlit takes.
+    r"""Refuse a flag given NaN or infinity (``--model.optimizer.init_args.lr nan``), which no option of vitlit takes.
 
-    A value whose anchors and aliases (``&``, ``*``) expand past a file's limits is refused too: the parser expands it.
+    A value whose anchors and aliases (``&``, ``*``) expand past a file's limits is refused too, and so is one whose
+    quoted escapes stand for a NUL byte (``"\0"``): the parser reads each value as YAML.
     """
     for i, flag in enumerate(argv):
         value = argv[i + 1] if i + 1 < len(argv) else ""  # a --flag=value may come last
         flag, value = (flag.split("=", 1) if "=" in flag else (flag, value)) if flag.startswith("--") else ("", "")
         if _number(value) is not None and not math.isfinite(_number(value)):  # nan, inf, 1e400 (read as inf)
             raise ConfigError(f"{flag}={value} is not a finite number; give a number such as 0.1.")
-        if "&" in value and "*" in value:
+        if ("&" in value and "*" in value) or ("\\" in value and '"' in value and _is_yaml(value)):
             load_yaml(value, f"the value of {flag}")
+
+
+def _is_yaml(text: str) -> bool:
+    """Whether ``text`` parses as YAML (else the parser takes it as a plain string, escapes and all)."""
+    try:
+        yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return False
+    except RecursionError:  # load_yaml says so
+        return True
+    return True
 
 
 def _number(text: str) -> float | None:

@@ -111,7 +111,7 @@ class CSVImageDataModule(ImageFolderDataModule):
         try:
             file = (self.root / (row.get(name) or "").strip()).resolve()
             inside = file.is_relative_to(root) and file.is_file()
-        except (OSError, RuntimeError):  # a symbolic link loop
+        except (OSError, RuntimeError, ValueError):  # a symbolic link loop; a NUL byte, which no file name holds
             inside = False
         if not inside:
             raise ConfigError(f"{path} line {n}: {row.get(name)!r} is not a file inside {self.root}.")

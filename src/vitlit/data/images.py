@@ -124,15 +124,20 @@ def open_image(
             return image if image.mode == mode else image.convert(mode)
 
 
+def _unlisted(err: OSError) -> None:
+    """Refuse a folder that cannot be listed, which `os.walk` would leave out as if it held nothing."""
+    raise ConfigError(f"{shown(err.filename)} cannot be listed ({err.strerror}); check its permissions.")
+
+
 def image_files(top: Path) -> Iterator[Path]:
     """Every image file below ``top`` (sorted, hidden files and folders left out), following symlinked folders once.
 
     Raises:
         ConfigError: For a symbolic link that leads back to a folder already being scanned (a loop, or the same
-            images twice), naming the link.
+            images twice), naming the link; for a folder that cannot be listed (permissions), naming it.
     """
     seen = {os.path.realpath(top)}
-    for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
+    for dirpath, dirnames, filenames in os.walk(top, onerror=_unlisted, followlinks=True):
         here = os.path.realpath(dirpath)
         kept = []
         for name in sorted(dirnames):
