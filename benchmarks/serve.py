@@ -5,8 +5,8 @@ A checkpoint of the digits recipe (a few steps: the weights do not change the co
 ``--concurrency`` client threads.
 
     python benchmarks/serve.py            # last line: serve img_per_s=<x> p50_ms=<y> p99_ms=<z> errors=<n>
-    python benchmarks/serve.py --hostile 8  # the same while 8 more clients keep posting a 77 KB 16-bit PNG of
-                                            # 6,600 x 6,000 pixels (issue 46, class 6); batched server only
+    python benchmarks/serve.py --hostile 8  # the same while 8 more clients keep posting a 54 KB 16-bit PNG of
+                                            # 5,600 x 5,000 pixels, the costliest one served (issue 46, class 6)
 """
 
 from __future__ import annotations
@@ -51,9 +51,10 @@ def load(url: str, images: list[bytes], requests: int, concurrency: int) -> tupl
 
 
 def deep_png() -> bytes:
-    """A 77 KB 16-bit grey PNG of 6,600 x 6,000 pixels: cheap to send, costly to decode."""
+    """A 54 KB 16-bit grey PNG of 5,600 x 5,000 pixels: cheap to send, costly to decode, the most a 16-bit image may
+    have (`vitlit.data.images.DECODE_BYTES`)."""
     buffer = io.BytesIO()
-    Image.fromarray(np.zeros((6000, 6600), dtype=np.uint16)).save(buffer, format="PNG")
+    Image.fromarray(np.zeros((5000, 5600), dtype=np.uint16)).save(buffer, format="PNG")
     return buffer.getvalue()
 
 

@@ -265,3 +265,23 @@ def test_class_folders_without_train_are_split_seeded_and_said(
     assert len(data.train_set) + len(data.val_set) == 32 and len(data.val_set) == 4
     again = ImageFolderDataModule(flat, img_size=16, num_workers=0, val_size=4, test_size=0.2)
     assert again._files == data._files  # seeded: the same split every time
+
+
+def test_a_deep_image_gets_fewer_pixels_to_decode_than_an_8_bit_one(tmp_path: Path) -> None:
+    """Issue 46, class 6: a 77 KB 16-bit PNG within the pixel bound took 426 MB to decode, an int32 one 511 MB.
+
+    The bound is on what decoding costs (`DECODE_BYTES`), read from the header: the 8-bit modes keep ``max_pixels``.
+    """
+    from vitlit.data.images import ImageTooLarge, open_image
+
+    sizes = {"RGB": np.uint8, "I;16": np.uint16, "I": np.int32}
+    files = {}
+    for mode, dtype in sizes.items():
+        files[mode] = tmp_path / f"{mode.replace(';', '')}.{'tif' if mode == 'I' else 'png'}"
+        shape = (30, 30, 3) if mode == "RGB" else (30, 30)
+        Image.fromarray(np.zeros(shape, dtype)).save(files[mode])
+    assert open_image(files["RGB"], "RGB", max_pixels=900).size == (30, 30)  # 900 pixels: at the bound
+    for mode in ("I;16", "I"):
+        with pytest.raises(ImageTooLarge, match=f"30 x 30 pixels of mode {mode}, which costs more to decode"):
+            open_image(files[mode], "RGB", max_pixels=900)
+        assert open_image(files[mode], "RGB", max_pixels=900 * 16 // 7 + 1).size == (30, 30)

@@ -47,13 +47,19 @@ PIL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 #: 7,000 x 5,700 photo, under half of PIL's own decompression-bomb limit. Larger images cost seconds and gigabytes
 #: each; downscale them once instead. ``vitlit serve --max_pixels`` sets its own bound.
 MAX_PIXELS = 40_000_000
+#: Bytes a pixel of a PIL mode takes while it is decoded to 8 bits a channel (the decoded image, the 16- and 32-bit
+#: scaling's copies, the RGB result), as measured (benchmarks/RESULTS.md, "Decoding cost by mode"). No image may
+#: take more than `MAX_PIXELS` of the costliest 8-bit mode (RGBA: 7): 16- and 32-bit ones get fewer pixels.
+DECODE_BYTES = {"RGB": 3, "L": 4, "P": 4, "1": 4, "LA": 5, "PA": 5, **dict.fromkeys(_SIXTEEN_BIT, 10), "I": 16}
 
 
 class ImageTooLarge(ValueError):
     """An image whose size (read from its header) exceeds the bound; it is refused before it is decoded."""
 
 
-def size_problem(width: int, height: int, img_size: int | None = None, max_pixels: int = MAX_PIXELS) -> str | None:
+def size_problem(
+    width: int, height: int, img_size: int | None = None, max_pixels: int = MAX_PIXELS, mode: str = "RGB"
+) -> str | None:
     """Why an image of ``width`` x ``height`` is too large to decode and resize, or ``None``.
 
     Args:
@@ -61,9 +67,13 @@ def size_problem(width: int, height: int, img_size: int | None = None, max_pixel
         height: Height read from the file's header.
         img_size: The side its shorter side is resized to (the model's input); ``None`` checks the stored size only.
         max_pixels: The bound, for the stored image and for the resized one.
+        mode: Its PIL mode, read from the header: what decoding it costs a pixel (`DECODE_BYTES`).
     """
     if width * height > max_pixels:
         return f"{width} x {height} pixels, over the {max_pixels:,} vitlit decodes"
+    if width * height * DECODE_BYTES.get(mode, 7) > max_pixels * 7:
+        allowed = max_pixels * 7 // DECODE_BYTES[mode]
+        return f"{width} x {height} pixels of mode {mode}, which costs more to decode: over the {allowed:,} it may have"
     if img_size is not None and min(width, height) > 0:
         resized = img_size * round(img_size * max(width, height) / min(width, height))
         if resized > max_pixels:
@@ -110,7 +120,7 @@ def open_image(
                 f"its header claims over {2 * Image.MAX_IMAGE_PIXELS:,} pixels, over the {max_pixels:,} vitlit decodes"
             ) from None
         with image:
-            problem = size_problem(*image.size, img_size, max_pixels)
+            problem = size_problem(*image.size, img_size, max_pixels, image.mode)
             if problem is not None:
                 raise ImageTooLarge(problem)
             image.load()
@@ -190,7 +200,7 @@ def image_problem(path: Path | bytes, img_size: int | None = None, decode: bool 
             return f"over PIL's decompression-bomb limit of {Image.MAX_IMAGE_PIXELS:,} pixels"
         except (OSError, SyntaxError, ValueError):
             return f"not an image of the formats vitlit reads ({', '.join(RASTER_FORMATS)})"
-        too_large = size_problem(*image.size, img_size)
+        too_large = size_problem(*image.size, img_size, mode=image.mode)
         if too_large is not None:
             return f"too large to decode safely ({too_large}); downscale it"
         if image.mode == "F":
