@@ -8,6 +8,7 @@ gradient accumulation, devices) and caches the data loaders it needs for it, so 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from lightning.pytorch import Trainer
 
@@ -16,6 +17,16 @@ def total_steps(trainer: Trainer) -> int | None:
     """The run's number of optimizer steps, or ``None`` when neither ``max_epochs`` nor ``max_steps`` bounds it."""
     total = trainer.estimated_stepping_batches
     return None if math.isinf(total) else int(total)
+
+
+def schedule_of(trainer: Trainer) -> Any:
+    """The run's (first) learning-rate schedule, or ``None``."""
+    return trainer.lr_scheduler_configs[0].scheduler if trainer.lr_scheduler_configs else None
+
+
+def planned_steps(trainer: Trainer) -> int | None:
+    """The run's planned length: its schedule's ``total_steps`` (a time budget re-sizes it), else `total_steps`."""
+    return getattr(schedule_of(trainer), "total_steps", None) or total_steps(trainer)
 
 
 def training_progress(trainer: Trainer) -> float:

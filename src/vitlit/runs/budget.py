@@ -17,7 +17,7 @@ from lightning.pytorch.callbacks import Timer
 
 from vitlit.errors import ConfigError
 from vitlit.runs.run_card import RunCard
-from vitlit.schedule import total_steps
+from vitlit.schedule import schedule_of, total_steps
 from vitlit.types import Fraction, PositiveInt
 
 
@@ -51,7 +51,7 @@ class TimeBudget(Callback):
         if self._timer is None or self._timer.time_remaining() is None:
             raise ConfigError("TimeBudget (configs/addons/budget.yaml) needs a budget: give --trainer.max_time, "
                               "e.g. 00:01:30:00 (DD:HH:MM:SS).")  # fmt: skip
-        if not hasattr(self._schedule(trainer), "total_steps"):
+        if not hasattr(schedule_of(trainer), "total_steps"):
             raise ConfigError("TimeBudget sizes a schedule with total_steps (vitlit.optim.WarmupCosineLR); the "
                               "configured scheduler has none.")  # fmt: skip
         self._start, self._said, self._seen = None, False, trainer.global_step
@@ -74,7 +74,7 @@ class TimeBudget(Callback):
         planned = step + int(max(0.0, left) * steps / since)
         bound = total_steps(trainer)
         planned = int(trainer.strategy.broadcast(min(planned, bound) if bound else planned))  # one plan on all GPUs
-        schedule, planned = self._schedule(trainer), max(planned, step + 1)
+        schedule, planned = schedule_of(trainer), max(planned, step + 1)
         note = None
         if callable(getattr(schedule, "set_total_steps", None)):
             note = schedule.set_total_steps(planned)  # WarmupCosineLR: a note if it ends inside the warmup
@@ -91,7 +91,7 @@ class TimeBudget(Callback):
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._timer is None:
             return
-        schedule, lr = self._schedule(trainer), trainer.optimizers[0].param_groups[0]["lr"]
+        schedule, lr = schedule_of(trainer), trainer.optimizers[0].param_groups[0]["lr"]
         peak = max(getattr(schedule, "base_lrs", [lr]))
         spent, budget = self._timer.time_elapsed(), self._timer.time_elapsed() + (self._timer.time_remaining() or 0)
         _say(trainer, f"budget: {_clock(spent)} spent of {_clock(budget)}; ended at step {trainer.global_step:,} of "
@@ -102,10 +102,6 @@ class TimeBudget(Callback):
             card["time_budget"] = {"budget_seconds": round(budget, 1), "spent_seconds": round(spent, 1),
                                    "planned_steps": schedule.total_steps, "steps": trainer.global_step,
                                    "end_lr_of_peak": round(lr / peak, 4)}  # fmt: skip
-
-    @staticmethod
-    def _schedule(trainer: Trainer) -> Any:
-        return trainer.lr_scheduler_configs[0].scheduler if trainer.lr_scheduler_configs else None
 
 
 def _clock(seconds: float | None) -> str:

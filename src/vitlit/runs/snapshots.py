@@ -12,7 +12,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from vitlit.errors import ConfigError
 from vitlit.runs.private import set_checkpoint_interval, state_key
-from vitlit.schedule import total_steps
+from vitlit.schedule import planned_steps
 from vitlit.types import Fraction, PositiveInt
 
 
@@ -76,8 +76,7 @@ class Snapshots(ModelCheckpoint):
         """Space the snapshots on the planned length: the schedule's (a time budget's plan), else the Trainer's."""
         if self.every_fraction is None:
             return
-        schedules = trainer.lr_scheduler_configs
-        total = (getattr(schedules[0].scheduler, "total_steps", None) if schedules else None) or total_steps(trainer)
+        total = planned_steps(trainer)
         if total is None:
             raise ConfigError(
                 "Snapshots every_fraction needs the run's length, but max_epochs and max_steps are unbounded; "
