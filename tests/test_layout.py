@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import code_size  # noqa: E402
 
 PARTS = code_size.PARTS
-#: The bound of issue 34 (2,400), raised in issue 45 to what the guards of issues 45-46 added (see RESULTS.md).
-MAX_DEFAULT_RUN_LINES = 2520
+#: The bound of issue 34 (2,400), raised in issues 45-46 to what their guards added (see RESULTS.md).
+MAX_DEFAULT_RUN_LINES = 2590
 
 
 def _imports(path: Path) -> set[str]:
