@@ -99,17 +99,25 @@ class TerminalOut:
     status 1; a closed terminal's EIO would end its refresh thread with a traceback and the loop's next redraw too.
     """
 
+    def __init__(self) -> None:
+        self.gone = False  # told once: where the stream has no descriptor to redirect, every write fails again
+
     def write(self, text: str) -> int:
         try:
             return _stdout().write(text)
         except OSError:
-            reader_gone()
+            self._lost()
             return len(text)
 
     def flush(self) -> None:
         try:
             _stdout().flush()
         except OSError:
+            self._lost()
+
+    def _lost(self) -> None:
+        if not self.gone:
+            self.gone = True
             reader_gone()
 
     def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: the stream's own
