@@ -103,7 +103,7 @@ def check_finite_flags(argv: list[str]) -> None:
     for i, flag in enumerate(argv):
         value = argv[i + 1] if i + 1 < len(argv) else ""  # a --flag=value may come last
         flag, value = (flag.split("=", 1) if "=" in flag else (flag, value)) if flag.startswith("--") else ("", "")
-        if _number(value) is not None and not math.isfinite(_number(value)):  # nan, inf, 1e400 (read as inf)
+        if not math.isfinite(_number(value) or 0.0):  # nan, inf, 1e400 (read as inf)
             raise ConfigError(f"{flag}={value} is not a finite number; give a number such as 0.1.")
         if ("&" in value and "*" in value) or ("\\" in value and '"' in value and _is_yaml(value)):
             load_yaml(value, f"the value of {flag}")
