@@ -20,7 +20,7 @@ import code_size  # noqa: E402
 
 PARTS = code_size.PARTS
 #: The bound of issue 34 (2,400), raised in issues 45-46 to what their guards added (see RESULTS.md).
-MAX_DEFAULT_RUN_LINES = 2590
+MAX_DEFAULT_RUN_LINES = 2595
 
 
 def _imports(path: Path) -> set[str]:
