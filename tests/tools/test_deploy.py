@@ -428,12 +428,16 @@ _FIELD = b"--x\r\nContent-Disposition: form-data; name=a\r\n\r\n1\r\n"
     ],
 )
 def test_request_bodies_the_server_cannot_take_are_named(content_type: str, body: bytes, said: str) -> None:
-    from vitlit.tools.serve import body_problem
+    from vitlit.tools.serve import parsed_body
 
-    assert said in asyncio.run(body_problem(content_type, body))
-    assert asyncio.run(body_problem("application/json", b'{"image": "abc"}')) is None
+    with pytest.raises(ValueError) as refused:
+        asyncio.run(parsed_body(content_type, body))
+    assert said in str(refused.value)
+    assert asyncio.run(parsed_body("application/json", b'{"image": "abc"}')) == {"image": "abc"}
     upload = b'--x\r\nContent-Disposition: form-data; name="image"; filename="a.png"\r\n\r\nabc\r\n--x--\r\n'
-    assert asyncio.run(body_problem("Multipart/Form-Data; boundary=x", upload)) is None
+    form = asyncio.run(parsed_body("Multipart/Form-Data; boundary=x", upload))
+    assert form["image"].filename == "a.png"
+    asyncio.run(form.close())
 
 
 def _claiming(format: str, width: int, height: int) -> bytes:

@@ -202,17 +202,6 @@ async def parsed_body(content_type: str, body: bytes) -> Any:
     raise ValueError(f"a body of type {content_type or 'unknown (no Content-Type)'} is not taken; {how}")
 
 
-async def body_problem(content_type: str, body: bytes) -> str | None:
-    """Why a ``/predict`` body cannot hold an image vitlit reads (`parsed_body`'s reason), or ``None`` if it may."""
-    try:
-        request = await parsed_body(content_type, body)
-    except ValueError as err:
-        return str(err)
-    if hasattr(request, "close"):
-        await request.close()
-    return None
-
-
 class ViTClassifierAPI(ls.LitAPI):
     """One image in, its top-k classes out; the images of a batch share one forward pass.
 
