@@ -100,10 +100,11 @@ class VitLitCLI(LightningCLI):
             # the folder this run made goes again, as long as it holds no checkpoint, so a refused run leaves none.
             from vitlit.messages import failed_logger, one_line_error
 
-            if not one_line_error(err) and failed_logger(err) is not None:
+            users = bool(one_line_error(err))
+            if not users and failed_logger(err) is not None:
                 self._stopped(err)  # a logger's service went away mid-run: one line, with the resume command
             placed = self.run
-            if placed and placed.made and one_line_error(err) and not any(placed.run_dir.rglob("*.ckpt")):
+            if placed and placed.made and users and not any(placed.run_dir.rglob("*.ckpt")):
                 shutil.rmtree(placed.run_dir, ignore_errors=True)
                 for folder in placed.made[1:]:  # lightning_logs/ and the root, where this run made them
                     with contextlib.suppress(OSError):  # not empty: another run wrote there meanwhile
