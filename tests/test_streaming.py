@@ -172,3 +172,37 @@ def test_two_processes_share_each_epoch_without_repeats(chunks: Path, tmp_path: 
         per_rank = [sum(len(prints) for e, _, prints in rank if e == epoch) for rank in ranks]
         assert per_rank[0] == per_rank[1] and 1213 - 2 * 32 < sum(per_rank) <= 1213, per_rank  # as many steps each
         assert not seen - everything  # no image twice: LitData's shards are disjoint
+
+
+def test_a_stop_in_the_first_epoch_resumes_every_remaining_epoch(chunks: Path, tmp_path: Path) -> None:
+    """Hostile round 6, class 5: stopped in epoch 0 of 4, the resumed run trains epochs 0 (its rest), 1, 2 and 3.
+
+    Every epoch has its full steps and its samples (each image of the split at most once an epoch, as the unbroken
+    run's epochs have them); none is skipped.
+    """
+    from helpers.kill import SignalOneRank
+
+    from vitlit.cli import main
+
+    whole = RecordBatches()
+    _fit(chunks, tmp_path / "whole", *PLAIN, "--trainer.max_epochs", "4", callbacks=[whole])
+    stopped = RecordBatches()
+    os.environ["VITLIT_TEST_KILL"] = "1"
+    try:
+        with pytest.raises(SystemExit):
+            _fit(chunks, tmp_path / "cut", *PLAIN, "--trainer.max_epochs", "4",
+                 callbacks=[stopped, SignalOneRank(2, rank=0, epoch=0, batch=8)])  # fmt: skip
+    finally:
+        del os.environ["VITLIT_TEST_KILL"]
+    run = next((tmp_path / "cut" / "lightning_logs").iterdir())
+    resumed = RecordBatches()
+    fit = main(["fit", "--config", str(run / "config.yaml"), "--ckpt_path", str(run / "checkpoints" / "last.ckpt")],
+               callbacks=[resumed])  # fmt: skip
+    steps = 1213 // 64
+    assert fit.trainer.global_step == 4 * steps
+    epochs = Counter(epoch for epoch, _, _ in stopped.batches + resumed.batches)
+    assert epochs == {0: steps, 1: steps, 2: steps, 3: steps}
+    for epoch in range(4):
+        got = [p for e, _, b in stopped.batches + resumed.batches if e == epoch for p in b]
+        assert len(got) == len(set(got)) == steps * 64  # no sample twice within an epoch
+    assert [b[2] for b in stopped.batches + resumed.batches] == [b[2] for b in whole.batches]

@@ -14,6 +14,7 @@ source (`vitlit.data.augment`, on the training device).
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from pathlib import Path
@@ -185,7 +186,7 @@ class StreamingDataModule(ImageClassificationDataModule):
         if split is None or not hasattr(split, "input_dir"):  # not a stream: predict_dir's files
             return super()._loader(split, train)
         self._augments.pop(True, None)
-        loader = litdata().StreamingDataLoader(
+        loader = epoch_loader()(
             split, batch_size=self.batch_size, num_workers=self.workers,
             pin_memory=self.pin_memory and torch.cuda.is_available(), persistent_workers=False,
         )  # fmt: skip
@@ -226,6 +227,25 @@ class StreamingDataModule(ImageClassificationDataModule):
 
     def test_dataset(self) -> Any:
         return self._stream("test", False)
+
+
+@functools.cache
+def epoch_loader() -> type:
+    """LitData's ``StreamingDataLoader``, whose resumed epoch ends when its last batch has been handed out.
+
+    A loader restored from a checkpoint keeps LitData's ``restore`` flag until an iteration runs to its end. Lightning
+    stops asking after an epoch's last batch without running the iterator out, so the flag outlived the resumed epoch
+    and the next epoch replayed the checkpoint's place at the end of the stream: no batch, an epoch skipped (hostile
+    round 6, class 5). An epoch whose batches were all handed out is over, whoever stops iterating.
+    """
+
+    class EpochLoader(litdata().StreamingDataLoader):
+        def __iter__(self) -> Any:
+            if self.restore and self.state_dict()["num_samples_yielded"] >= len(self) * self.batch_size:
+                self.restore = False  # the resumed epoch is done: the next one starts afresh
+            return super().__iter__()
+
+    return EpochLoader
 
 
 def write_meta(output: str, meta: dict[str, Any]) -> None:
