@@ -62,3 +62,24 @@ def write_saved(folder: Path, labels: str = "string", n: int | None = None) -> P
     )
     DatasetDict({"train": data}).save_to_disk(str(folder))
     return folder
+
+
+def write_rows(file: Path, images: list[dict], targets: list[int]) -> Path:
+    """A Parquet file whose image column holds ``images`` as given (``bytes`` and ``path`` each as they are).
+
+    `datasets` drops a row's bytes where it also names a path, so the rows are written with pyarrow, under the schema
+    (and the feature metadata) `datasets` gives the column: the file is what a hostile or hand-made data set holds.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from datasets import ClassLabel, Dataset, Features
+    from datasets import Image as HFImage
+
+    schema = Dataset.from_dict(
+        {"image": [{"bytes": b"", "path": None}], "label": [0]},
+        features=Features({"image": HFImage(), "label": ClassLabel(names=[str(d) for d in range(10)])}),
+    ).data.table.schema
+    column = pa.array(images, type=schema.field("image").type)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"image": column, "label": pa.array(targets, pa.int64())}, schema=schema), file)
+    return file

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from vitlit.data.folder import SPLITS, ImageFolderDataModule
+from vitlit.data.images import inside
 from vitlit.data.split import validation_count
 from vitlit.errors import ConfigError
 
@@ -108,12 +109,8 @@ class CSVImageDataModule(ImageFolderDataModule):
         label = (row.get(label_key) or "").strip()
         if not label:
             raise ConfigError(f"{path} line {n}: the label is empty; give every row a class name.")
-        try:
-            file = (self.root / (row.get(name) or "").strip()).resolve()
-            inside = file.is_relative_to(root) and file.is_file()
-        except (OSError, RuntimeError, ValueError):  # a symbolic link loop; a NUL byte, which no file name holds
-            inside = False
-        if not inside:
+        file = inside(root, (row.get(name) or "").strip())
+        if file is None:
             raise ConfigError(f"{path} line {n}: {row.get(name)!r} is not a file inside {self.root}.")
         return split, file, label
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import io
+import json
 import os
 import socket
 from pathlib import Path
@@ -21,9 +22,10 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import Dataset
 
 from vitlit.data.base import ImageClassificationDataModule
-from vitlit.data.images import PIL_MODES, image_problem, open_image
+from vitlit.data.images import PIL_MODES, image_problem, inside, open_image
 from vitlit.data.split import validation_count
 from vitlit.errors import ConfigError
+from vitlit.text import shown
 
 #: The split names data sets use, by the split vitlit gives them.
 SPLIT_NAMES = {
@@ -67,6 +69,7 @@ def load_splits(path: str) -> dict[str, Any]:
     datasets, local = _datasets(), Path(path).expanduser()
     try:
         if local.is_dir() and ((local / "dataset_dict.json").is_file() or (local / "state.json").is_file()):
+            check_saved(local)
             loaded = datasets.load_from_disk(str(local))
         elif local.is_dir() or local.is_file() or glob.has_magic(path):
             files = sorted(glob.glob(str(local / "**" / "*.parquet"), recursive=True)) if local.is_dir() else None
@@ -93,6 +96,50 @@ def load_splits(path: str) -> dict[str, Any]:
     return dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {"train": loaded}
 
 
+def root_of(path: str) -> Path | None:
+    """The folder a data set's rows may name files in: the data set's own (``None`` for a hub name: none)."""
+    local = Path(path).expanduser()
+    if local.is_dir():
+        return local
+    if local.is_file():
+        return local.parent
+    if glob.has_magic(path):  # the folder above the first part with a wildcard
+        parts = local.parts
+        return Path(*parts[: next(i for i, part in enumerate(parts) if glob.has_magic(part))] or ["."])
+    return None
+
+
+def check_saved(folder: Path) -> None:
+    """Refuse a ``save_to_disk`` folder whose metadata names a split or an Arrow file outside it, before it is read.
+
+    ``datasets.load_from_disk`` joins the names in ``dataset_dict.json`` and ``state.json`` to the folder, so an
+    absolute or ``../`` name would load another file as this data set.
+    """
+    splits = [folder]
+    if (folder / "dataset_dict.json").is_file():
+        names = _json(folder / "dataset_dict.json").get("splits", [])
+        splits = [folder / str(name) for name in names]
+        outside = next((name for name, split in zip(names, splits) if inside(folder, split / "state.json") is None),
+                       None)  # fmt: skip
+        if outside is not None:
+            raise ConfigError(f"{folder}/dataset_dict.json names the split {shown(outside)!r}, which is no folder of "
+                              f"{folder} with a state.json; a data set may only name files inside its folder.")  # fmt: skip
+    for split in splits:
+        for entry in _json(split / "state.json").get("_data_files", []):
+            name = entry.get("filename") if isinstance(entry, dict) else None
+            if inside(split, name) is None:
+                raise ConfigError(f"{split}/state.json names the data file {shown(name)!r}, which is no file inside "
+                                  f"{split}; a data set may only name files inside its folder.")  # fmt: skip
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{path} cannot be read as JSON ({type(err).__name__}); save the data set again.") from None
+    return value if isinstance(value, dict) else {}
+
+
 class HFImages(Dataset):
     """``(PIL image, class index)`` of rows of a Hugging Face data set, decoded with `open_image`.
 
@@ -104,27 +151,42 @@ class HFImages(Dataset):
         where: How to name the split in messages (``<path> train``).
         mode: PIL mode every image is converted to (``L``, ``RGB`` or ``RGBA``).
         img_size: The side images are resized to afterwards, for `MAX_PIXELS`'s bound on the resized image.
+        root: The only folder whose files a row's ``path`` may name (`root_of`); ``None``: embedded bytes only.
     """
 
     def __init__(self, table: Any, rows: list[int], targets: list[int], image_column: str, where: str, mode: str,
-                 img_size: int) -> None:  # fmt: skip
+                 img_size: int, root: Path | None) -> None:  # fmt: skip
         self.table, self.rows, self.targets = table.select_columns([image_column]), rows, targets
-        self.image_column, self.where, self.mode, self.img_size = image_column, where, mode, img_size
+        self.image_column, self.where, self.mode, self.img_size, self.root = image_column, where, mode, img_size, root
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def encoded(self, i: int) -> tuple[bytes | None, str | None]:
-        """Item ``i``'s encoded image and the file it came from (either may be ``None``)."""
+    def value(self, i: int) -> tuple[bytes | None, str | None]:
+        """Item ``i``'s embedded bytes and the ``path`` its row names (either may be ``None``), as the row has them."""
         value = self.table[self.rows[i]][self.image_column]
         if isinstance(value, dict):
             return value.get("bytes"), value.get("path")
         return (value, None) if isinstance(value, (bytes, bytearray)) else (None, None)
 
+    def encoded(self, i: int) -> bytes | Path | None:
+        """Item ``i``'s encoded image: its embedded bytes, else the file its row names if inside ``root``, else None.
+
+        A row's ``path`` beside embedded bytes is only a name (datasets keeps where a file came from); alone, it is
+        read only inside the data set's folder (`vitlit.data.images.inside`).
+        """
+        data, path = self.value(i)
+        if data:
+            return bytes(data)
+        return None if self.root is None else inside(self.root, path)
+
     def __getitem__(self, i: int) -> tuple[Any, int]:
-        data, path = self.encoded(i)
+        data = self.encoded(i)
         try:
-            return open_image(io.BytesIO(data) if data else str(path), self.mode, self.img_size), self.targets[i]
+            source = io.BytesIO(data) if isinstance(data, bytes) else data
+            if source is None:
+                raise ValueError("the row has no image bytes and names no file inside the data set")
+            return open_image(source, self.mode, self.img_size), self.targets[i]
         except (OSError, SyntaxError, ValueError, TypeError) as err:  # what the start-up check cannot see undecoded
             raise ConfigError(f"{self.where} row {self.rows[i]}: the image cannot be decoded ({err}); remove or "
                               f"replace the row.") from None  # fmt: skip
@@ -244,11 +306,15 @@ class HFDataModule(ImageClassificationDataModule):
             return None
         where = f"{self.path} {role}"
         images = HFImages(self._tables[role], self._rows[role], self._targets[role], self.image_column, where,
-                          PIL_MODES[self.in_chans], self.img_size)  # fmt: skip
+                          PIL_MODES[self.in_chans], self.img_size, root_of(self.path))  # fmt: skip
         bad = []
         for i in range(len(images)):
-            data, path = images.encoded(i)
-            problem = image_problem(data if data else Path(path), self.img_size) if data or path else "no image"
+            data = images.encoded(i)
+            named = images.value(i)[1]
+            if data is None and named:
+                problem = f"a file outside the data set's folder ({shown(named)!r}), which is never read"
+            else:
+                problem = image_problem(data, self.img_size) if data is not None else "no image"
             if problem is not None:
                 bad.append((i, problem))
         if bad and self.bad_images == "error":
@@ -292,4 +358,4 @@ class HFDataModule(ImageClassificationDataModule):
         """The file each row was read from where the data set kept it, else ``<path> <split> row <n>``."""
         if not isinstance(dataset, HFImages):
             return super().files_of(dataset)
-        return [dataset.encoded(i)[1] or f"{dataset.where} row {row}" for i, row in enumerate(dataset.rows)]
+        return [dataset.value(i)[1] or f"{dataset.where} row {row}" for i, row in enumerate(dataset.rows)]

@@ -38,8 +38,14 @@ class Item:
         image = self.split.dataset[self.split.indices[i]][0]
         if self.decode is not None:  # raw: the uint8 image at the stored size
             return {"image": self.decode(image).numpy(), "label": self.targets[i], "index": i}
-        file = Path(self.files[i]) if self.files else None
-        if file is not None and file.is_file():  # encoded: the file's own bytes, as they are
+        # encoded: the image's own bytes, as the data set holds them. A data set that embeds its images says which
+        # bytes (`encoded`: a Hugging Face row's, never a file its row names outside the data set); elsewhere the
+        # files are those the data module listed and admitted (an image folder's, a table's rows inside its root).
+        own = getattr(self.split.dataset, "encoded", None)
+        file = own(self.split.indices[i]) if own is not None else Path(self.files[i]) if self.files else None
+        if isinstance(file, bytes):
+            return {"image": file, "label": self.targets[i], "index": i}
+        if file is not None and file.is_file():
             return {"image": file.read_bytes(), "label": self.targets[i], "index": i}
         if not isinstance(image, Image.Image):  # a tensor: encoded losslessly
             image = Image.fromarray(image.permute(1, 2, 0).squeeze(-1).numpy())

@@ -25,9 +25,10 @@ import torch
 from torchvision.transforms import v2
 
 from vitlit.data.base import ImageClassificationDataModule
-from vitlit.data.images import PIL_MODES, image_problem, open_image
+from vitlit.data.images import PIL_MODES, image_problem, inside, open_image
 from vitlit.data.sources import Decode
 from vitlit.errors import ConfigError
+from vitlit.text import shown
 
 #: vitlit's description of a prepared data set, itself a one-item LitData set beside the splits, so that it is
 #: written and read by the storage code that moves the chunks (any folder or bucket LitData reaches).
@@ -68,7 +69,10 @@ def check_chunks(split_dir: Path) -> None:
         raise ConfigError(f"{split_dir}/index.json cannot be read ({err}); write the split again with vitlit "
                           f"prepare.") from None  # fmt: skip
     for chunk in index.get("chunks", []):
-        path = split_dir / chunk["filename"]
+        path = split_dir / str(chunk.get("filename"))
+        if inside(split_dir, chunk.get("filename")) is None and path.exists():  # a ../ or a link out of the split
+            raise ConfigError(f"{split_dir}/index.json names the chunk {shown(chunk.get('filename'))!r}, which is no "
+                              f"file inside {split_dir}; prepare the data set again.")  # fmt: skip
         size = path.stat().st_size if path.is_file() else None
         if size != chunk["chunk_bytes"]:
             found = "missing" if size is None else f"{size:,} bytes, not the {chunk['chunk_bytes']:,} of its index"
