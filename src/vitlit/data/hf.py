@@ -117,13 +117,13 @@ def check_saved(folder: Path) -> None:
     """
     splits = [folder]
     if (folder / "dataset_dict.json").is_file():
-        names = _json(folder / "dataset_dict.json").get("splits", [])
-        splits = [folder / str(name) for name in names]
-        outside = next((name for name, split in zip(names, splits) if inside(folder, split / "state.json") is None),
-                       None)  # fmt: skip
+        names = [str(name) for name in _json(folder / "dataset_dict.json").get("splits", [])]
+        splits = [folder / name for name in names]
+        outside = next((name for name in names if inside(folder, folder / name / "state.json") is None), None)
         if outside is not None:
-            raise ConfigError(f"{folder}/dataset_dict.json names the split {shown(outside)!r}, which is no folder of "
-                              f"{folder} with a state.json; a data set may only name files inside its folder.")  # fmt: skip
+            raise ConfigError(f"{folder}/dataset_dict.json names the split {shown(outside)!r}, which is no folder "
+                              f"of {folder} with a state.json; a data set may only name files inside its "
+                              f"folder.")  # fmt: skip
     for split in splits:
         for entry in _json(split / "state.json").get("_data_files", []):
             name = entry.get("filename") if isinstance(entry, dict) else None
