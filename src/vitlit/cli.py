@@ -34,6 +34,7 @@ from vitlit.errors import CheckFailed, ConfigError, TrainingHalted
 from vitlit.memory import check_activations
 from vitlit.run_dir import Placed, place_run, resolve_checkpoint, run_of_checkpoint, saved_config, unlock
 from vitlit.streams import stream_gone, tell
+from vitlit.text import EscapedLog, say
 
 PROG = "vitlit"
 #: Subcommands beside LightningCLI's four: name -> the function whose typed, documented arguments are its flags. A
@@ -51,6 +52,8 @@ TOOLS = {name: to for name, to in TOOLS.items()
 #: Lightning's log lines a vitlit user cannot act on (advertisements, what the resume line says better, the seed that
 #: the run card keeps), and the loggers they come from.
 QUIET = ("💡 Tip:", " was raised with message: ", "Received SIGTERM", "attempting graceful shutdown", "Seed set to")
+#: The loggers of the lines Lightning and vitlit's `rank_zero_info` print (`vitlit.text.EscapedLog`).
+LOGGED = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
 QUIET_LOGGERS = [
     f"lightning.{name}"
     for name in (
@@ -64,9 +67,7 @@ QUIET_LOGGERS = [
 
 def _exit(text: object, status: int = 2) -> NoReturn:
     """End with one error line: the escapes of names in it made visible, the credentials of URLs left out."""
-    from vitlit.text import redacted, shown  # on the error path only
-
-    print(f"{PROG}: error: {shown(redacted(text))}", file=sys.stderr)
+    say(f"{PROG}: error: {text}", error=True)
     raise SystemExit(status)
 
 
@@ -332,6 +333,9 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         SystemExit: With status 2 and a one-line message on a user error (bad option, value, path or checkpoint).
     """
     argv = sys.argv[1:] if args is None else [str(a) for a in args]
+    escaped, logs = EscapedLog(), [logging.getLogger(name) for name in LOGGED]
+    for log in logs:  # every log line of Lightning's and vitlit's own `rank_zero_info` leaves through `clean`
+        log.addFilter(escaped)
     try:
         if argv and argv[0] in TOOLS:
             from vitlit.run_tool import run_tool  # loaded for a tool's run only
@@ -373,3 +377,6 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         if line is None:  # not a user's error: its traceback is wanted
             raise
         _exit(line)
+    finally:
+        for log in logs:
+            log.removeFilter(escaped)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from vitlit.clipping import clip_true_gradients
 from vitlit.errors import ConfigError
 from vitlit.optim import WarmupCosineLR, apply_lr_scale, check_factories, param_groups
 from vitlit.schedule import total_steps
+from vitlit.text import say
 from vitlit.types import Fraction, PositiveInt, Rate, as_builtin
 
 # Hyperparameters that fix the shape of the weights: a checkpoint only fits a model with the same values.
@@ -330,7 +330,7 @@ class ViTClassifier(LightningModule):
                 scheduler.total_steps = total
             # A resumed run's schedule is replaced by the checkpoint's (the runs part says so if its length differs).
             if note and self.trainer.is_global_zero and self.trainer.ckpt_path is None:
-                print(f"vitlit: {note}", file=sys.stderr)
+                say(f"vitlit: {note}", error=True)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def configure_gradient_clipping(

@@ -19,7 +19,6 @@ import contextlib
 import os
 import re
 import socket
-import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -30,6 +29,7 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from vitlit.errors import ConfigError
+from vitlit.text import say
 
 LOCK = ".vitlit.lock"
 LOCKED_BYTE = 1 << 20  # Windows locks byte ranges, and a locked byte cannot be read by another process
@@ -172,7 +172,7 @@ def place_run(trainer: Trainer, subcommand: str, ckpt: Path | None) -> Placed | 
     run_dir = save_dir / name / (f"version_{version}" if isinstance(version, int) else version)
     fd = lock(run_dir) if subcommand == "fit" else None
     if note:
-        print(f"vitlit: {note}", file=sys.stderr)
+        say(f"vitlit: {note}", error=True)
     saver = next((cb for cb in trainer.callbacks if isinstance(cb, SaveConfigCallback)), None)
     if saver is not None and config_name:
         saver.config_filename = config_name  # never overwrite the run's config.yaml

@@ -11,6 +11,8 @@ import os
 import sys
 from typing import TextIO
 
+from vitlit.text import clean
+
 
 def stream_gone(stream: TextIO | None = None) -> None:
     """Point ``stream`` (the standard output) at the null device, its reader being gone."""
@@ -21,6 +23,6 @@ def stream_gone(stream: TextIO | None = None) -> None:
 def tell(line: str) -> None:
     """Print ``line`` to the standard error, unless a closed terminal took it away (then nowhere, not a traceback)."""
     try:
-        print(line, file=sys.stderr, flush=True)
+        print(clean(line), file=sys.stderr, flush=True)
     except OSError:
         stream_gone(sys.stderr)

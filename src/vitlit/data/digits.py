@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from PIL import Image
 
 from vitlit.data.folder import ImageFolderDataModule
 from vitlit.errors import ConfigError
+from vitlit.text import say
 
 
 def write_digits_folder(
@@ -79,7 +79,7 @@ class DigitsDataModule(ImageFolderDataModule):
         if root is None:
             root = default_digits_root()
             if root.exists() and not _complete(root):  # e.g. left half-written by an older version: train 2 classes?
-                print(f"vitlit: the digits in {root} are incomplete; writing them again", file=sys.stderr)
+                say(f"vitlit: the digits in {root} are incomplete; writing them again", error=True)
                 stale = Path(tempfile.mkdtemp(prefix=f".{root.name}.stale.", dir=root.parent))
                 os.rename(root, stale / root.name)  # out of the way at once: another process writes its own copy
                 shutil.rmtree(stale, ignore_errors=True)

@@ -22,6 +22,7 @@ from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.sources import Decode
 from vitlit.data.streaming import SPLITS, litdata, read_meta, write_meta
 from vitlit.errors import ConfigError
+from vitlit.text import say
 from vitlit.types import PositiveInt
 
 
@@ -106,11 +107,11 @@ def prepare(
                     num_workers=int(num_workers), mode="overwrite" if overwrite else None, keep_data_ordered=True,
                     verbose=False)  # fmt: skip
         counts[name] = len(split)
-        print(f"vitlit: wrote {name}: {len(split):,} images to {output}/{name}", flush=True)
+        say(f"vitlit: wrote {name}: {len(split):,} images to {output}/{name}")
     meta = {"class_names": data.class_names, "in_chans": data.in_chans, "format": format, "size": size,
             "mean": data.mean, "std": data.std, "splits": counts, "source": type(data).__name__}  # fmt: skip
     write_meta(output, meta)
     if "://" not in output:
         read_meta(output)  # read back as training will
-    print(f"vitlit: train from it with --data vitlit.data.streaming.StreamingDataModule --data.input_dir {output}")
+    say(f"vitlit: train from it with --data vitlit.data.streaming.StreamingDataModule --data.input_dir {output}")
     return json.loads(json.dumps(meta))

@@ -10,7 +10,6 @@ the new number of steps, says all of it in one line and saves the batch and rate
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Literal
 
@@ -23,6 +22,7 @@ from vitlit.errors import ConfigError
 from vitlit.run_dir import saved_config
 from vitlit.runs.private import cap_batch_search, set_batch_size
 from vitlit.schedule import total_steps
+from vitlit.text import say
 from vitlit.types import PositiveInt
 
 
@@ -87,10 +87,10 @@ class BatchSizeSearch(BatchSizeFinder):
         if trainer.is_global_zero:
             rate = "kept (lr_scaling none)" if factor == 1.0 else f"x{factor:.3g} ({self.lr_scaling})"
             where = f"; saved in {saved}" if saved else ""
-            print(f"vitlit: batch size {chosen} (was {before}; at most the {images:,} training images); learning rate "
-                  f"{rate}; {steps or 'unbounded'} optimizer steps{where}", file=sys.stderr)  # fmt: skip
+            say(f"vitlit: batch size {chosen} (was {before}; at most the {images:,} training images); learning rate "
+                  f"{rate}; {steps or 'unbounded'} optimizer steps{where}", error=True)  # fmt: skip
             if note:
-                print(f"vitlit: {note}", file=sys.stderr)
+                say(f"vitlit: {note}", error=True)
 
     @staticmethod
     def _save(trainer: Trainer, chosen: int, factor: float) -> Path | None:

@@ -8,7 +8,6 @@ ICLR 2020: a schedule that decays to its floor over the budget beats a truncated
 
 from __future__ import annotations
 
-import sys
 from datetime import timedelta
 from typing import Any
 
@@ -18,6 +17,7 @@ from lightning.pytorch.callbacks import Timer
 from vitlit.errors import ConfigError
 from vitlit.runs.run_card import RunCard
 from vitlit.schedule import schedule_of, total_steps
+from vitlit.text import say
 from vitlit.types import Fraction, PositiveInt
 
 
@@ -110,4 +110,4 @@ def _clock(seconds: float | None) -> str:
 
 def _say(trainer: Trainer, text: str) -> None:
     if trainer.is_global_zero:
-        print(f"vitlit: {text}", file=sys.stderr)
+        say(f"vitlit: {text}", error=True)

@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from vitlit.atomic import replacing
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import CheckFailed
+from vitlit.text import cell
 from vitlit.types import PositiveInt
 
 
@@ -80,15 +81,17 @@ class PredictionWriter(Callback):
         # them: bytes that are not UTF-8 are written as they are (Python's surrogateescape), and read back the same.
         with replacing(path) as tmp, tmp.open("w", newline="", encoding="utf-8", errors="surrogateescape") as f:
             writer = csv.writer(f)
-            writer.writerow(header)
+            # Text from the data (file and class names) as cells a spreadsheet shows, never runs (`vitlit.text.cell`).
+            writer.writerow([cell(name) for name in header])
+            names = [cell(name) for name in classes]
             for i in range(len(probs)):
-                row: list[object] = [i, sources[i]]
+                row: list[object] = [i, cell(sources[i], path=True)]
                 for j in range(k):
-                    row += [classes[top_i[i, j]], f"{top_p[i, j]:.6f}"]
+                    row += [names[top_i[i, j]], f"{top_p[i, j]:.6f}"]
                 if self.probabilities:
                     row += [f"{p:.6f}" for p in probs[i].tolist()]
                 writer.writerow(row)
-        rank_zero_info(f"Wrote {len(probs)} predictions to {path}")
+        rank_zero_info(f"vitlit: wrote {len(probs)} predictions to {path}")
 
 
 def _class_names(trainer: Trainer, pl_module: LightningModule, n: int) -> list[str]:

@@ -26,6 +26,7 @@ from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 
 from vitlit.streams import stream_gone
+from vitlit.text import say
 
 
 class ProgressBar(RichProgressBar):
@@ -84,7 +85,7 @@ class EpochLines(LightningProgressBar):
         if not self._enabled or not trainer.is_global_zero or trainer.sanity_checking:
             return
         try:
-            print(epoch_line(trainer, time.monotonic() - self._started, trainer.current_epoch + 1 - self._first_epoch))
+            say(epoch_line(trainer, time.monotonic() - self._started, trainer.current_epoch + 1 - self._first_epoch))
             sys.stdout.flush()
         except OSError:  # the reader went away (`vitlit fit | head`, a closed terminal)
             self._enabled = False

@@ -9,7 +9,6 @@ stopped run would have drawn: on the CPU with ``deterministic: true`` it ends wi
 from __future__ import annotations
 
 import random
-import sys
 from typing import Any
 
 import numpy as np
@@ -17,6 +16,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from vitlit.schedule import total_steps
+from vitlit.text import say
 
 
 class RNGStateCheckpoint(Callback):
@@ -59,13 +59,13 @@ class RNGStateCheckpoint(Callback):
             done = trainer.global_step - trainer.current_epoch * per_epoch
             where = f"vitlit: resuming in the middle of epoch {trainer.current_epoch} ({done} of {per_epoch} steps)"
             if 0 < done < per_epoch and getattr(trainer.datamodule, "resumes_in_place", False):  # a LitData stream
-                print(f"{where} at its place in the stream: the rest of the epoch has the samples the stopped run "
-                      f"would have had", file=sys.stderr)  # fmt: skip
+                say(f"{where} at its place in the stream: the rest of the epoch has the samples the stopped run "
+                      f"would have had", error=True)  # fmt: skip
             elif 0 < done < per_epoch:  # said here in vitlit's words; Lightning's own warning is left out (cli.quiet)
-                print(f"{where}: the rest of it draws new batches, so the run is not bit-identical to one never "
-                      f"stopped (end-of-epoch checkpoints are)", file=sys.stderr)  # fmt: skip
+                say(f"{where}: the rest of it draws new batches, so the run is not bit-identical to one never "
+                      f"stopped (end-of-epoch checkpoints are)", error=True)  # fmt: skip
         schedulers = pl_module.lr_schedulers()
         kept, total = getattr(schedulers, "total_steps", None), total_steps(trainer)
         if trainer.ckpt_path is not None and kept and total and kept != total and trainer.is_global_zero:
-            print(f"vitlit: resumed with the learning-rate schedule of the checkpoint's run ({kept} steps; this run "
-                  f"has {total}); steps after its end keep the final learning rate", file=sys.stderr)  # fmt: skip
+            say(f"vitlit: resumed with the learning-rate schedule of the checkpoint's run ({kept} steps; this run "
+                  f"has {total}); steps after its end keep the final learning rate", error=True)  # fmt: skip

@@ -32,6 +32,7 @@ from torch import nn
 from vitlit.atomic import replacing, write_atomically
 from vitlit.data.images import image_files, image_problem
 from vitlit.errors import CheckFailed, ConfigError
+from vitlit.text import say
 from vitlit.trained import PREPROCESS, ModelCard, load_classifier
 
 Format = Literal["onnx", "int8", "pt2", "timm"]
@@ -228,7 +229,7 @@ def export(
         from vitlit.tools.hf_folder import write_timm_folder
 
         report |= write_timm_folder(net, card, batch, output, Path(ckpt_path), license or "other", TOLERANCE)
-        print(f"vitlit: wrote {output}/ ({', '.join(report['files'])}; {report['bytes'] / 2**20:.1f} MiB); timm's "
+        say(f"vitlit: wrote {output}/ ({', '.join(report['files'])}; {report['bytes'] / 2**20:.1f} MiB); timm's "
               f"model from it against the checkpoint on {len(batch)} images: max |logit difference| "
               f"{report['max_abs_diff']:.2e}")  # fmt: skip
         return report
@@ -270,7 +271,7 @@ def export(
             Path(f"{output}.json"),
             json.dumps({**asdict(card), "preprocess": PREPROCESS, "export": report}, indent=2) + "\n",
         )
-    print(
+    say(
         f"vitlit: wrote {output} ({report['bytes'] / 2**20:.1f} MiB, {format}); against PyTorch on {len(batch)} "
         f"images: max |logit difference| {difference:.2e}, same top-1 class for {agreement:.0%}"
     )
