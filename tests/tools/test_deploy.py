@@ -737,3 +737,28 @@ def test_uploads_are_decoded_before_the_model_worker_sees_them(trained) -> None:
     api.card, api.transform, api.mode = card, card.preprocess(), "RGB"
     direct = api.decode_request({"image": encoded})  # what the worker decoded itself before
     torch.testing.assert_close(api.decode_request(body), direct, rtol=0, atol=0)
+
+
+def test_export_overwrite_replaces_only_the_files_an_export_wrote_and_keeps_the_folders_mode(
+    trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hostile round 6, class 3: a planted (empty) marker proved nothing; a manifest of names and hashes does."""
+    ckpt, test_dir = trained
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    for name, text in ((".vitlit-export", ""), ("README.md", "my notes"), ("config.json", "{}")):
+        (planted / name).write_text(text)
+    line = refused(capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--overwrite", "true", "--output",
+                   planted)  # fmt: skip
+    assert "no vitlit export wrote" in line and (planted / "README.md").read_text() == "my notes"
+    folder = tmp_path / "vit"
+    export(ckpt, folder, "timm", images=test_dir)
+    folder.chmod(0o750)
+    (tmp_path / ".vit.replaced").write_text("a stale entry of an earlier, killed replacement")
+    export(ckpt, folder, "timm", images=test_dir, overwrite=True)
+    assert folder.stat().st_mode & 0o777 == 0o750  # the folder's mode is kept (a staged folder is 0700)
+    (folder / "README.md").write_text("edited by hand")  # a file the export wrote, changed: the user's now
+    line = refused(capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--overwrite", "true", "--output",
+                   folder)  # fmt: skip
+    assert "README.md (changed)" in line and (folder / "README.md").read_text() == "edited by hand"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".vit.") and p.name != ".vit.replaced"]

@@ -20,8 +20,9 @@ from PIL import Image
 
 from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.sources import Decode
-from vitlit.data.streaming import SPLITS, litdata, read_meta, write_meta
+from vitlit.data.streaming import MANIFEST, SPLITS, litdata, read_meta, write_meta
 from vitlit.errors import ConfigError
+from vitlit.owned import check_replaceable, digest, staged_folder, write_manifest
 from vitlit.text import say
 from vitlit.types import PositiveInt
 
@@ -79,23 +80,40 @@ def prepare(
     Returns:
         The description written beside the splits.
     """
-    ld = litdata()
     local = Path(output).expanduser()
-    if "://" not in output:
+    if "://" in output:
+        meta = _write(data, output, format, chunk_bytes, num_workers, overwrite)
+    else:
+        if local.is_symlink():  # a link (dangling or not) would have the data set written where it points
+            raise ConfigError(f"--output {output} is a symbolic link; give the path of a new folder instead.")
         if local.exists() and not overwrite:
             raise ConfigError(f"--output {output} exists; pass --overwrite true to replace an earlier prepare, or "
                               f"choose a new folder.")  # fmt: skip
-        if local.exists() and not (local / "vitlit" / "index.json").is_file():
-            raise ConfigError(f"--output {output} exists and no vitlit prepare wrote it; --overwrite true replaces "
-                              f"only an earlier prepare's folder: choose a new folder.")  # fmt: skip
+        if local.exists():
+            check_replaceable(local, MANIFEST, "--output", "vitlit prepare")
         output = str(local.absolute())
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        with staged_folder(Path(output)) as staged:  # whole or not at all: a kill leaves the earlier data set intact
+            meta = _write(data, str(staged), format, chunk_bytes, num_workers, False)
+            write_manifest(staged, MANIFEST)
+    for name, count in meta["splits"].items():
+        say(f"vitlit: wrote {name}: {count:,} images to {output}/{name}")
+    say(f"vitlit: train from it with --data vitlit.data.streaming.StreamingDataModule --data.input_dir {output}")
+    return json.loads(json.dumps(meta))
+
+
+def _write(
+    data: ImageClassificationDataModule, output: str, format: str, chunk_bytes: str, num_workers: int, overwrite: bool
+) -> dict[str, Any]:
+    """Write the splits and vitlit's description into ``output``; return the description."""
+    ld = litdata()
     data.setup("fit")
     splits = {"train": data.train_set, "val": data.val_set}
     if data.has_test_split:
         data.setup("test")
         splits["test"] = data.test_set
     size = data.stored_size(data.train_set.dataset)
-    counts = {}
+    counts, indexes = {}, {}
     for name in SPLITS:
         split = splits.get(name)
         if split is None:
@@ -107,11 +125,12 @@ def prepare(
                     num_workers=int(num_workers), mode="overwrite" if overwrite else None, keep_data_ordered=True,
                     verbose=False)  # fmt: skip
         counts[name] = len(split)
-        say(f"vitlit: wrote {name}: {len(split):,} images to {output}/{name}")
+        if "://" not in output:  # each split's index as written: a fit refuses a description of other splits
+            indexes[name] = digest(Path(output) / name / "index.json")
     meta = {"class_names": data.class_names, "in_chans": data.in_chans, "format": format, "size": size,
-            "mean": data.mean, "std": data.std, "splits": counts, "source": type(data).__name__}  # fmt: skip
+            "mean": data.mean, "std": data.std, "splits": counts, "source": type(data).__name__,
+            "indexes": indexes}  # fmt: skip
     write_meta(output, meta)
     if "://" not in output:
         read_meta(output)  # read back as training will
-    say(f"vitlit: train from it with --data vitlit.data.streaming.StreamingDataModule --data.input_dir {output}")
-    return json.loads(json.dumps(meta))
+    return meta

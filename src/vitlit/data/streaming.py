@@ -28,12 +28,15 @@ from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.images import PIL_MODES, image_problem, inside, open_image
 from vitlit.data.sources import Decode
 from vitlit.errors import ConfigError
+from vitlit.owned import digest
 from vitlit.text import shown
 
 #: vitlit's description of a prepared data set, itself a one-item LitData set beside the splits, so that it is
 #: written and read by the storage code that moves the chunks (any folder or bucket LitData reaches).
 META = "vitlit"
 SPLITS = ("train", "val", "test")
+#: The list of every file ``prepare`` wrote, with its hash (`vitlit.owned`): ``--overwrite`` replaces only those.
+MANIFEST = ".vitlit-prepare"
 
 
 def litdata() -> Any:
@@ -58,6 +61,14 @@ def read_meta(input_dir: str) -> dict[str, Any]:
     except Exception as err:  # an unreachable bucket, missing credentials, a damaged index
         raise ConfigError(f"--data.input_dir {input_dir}: vitlit's description of the data set cannot be read "
                           f"({type(err).__name__}: {' '.join(str(err).split())[:200]}).") from None  # fmt: skip
+    local_splits = (
+        {name: local / name / "index.json" for name in meta.get("indexes", {})} if "://" not in input_dir else {}
+    )
+    changed = next((name for name, index in local_splits.items() if not index.is_file()
+                    or digest(index) != meta["indexes"][name]), None)  # fmt: skip
+    if changed is not None:  # a split written by another prepare (a half-finished one, a copy of other data)
+        raise ConfigError(f"--data.input_dir {input_dir}: the {changed} split is not the one vitlit's description "
+                          f"was written with (its index.json differs); prepare the data set again.")  # fmt: skip
     return meta
 
 

@@ -13,8 +13,6 @@ import json
 import os
 import re
 import shlex
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +23,15 @@ from timm.models import save_for_hf  # timm's own writer of hub folders (push_to
 from vitlit.config import check_writable_folder
 from vitlit.data.images import PIL_MODES
 from vitlit.errors import CheckFailed, ConfigError
+from vitlit.owned import check_replaceable, staged_folder, write_manifest
 from vitlit.run_dir import run_of_checkpoint
 from vitlit.text import markdown, shown
 from vitlit.trained import PREPROCESS, ModelCard
 
-#: Written into every folder this export makes: ``--overwrite true`` replaces a folder only if it holds this file and
-#: nothing but what an export writes, so a mistyped ``--output`` (``.``, ``~``, a project) is never deleted.
+#: The manifest written into every folder this export makes (`vitlit.owned`): ``--overwrite true`` replaces a folder
+#: only if it holds the files it lists, unchanged, and nothing else, so a mistyped ``--output`` (``.``, ``~``, a
+#: project) or a planted marker never costs a user's file.
 MARKER = ".vitlit-export"
-WRITTEN = frozenset({"README.md", "config.json", "model.safetensors", MARKER})
 #: A model card's license: one of the Hugging Face hub's identifiers (``mit``, ``apache-2.0``, ``cc-by-nc-4.0``,
 #: ``other``), which go into the card's YAML front matter as they are.
 LICENSE = re.compile(r"[a-z0-9][a-z0-9.+-]{0,63}")
@@ -64,11 +63,7 @@ def check_folder_output(output: Path, ckpt_path: Path, overwrite: bool, license:
     if output.exists() and not overwrite:
         raise ConfigError(f"output={output} already exists; pass --overwrite true to replace it, or choose another.")
     if output.exists():
-        other = sorted(p.name for p in output.iterdir() if p.name not in WRITTEN or p.is_symlink() or not p.is_file())
-        if other or not (output / MARKER).is_file():
-            what = f"holds {', '.join(other[:3])}{' ...' if len(other) > 3 else ''}, which" if other else "is a folder"
-            raise ConfigError(f"output={output} {what} no vitlit export wrote; --overwrite true replaces only an "
-                              f"earlier export's folder: choose a new folder's name.")  # fmt: skip
+        check_replaceable(output, MARKER, "output=", "vitlit export")
     if not output.parent.is_dir():
         raise ConfigError(f"output={output}: the folder {output.parent} does not exist; create it or choose another.")
     check_writable_folder(output.parent, "--output")  # the runs' check: names too long, permissions
@@ -84,8 +79,7 @@ def write_timm_folder(
         CheckFailed: When timm's model from the folder disagrees with the checkpoint (nothing is left then).
     """
     output = output.expanduser().absolute()
-    staged = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
-    try:
+    with staged_folder(output) as staged:
         data_config = {"mean": _rounded(card.mean), "std": _rounded(card.std), "interpolation": "bilinear",
                        "input_size": (card.in_chans, card.img_size, card.img_size), "crop_pct": 1.0}  # fmt: skip
         save_for_hf(net, str(staged), model_config={"label_names": list(card.class_names)}, data_config=data_config,
@@ -97,7 +91,7 @@ def write_timm_folder(
         (staged / "config.json").write_text(json.dumps(config, indent=4) + "\n", encoding="utf-8")
         text = model_card(card, run_of_checkpoint(Path(ckpt_path)), license, output.name, Path(ckpt_path).name)
         (staged / "README.md").write_text(text, encoding="utf-8")  # `markdown` wrote undecodable bytes as escapes
-        (staged / MARKER).write_text("vitlit export --format timm wrote this folder; --overwrite may replace it.\n")
+        write_manifest(staged, MARKER)  # what --overwrite may replace later: these files, as they are now
         loaded = timm.create_model(f"local-dir:{staged}", pretrained=True).eval()
         with torch.no_grad():
             expected, got = net(batch), loaded(batch)
@@ -106,14 +100,6 @@ def write_timm_folder(
             raise CheckFailed(f"timm's model from the folder differs from the checkpoint by {difference:.2e} (more "
                               f"than {tolerance:g}); nothing was written to {output}")  # fmt: skip
         size = sum(p.stat().st_size for p in staged.iterdir())
-        previous = output.with_name(f".{output.name}.replaced") if output.exists() else None
-        if previous is not None:
-            os.rename(output, previous)
-        os.rename(staged, output)
-        if previous is not None:
-            shutil.rmtree(previous, ignore_errors=True)
-    finally:
-        shutil.rmtree(staged, ignore_errors=True)  # gone already where it took its name
     return {"max_abs_diff": difference, "bytes": size, "files": sorted(p.name for p in output.iterdir())}
 
 
@@ -196,8 +182,8 @@ huggingface-cli upload <user>/<name> {folder} .   # or huggingface_hub.upload_fo
 ```
 
 Check the license field above first: it is what you chose at export (`--license`), and must fit the data and any
-pretrained weights used. The file {MARKER} marks the folder as an export's (`--overwrite` replaces only such a
-folder); leave it out of an upload if you like.
+pretrained weights used. The file {MARKER} lists the files the export wrote, with their hashes (`--overwrite` replaces
+only such a folder, unchanged); leave it out of an upload if you like.
 """
 
 

@@ -1,0 +1,116 @@
+"""Folders vitlit writes whole (an export's timm folder, a prepared data set) and replaces only where it wrote them.
+
+A folder is written beside its destination (a hidden sibling), then renamed into place, so that a reader sees the old
+folder or the new one, never a mix, and a kill leaves the old one as it was. Inside, a manifest (``MANIFEST`` names
+its file) lists every file with its SHA-256: ``--overwrite`` replaces a folder only where each file in it is one the
+manifest lists, unchanged, and nothing else is there. A marker file proves nothing about the files beside it; the
+manifest does. The folder keeps its permissions across a replacement.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from vitlit.atomic import fsync_dir, umask
+from vitlit.errors import ConfigError
+from vitlit.text import shown
+
+
+def digest(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB pieces."""
+    sha = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def _entries(folder: Path, manifest: str) -> Iterator[tuple[str, Path]]:
+    """Each entry under ``folder`` but the manifest: (its path relative to the folder, its path); links not followed."""
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath) / name
+            relative = path.relative_to(folder).as_posix()
+            if relative != manifest:
+                yield relative, path
+
+
+def write_manifest(folder: Path, manifest: str) -> None:
+    """List every file under ``folder`` with its SHA-256 in ``folder/manifest``."""
+    files = {rel: digest(path) for rel, path in _entries(folder, manifest) if path.is_file()}
+    (folder / manifest).write_text(json.dumps({"files": files}, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def check_replaceable(folder: Path, manifest: str, flag: str, writer: str) -> None:
+    """Refuse to replace ``folder`` unless every entry in it is a file its manifest lists, with the same bytes.
+
+    Args:
+        folder: An existing folder that ``--overwrite`` would replace.
+        manifest: The manifest's file name inside it.
+        flag: The option that named the folder, for the message (``--output``).
+        writer: What writes such folders, for the message (``vitlit export``).
+
+    Raises:
+        ConfigError: For a folder without a readable manifest, or holding anything the manifest does not list as it is.
+    """
+    try:
+        listed = json.loads((folder / manifest).read_text(encoding="utf-8"))["files"]
+        if not isinstance(listed, dict):
+            raise TypeError
+    except (OSError, ValueError, KeyError, TypeError):
+        listed = None
+    listed = listed or {}
+    folders = {parent.as_posix() for rel in listed for parent in Path(rel).parents}  # the folders it wrote files in
+    other = []
+    for relative, path in _entries(folder, manifest):
+        if (
+            path.is_symlink()
+            or (path.is_dir() and relative not in folders)
+            or (not path.is_dir() and (not path.is_file() or relative not in listed))
+        ):
+            other.append(relative)
+        elif path.is_file() and digest(path) != listed[relative]:
+            other.append(f"{relative} (changed)")
+    if other or not listed:
+        shown_other = ", ".join(shown(name) for name in sorted(other)[:3]) + (" ..." if len(other) > 3 else "")
+        what = f"holds {shown_other}, which" if other else "is a folder"
+        raise ConfigError(f"{flag} {folder} {what} no {writer} wrote; --overwrite true replaces only an earlier "
+                          f"{writer}'s folder as it wrote it: choose a new folder's name.")  # fmt: skip
+
+
+@contextlib.contextmanager
+def staged_folder(output: Path) -> Iterator[Path]:
+    """Yield a new hidden folder beside ``output``; when the block ends without an error, it becomes ``output``.
+
+    An existing ``output`` (checked by `check_replaceable` first) is swapped out and removed only once the new
+    folder has its name; its permissions carry over (a new folder gets the umask's). On an error the staged folder
+    goes and ``output`` is as it was.
+    """
+    output = output.absolute()
+    staged = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".partial", dir=output.parent))
+    try:
+        yield staged
+        mode = (output.stat().st_mode if output.exists() else 0o777 & ~umask()) & 0o7777
+        os.chmod(staged, mode)
+        previous = None
+        if output.exists():
+            previous = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".replaced", dir=output.parent))
+            os.rename(output, previous / "old")  # a fresh name of our own: a stale or planted entry is never met
+        try:
+            os.rename(staged, output)
+        except OSError:
+            if previous is not None:
+                os.rename(previous / "old", output)
+            raise
+        fsync_dir(output.parent)
+        if previous is not None:
+            shutil.rmtree(previous, ignore_errors=True)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)  # gone already where it took its name

@@ -1,0 +1,106 @@
+"""Hostile round 6, classes 3 and 4: `vitlit prepare` replaces only what it wrote, and a prepared data set is visible
+whole or not at all; a fit refuses one whose parts disagree."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers.cli import DIGITS_CONFIG, refused, run_cli
+
+pytest.importorskip("litdata")
+
+STREAM = ["--data", "vitlit.data.streaming.StreamingDataModule"]
+
+
+def _prepare(out: Path, *extra: object):
+    return run_cli("prepare", "--data", "DigitsDataModule", "--output", out, *extra)
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The digits as vitlit prepare writes them (about 30 s on two cores: copied, not written again, per test)."""
+    _prepare(out := tmp_path_factory.mktemp("prepared") / "digits")
+    return out
+
+
+def _copy(digits: Path, out: Path) -> Path:
+    shutil.copytree(digits, out, symlinks=True)
+    return out
+
+
+@pytest.mark.slow  # a prepare of its own: about 30 s
+def test_overwrite_refuses_a_planted_index_and_a_users_file_among_prepares(
+    digits: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    planted = tmp_path / "planted"
+    (planted / "vitlit").mkdir(parents=True)
+    (planted / "vitlit" / "index.json").write_text("{}")
+    (planted / "train").mkdir()
+    (planted / "train" / "mywork.bin").write_bytes(b"mine")
+    line = refused(capsys, "prepare", "--data", "DigitsDataModule", "--output", planted, "--overwrite", "true")
+    assert "no vitlit prepare wrote" in line and (planted / "train" / "mywork.bin").read_bytes() == b"mine"
+    out = _copy(digits, tmp_path / "digits")
+    (out / "train" / "mywork.bin").write_bytes(b"mine")
+    line = refused(capsys, "prepare", "--data", "DigitsDataModule", "--output", out, "--overwrite", "true")
+    assert "holds train/mywork.bin, which no vitlit prepare wrote" in line
+    assert (out / "train" / "mywork.bin").read_bytes() == b"mine"
+    (out / "train" / "mywork.bin").unlink()
+    out.chmod(0o750)
+    _prepare(out, "--overwrite", "true", "--data.val_size", "0.5")  # as it was written: replaced
+    assert out.stat().st_mode & 0o777 == 0o750
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".digits.")]  # nothing staged is left behind
+
+
+def test_a_dangling_link_as_output_is_refused_and_its_target_never_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "target")
+    line = refused(capsys, "prepare", "--data", "DigitsDataModule", "--output", link)
+    assert "is a symbolic link" in line and not (tmp_path / "target").exists()
+
+
+@pytest.mark.slow  # a prepare of its own: about 30 s
+def test_an_overwrite_killed_midway_leaves_the_earlier_data_set_whole(
+    digits: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vitlit.data import prepare as module
+    from vitlit.data.streaming import read_meta
+
+    out = _copy(digits, tmp_path / "digits")
+    before = read_meta(str(out))
+    files = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    def killed(*args: object) -> None:
+        raise KeyboardInterrupt  # as Ctrl-C after the splits were written, before their description
+
+    monkeypatch.setattr(module, "write_meta", killed)
+    with pytest.raises(SystemExit):
+        _prepare(out, "--overwrite", "true", "--data.val_size", "0.5")
+    assert read_meta(str(out)) == before
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == files  # every split too
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".digits.")]
+    fit = run_cli("fit", "--config", DIGITS_CONFIG, *STREAM, "--data.input_dir", out, "--trainer.max_epochs", "1",
+                  "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
+                  "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    assert fit.trainer.global_step == 2
+
+
+def test_a_fit_refuses_a_data_set_whose_splits_are_not_its_descriptions(
+    digits: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one, other = _copy(digits, tmp_path / "one"), _copy(digits, tmp_path / "other")
+    chunk = next((other / "val").glob("*.bin"))  # another val split: one sample fewer, its index rewritten
+    index = json.loads((other / "val" / "index.json").read_text())
+    index["chunks"][0]["chunk_size"] -= 1
+    (other / "val" / "index.json").write_text(json.dumps(index))
+    assert chunk.is_file()
+    shutil.rmtree(one / "val")
+    shutil.copytree(other / "val", one / "val")  # the new val beside the old description, as a killed copy leaves it
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *STREAM, "--data.input_dir", one,
+                   "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    assert "the val split is not the one vitlit's description was written with" in line
+    assert not (tmp_path / "runs").exists()
