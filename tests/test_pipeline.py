@@ -331,25 +331,80 @@ def test_crop_ranges_are_checked() -> None:
     assert math.isclose(_Data().crop_ratio[1], 4 / 3)
 
 
-def test_images_of_many_sizes_are_crop_resized_by_the_workers_at_their_own_resolution(tmp_path: Path) -> None:
-    """Streamed, RandomResizedCrop needs the image's own pixels (a 600 px photo, not its 224 px copy): the workers
-    do it, and the device half of the pipeline does not crop again; held in memory, the device crops."""
+def _mixed_folder(root: Path) -> Path:
+    """Class folders of images of many sizes and modes: RGB, grey, RGBA, palette, 16-bit grey; PNG, JPEG, BMP."""
     from PIL import Image
 
-    for name, sizes in (("a", [(40, 30), (64, 48)]), ("b", [(30, 50), (90, 60)])):
-        (tmp_path / "train" / name).mkdir(parents=True)
-        for i, size in enumerate(sizes * 3):
-            Image.new("RGB", size, color=(40 * i, 0, 0)).save(tmp_path / "train" / name / f"{i}.png")
+    rng = np.random.default_rng(0)
+    modes = [("RGB", "png"), ("L", "jpg"), ("RGBA", "png"), ("P", "bmp"), ("I;16", "png")]
+    for c, name in enumerate(("a", "b", "c")):
+        (root / name).mkdir(parents=True)
+        for i in range(8):
+            w, h = (int(v) for v in rng.integers(20, 70, 2))
+            mode, suffix = modes[(i + c) % len(modes)]
+            pixels = rng.integers(0, 65535 if mode == "I;16" else 255, (h, w, 4 if mode == "RGBA" else 3))
+            image = Image.fromarray(pixels.astype(np.uint8)).convert("RGB")
+            if mode == "I;16":
+                image = Image.fromarray(pixels[..., 0].astype(np.uint16))
+            elif mode != "RGB":
+                image = image.convert(mode)
+            image.save(root / name / f"{i}.{suffix}")
+    return root
+
+
+def _folder_batches(
+    root: Path, on_device: bool, workers: int, **options
+) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     from vitlit.data import ImageFolderDataModule
 
-    options = {"img_size": 16, "crop": "resized", "batch_size": 4, "val_size": 2, "num_workers": 0}
-    streamed = ImageFolderDataModule(tmp_path, on_device=False, **options)
-    streamed.setup("fit")
-    images, _ = next(iter(streamed.train_dataloader()))
-    assert images.dtype == torch.uint8 and images.shape == (4, 3, 16, 16)
-    assert isinstance(streamed.train_dataloader().dataset.transform.resized_crop, v2.RandomResizedCrop)
-    assert streamed.pipeline(train=True).crop == "none" and streamed.pipeline(train=False).crop == "none"
-    held = ImageFolderDataModule(tmp_path, on_device=True, **options)
-    held.setup("fit")
-    held.train_dataloader()
-    assert held.pipeline(train=True).crop == "resized"
+    seed_everything(5)
+    data = ImageFolderDataModule(root, img_size=16, batch_size=6, val_size=6, test_size=3, num_workers=workers,
+                                 on_device=on_device, **options)  # fmt: skip
+    model = _Recorder()
+    trainer = Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)  # fmt: skip
+    trainer.fit(model, data)
+    return model.seen
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"crop": "resized", "crop_scale": (0.25, 1.0)}, {"crop": "resized", "store_size": 24, "augment": "randaugment"},
+     {"crop": "pad", "crop_padding": 2}],
+    ids=["resized", "resized-store24-randaugment", "pad"],
+)  # fmt: skip
+def test_images_of_many_sizes_and_modes_give_identical_batches_from_both_sources(options: dict, tmp_path: Path) -> None:
+    """Issue 53: one geometry whatever the source. Both store each image at one size the same way (the shorter side
+    resized to ``store_size``, the centre cropped); every crop, RandomResizedCrop included, is the device's."""
+    root = _mixed_folder(tmp_path / "mixed")
+    held = _folder_batches(root, True, 0, **options)
+    assert held[0][1].shape == (6, 3, 16, 16) and {kind for kind, _, _ in held} == {"train", "val"}
+    for workers in (0, 2):
+        streamed = _folder_batches(root, False, workers, **options)
+        assert len(streamed) == len(held)
+        for (kind, images, targets), (kind_s, images_s, targets_s) in zip(held, streamed, strict=True):
+            assert kind == kind_s and torch.equal(targets, targets_s) and torch.equal(images, images_s), workers
+
+
+def test_the_streaming_module_stores_images_of_many_sizes_as_memory_does(tmp_path: Path) -> None:
+    """Issue 53, under LitData: `prepare --format encoded` keeps the files; streamed, each is decoded at the stored
+    size as the in-memory source stores it, and cropped on the device (the workers' RandomResizedCrop is gone)."""
+    pytest.importorskip("litdata")
+    from helpers.cli import run_cli
+
+    from vitlit.data import ImageFolderDataModule
+    from vitlit.data.streaming import StreamingDataModule
+
+    root = _mixed_folder(tmp_path / "mixed")
+    options = {"img_size": 16, "crop": "resized", "store_size": 20, "batch_size": 6, "num_workers": 0}
+    run_cli("prepare", "--data", "ImageFolderDataModule", "--data.root", root, "--data.val_size", "6",
+            "--data.test_size", "3", "--data.store_size", "20", "--output", tmp_path / "chunks", "--format",
+            "encoded")  # fmt: skip
+    stream = StreamingDataModule(str(tmp_path / "chunks"), **options)
+    held = ImageFolderDataModule(root, val_size=6, test_size=3, on_device=True, **options)
+    for data in (stream, held):
+        data.setup("fit")
+    assert stream.pipeline(train=True).crop == "resized"  # the device crops, as for the images held in memory
+    streamed = torch.cat([images for images, _ in stream.val_dataloader()])
+    stored = held.val_dataloader().dataset.images
+    assert streamed.shape == stored.shape == (6, 3, 20, 20) and torch.equal(streamed, stored.cpu())

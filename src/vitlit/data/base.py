@@ -24,7 +24,6 @@ from lightning.pytorch import LightningDataModule
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler, Subset
-from torchvision.transforms import v2
 
 from vitlit.data import sources
 from vitlit.data.augment import Augment, Crop, Interpolation, Magnitude, Policy, channel_statistics
@@ -58,8 +57,7 @@ class BatchTransform(Protocol):
 class TransformedSubset(Dataset):
     """A view of ``dataset`` at ``indices`` with a per-image transform: what the streamed source's workers do.
 
-    The train and validation parts of one split share a dataset but may need different per-image geometry (a
-    RandomResizedCrop at the source's resolution), which ``torch.utils.data.Subset`` cannot express.
+    The transform is the stored geometry only (`vitlit.data.sources.Decode`): every crop is the training device's.
     """
 
     def __init__(self, dataset: Dataset, indices: Sequence[int] | None, transform: Any) -> None:
@@ -113,6 +111,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         crop_scale: ``crop: resized``: the range of the box's share of the image's area (timm's ``--scale``).
         crop_ratio: ``crop: resized``: the range of the box's aspect ratio, width / height (timm's ``--ratio``).
         interpolation: ``crop: resized``: how the box is resampled to ``img_size``, ``bilinear`` or ``bicubic``.
+        store_size: The side images of many sizes are stored at (the shorter side resized, the centre cropped) by
+            either source, and every training crop is taken from on the training device: ``None`` stores them at
+            ``img_size``. Larger gives ``crop: resized`` finer detail to crop from (e.g. 37 for ``img_size`` 32,
+            timm's 0.875 crop), at ``(store_size / img_size)^2`` the memory. Images that share one size
+            (``native_size``, CIFAR's) are stored as they are.
         hflip: Random horizontal flips in training.
         augment: Augmentation policy after crop and flip, torchvision's drawn per image on whole batches: ``none``,
             ``trivialaugment`` (TrivialAugmentWide), ``randaugment`` or ``autoaugment`` (the CIFAR-10 policy). 1 or 3
@@ -157,6 +160,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         crop_scale: tuple[PositiveFloat, PositiveFloat] = (0.08, 1.0),
         crop_ratio: tuple[PositiveFloat, PositiveFloat] = (0.75, 1.3333333333333333),
         interpolation: Interpolation = "bilinear",
+        store_size: PositiveInt | None = None,
         hflip: bool = True,
         augment: Policy = "none",
         randaugment_num_ops: PositiveInt = 2,
@@ -206,6 +210,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self.crop = crop
         self.crop_padding = self.img_size // 8 if crop_padding is None else int(crop_padding)
         self.crop_scale, self.crop_ratio, self.interpolation = scale, ratio, interpolation
+        self.store_size = None if store_size is None else as_builtin(store_size)
         self.hflip = hflip
         self.augment = augment
         self.randaugment_num_ops = as_builtin(randaugment_num_ops)
@@ -214,7 +219,6 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self.class_balanced = class_balanced
         self.on_device = on_device
         self._in_memory: bool | None = None  # decided at the first loader (`vitlit.data.sources.keep_in_memory`)
-        self._cropped_at_source = False  # the training crop done by the workers, at the images' own resolution
         self._augments: dict[bool, Augment] = {}  # the device half of the pipeline: training (True) and evaluation
         self.predict_dir = None if predict_dir is None else Path(predict_dir).expanduser()
         self._predict_images = [] if self.predict_dir is None else predict_files(self.predict_dir, self.in_chans)
@@ -347,11 +351,14 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         return self.predict_dir is not None and dataset is getattr(self, "_predict_folder", None)
 
     def stored_size(self, dataset: Dataset) -> int:
-        """The side ``dataset``'s images are handed over at: ``native_size`` where they share it, else ``img_size``.
+        """The side ``dataset``'s images are handed over at by either source: ``native_size``, else ``store_size``.
 
-        ``predict_dir``'s files may have any size; they are resized (shorter side) and centre-cropped to ``img_size``.
+        ``store_size`` ``None`` means ``img_size``. ``predict_dir``'s files may have any size; they are resized
+        (shorter side) and centre-cropped to ``img_size``.
         """
-        return self.native_size if self.native_size and not self.is_predict_folder(dataset) else self.img_size
+        if self.is_predict_folder(dataset):
+            return self.img_size
+        return self.native_size or self.store_size or self.img_size
 
     def device(self) -> torch.device:
         """The training device (the CPU outside a Trainer)."""
@@ -360,9 +367,10 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     # -- shared machinery ----------------------------------------------------------------------------------------
 
     def _view(self, dataset: Dataset, indices: Sequence[int] | None) -> TransformedSubset:
-        """Items ``indices`` of ``dataset``, decoded at its stored size (the streamed source's evaluation geometry)."""
+        """Items ``indices`` of ``dataset``, decoded at its stored size (what the streamed source's workers do)."""
         native = self.native_size and not self.is_predict_folder(dataset)  # as they are: they share one size
-        return TransformedSubset(dataset, indices, sources.Decode(self.in_chans, None if native else self.img_size))
+        return TransformedSubset(dataset, indices, sources.Decode(self.in_chans, None if native else
+                                                                  self.stored_size(dataset)))  # fmt: skip
 
     def hold_out_test(self, n: int, said: str | None = None) -> tuple[list[int], list[int]]:
         """The seeded (training, test) indices of ``n`` training items where the test split is carved out of them.
@@ -434,7 +442,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
                 from vitlit.data.policies import BatchPolicy  # runs that augment with a policy only
 
                 policy = BatchPolicy(self.augment, self.randaugment_num_ops, self.randaugment_magnitude)
-            crop = self.crop if train and not self._cropped_at_source else "none"
+            crop = self.crop if train else "none"
             self._augments[train] = Augment(
                 self.img_size, self.mean, self.std, crop=crop, crop_padding=self.crop_padding, scale=self.crop_scale,
                 ratio=self.crop_ratio, interpolation=self.interpolation, hflip=self.hflip and train, policy=policy,
@@ -488,16 +496,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         if self._in_memory is None:
             self._in_memory = self.on_device is not False and sources.keep_in_memory(self)
         sampler = self.sampler(split, train)
-        if train:  # images of many sizes are cropped by the workers, at their own resolution
-            self._cropped_at_source = not self._in_memory and self.crop == "resized" and not self.native_size
-            self._augments.pop(True, None)
         if self._in_memory:
             dataset, workers, collate = sources.in_memory(self, split.dataset, split.indices), 0, sources.whole_batch
-        elif train and self._cropped_at_source:
-            crop = v2.RandomResizedCrop(self.img_size, self.crop_scale, self.crop_ratio, antialias=True,
-                                        interpolation=v2.InterpolationMode(self.interpolation))  # fmt: skip
-            dataset = TransformedSubset(split.dataset, split.indices, sources.Decode(self.in_chans, None, crop))
-            workers, collate = self.workers, None
         else:
             dataset, workers, collate = split, self.workers, None
         return DataLoader(

@@ -71,8 +71,8 @@ def prepare(
         output: A new folder, or a URL LitData writes to (``s3://bucket/name``, ``gs://...``).
         format: ``raw``: each image as uint8 at the size it is handed over at in training (its own where all share
             one, else ``--data.img_size``): nothing to decode while training. ``encoded``: each image's file as it is
-            (PNG of the decoded image where there is no file): smaller, decoded by the workers in training, and
-            cropped there at its own resolution (``--data.crop resized``).
+            (PNG of the decoded image where there is no file): smaller, decoded by the workers in training at the
+            stored size (``--data.store_size``), as the in-memory source stores them.
         chunk_bytes: Size of each chunk file (LitData's ``chunk_bytes``).
         num_workers: Processes writing chunks.
         overwrite: Replace a data set an earlier ``prepare`` wrote at ``output``.

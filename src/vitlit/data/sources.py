@@ -8,10 +8,11 @@ everything else. The size is the one the images are stored at: their own where t
 - **In memory** (`InMemory`): the split decoded once into one (N, C, S, S) uint8 tensor on the training device (the
   data module's ``uint8_images_of`` hook takes it as it is, e.g. CIFAR's array); a batch is one indexing operation,
   no worker process touches it.
-- **Streamed** (`Decode`, a DataLoader's per-image transform): workers decode each image and do only the geometry that
-  needs its own resolution: resize (shorter side) and centre crop to ``img_size``, or, for training with
-  ``--data.crop resized``, torchvision's RandomResizedCrop at the image's own resolution. Images that share a size are
-  decoded and nothing else. Batches are collated as uint8: a quarter of float32's bytes to move.
+- **Streamed** (`Decode`, a DataLoader's per-image transform): workers decode each image and bring it to the stored
+  size as the in-memory source stores it (resize of the shorter side and centre crop to ``--data.store_size``, else
+  ``img_size``); images that share a size are decoded and nothing else. Every crop, RandomResizedCrop included, is
+  the training device's, so both sources give the same batches whatever the images' sizes. Batches are collated as
+  uint8: a quarter of float32's bytes to move.
 
 ``--data.on_device`` chooses (`keep_in_memory`): ``auto`` holds the splits in memory where their stored size fits in
 a quarter of the device's free memory, and says which source it took.
@@ -26,7 +27,6 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from PIL import Image
 from torch.utils.data import Dataset
-from torchvision.transforms import v2
 from torchvision.transforms.v2.functional import pil_to_tensor
 
 from vitlit.data.augment import resize_uint8
@@ -48,12 +48,10 @@ class Decode:
     Args:
         in_chans: Channels of the result (a PIL image is converted to ``L``, ``RGB`` or ``RGBA``).
         size: The stored size: resize (shorter side) and centre crop to it; ``None`` keeps the image as it is.
-        resized_crop: For training with ``--data.crop resized`` on images of many sizes: torchvision's
-            RandomResizedCrop to ``size`` at the image's own resolution, instead of the resize.
     """
 
-    def __init__(self, in_chans: int, size: int | None, resized_crop: v2.RandomResizedCrop | None = None) -> None:
-        self.in_chans, self.size, self.resized_crop = in_chans, size, resized_crop
+    def __init__(self, in_chans: int, size: int | None) -> None:
+        self.in_chans, self.size = in_chans, size
 
     def __call__(self, image: Image.Image | torch.Tensor) -> torch.Tensor:
         """A (C, H, W) uint8 tensor of ``image``."""
@@ -63,8 +61,6 @@ class Decode:
         if image.shape[0] != self.in_chans or image.dtype != torch.uint8:
             raise ValueError(f"an image of the data is {image.dtype} with {image.shape[0]} channels; vitlit reads "
                              f"uint8 images with in_chans={self.in_chans}.")  # fmt: skip
-        if self.resized_crop is not None:
-            return self.resized_crop(image)
         return image if self.size is None else resize_uint8(image, self.size)
 
 

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torchvision.transforms import v2
 
 from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.images import PIL_MODES, image_problem, inside, open_image
@@ -175,12 +174,7 @@ class StreamingDataModule(ImageClassificationDataModule):
         if "://" not in self.input_dir:
             check_chunks(Path(self.input_dir).expanduser() / split)
         raw, where = self.meta["format"] == "raw", f"{self.input_dir}/{split}"
-        crop = None
-        if train and not raw and self.crop == "resized":  # images of many sizes: cropped at their own resolution
-            crop = v2.RandomResizedCrop(self.img_size, self.crop_scale, self.crop_ratio, antialias=True,
-                                        interpolation=v2.InterpolationMode(self.interpolation))  # fmt: skip
-            self._cropped_at_source = True
-        decode = None if raw else Decode(self.in_chans, self.img_size, crop)
+        decode = None if raw else Decode(self.in_chans, self.store_size or self.img_size)  # as in memory: one geometry
         return litdata().StreamingDataset(
             where, cache_dir=self.cache_dir, max_cache_size=self.max_cache_size, shuffle=train, drop_last=train,
             seed=self.seed, transform=Sample(decode, where),
