@@ -88,6 +88,29 @@ def test_a_warmup_longer_than_the_run_is_refused_in_one_line(
     assert "ends inside the 20-step warmup" in scheduler.set_total_steps(15)  # a budget's later estimate: said
 
 
+def test_a_short_run_of_a_recipe_warms_up_for_its_share(
+    tmp_path: Path, digits_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 55, 1: `--trainer.max_epochs 1` of the digits recipe, and the README's own-images line through the
+    CIFAR recipe on a folder of a few hundred images, train (they were refused: a warmup longer than the run)."""
+    from vitlit.cli import main  # not run_cli: its fits warm up for none, and these take the recipes' own warmups
+
+    fit = main(["fit", "--config", str(DIGITS_CONFIG), "--trainer.max_epochs", "1", "--trainer.limit_val_batches",
+                "1", "--trainer.default_root_dir", str(tmp_path / "digits")])  # fmt: skip
+    steps = fit.trainer.global_step
+    assert steps == 1213 // 64 and fit.model.lr_schedulers().warmup_steps == round(0.1 * steps)
+    assert f"warmup_steps 0.1: {round(0.1 * steps)} of the run's {steps} optimizer steps" in capsys.readouterr().err
+    few = tmp_path / "few"
+    for label in ("0", "1", "2"):
+        (few / label).mkdir(parents=True)
+        for image in sorted((digits_dir / "train" / label).iterdir())[:100]:
+            (few / label / image.name).symlink_to(image)
+    fit = main(["fit", "--config", str(TINY_CONFIG), *CPU, *TINY_MODEL, "--data", "ImageFolderDataModule",
+                "--data.root", str(few), "--data.num_workers", "0", "--trainer.max_epochs", "3",
+                "--trainer.default_root_dir", str(tmp_path / "own")])  # fmt: skip
+    assert fit.trainer.global_step == 3 and fit.model.lr_schedulers().warmup_steps == 0
+
+
 def test_workers_are_capped_at_the_cores(digits_dir: Path) -> None:
     data = ImageFolderDataModule(digits_dir, num_workers=64)
     assert data.workers == len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

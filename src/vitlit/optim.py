@@ -16,7 +16,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from vitlit.errors import ConfigError
-from vitlit.types import NonNegativeInt, PositiveInt, Probability
+from vitlit.types import PositiveInt, Probability
 
 # Marks timm's decayed groups so that the optimizer's configured weight decay applies to them (see param_groups).
 _CONFIGURED_DECAY = -1.0
@@ -95,9 +95,11 @@ class WarmupCosineLR(LambdaLR):
 
     Args:
         optimizer: The wrapped optimizer; its learning rates are the peak values.
-        warmup_steps: Optimizer steps of linear warmup from ``lr / warmup_steps`` to ``lr`` (0 disables warmup),
-            exactly as given: a warmup as long as the run or longer is refused in one line when the run's length is
-            known, as its learning rate would never reach the peak.
+        warmup_steps: The linear warmup from ``lr / warmup_steps`` to ``lr``: a count of optimizer steps (an int; 0
+            disables it), or a share of the run's optimizer steps (a float in [0, 1), timm's ``--warmup-epochs`` in
+            the run's own measure), resolved to steps when the run's length is known and said in one line, so that a
+            shorter run (``--trainer.max_epochs 2``) warms up for its share. A count as long as the run or longer is
+            refused in one line when the run's length is known, as its learning rate would never reach the peak.
         total_steps: Optimizer steps of the whole run, warmup included; ``None`` lets the model fill it in.
         min_lr_ratio: The floor at the end of the cosine, as a fraction of the peak learning rate.
         decay_fraction: The share of the steps after the warmup over which the cosine decays; the rate holds at its
@@ -107,14 +109,22 @@ class WarmupCosineLR(LambdaLR):
     def __init__(
         self,
         optimizer: torch.optim.Optimizer,
-        warmup_steps: NonNegativeInt = 500,
+        warmup_steps: int | float = 500,
         total_steps: PositiveInt | None = None,
         min_lr_ratio: Probability = 0.01,
         decay_fraction: Probability = 1.0,
     ) -> None:
         # Plain numbers: the parser's constrained types would make the checkpoint's scheduler state unreadable for
         # torch.load(weights_only=True).
-        self.warmup_steps = int(warmup_steps)
+        # A plain int | float (not constrained types): jsonargparse would dump a union of them wrongly (0.1 as 0).
+        if isinstance(warmup_steps, bool) or not (
+            (isinstance(warmup_steps, int) and warmup_steps >= 0)
+            or (isinstance(warmup_steps, float) and 0 <= warmup_steps < 1)
+        ):
+            raise ConfigError(f"warmup_steps={warmup_steps!r} is neither a count of steps (0 or more) nor a share of "
+                              f"the run in [0, 1); use e.g. 500 or 0.05.")  # fmt: skip
+        self.warmup_share = float(warmup_steps) if isinstance(warmup_steps, float) else None
+        self.warmup_steps = 0 if self.warmup_share is not None else int(warmup_steps)  # a share: set with the length
         self.total_steps = None
         self.min_lr_ratio, self.decay_fraction = float(min_lr_ratio), float(decay_fraction)
         super().__init__(optimizer, self.lr_factor)
@@ -128,10 +138,16 @@ class WarmupCosineLR(LambdaLR):
             ConfigError: The first time, for a warmup as long as the run or longer, which never reaches the peak.
 
         Returns:
-            A one-line note when a later, shorter estimate of the length (`vitlit.runs.budget`) ends inside the
-            warmup, else ``None``.
+            A one-line note: the steps a warmup given as a share resolved to (the first time), or a later, shorter
+            estimate of the length (`vitlit.runs.budget`) that ends inside the warmup; else ``None``.
         """
         first, self.total_steps = self.total_steps is None, int(total_steps)
+        if self.warmup_share is not None:  # the share's steps, always inside the run
+            self.warmup_steps = min(round(self.warmup_share * self.total_steps), self.total_steps - 1)
+            for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
+                group["lr"] = base * self.lr_factor(self.last_epoch)  # the rate of this step, with the warmup known
+            share = f"warmup_steps {self.warmup_share:g}"
+            return f"{share}: {self.warmup_steps} of the run's {self.total_steps} optimizer steps" if first else None
         if self.warmup_steps < self.total_steps:
             return None
         if first:
