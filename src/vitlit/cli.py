@@ -34,7 +34,7 @@ from vitlit.errors import CheckFailed, ConfigError, TrainingHalted
 from vitlit.memory import check_activations
 from vitlit.run_dir import Placed, place_run, resolve_checkpoint, run_of_checkpoint, saved_config, unlock
 from vitlit.streams import stream_gone, tell
-from vitlit.text import EscapedLog, say
+from vitlit.text import clean, say
 
 PROG = "vitlit"
 #: Subcommands beside LightningCLI's four: name -> the function whose typed, documented arguments are its flags. A
@@ -52,8 +52,6 @@ TOOLS = {name: to for name, to in TOOLS.items()
 #: Lightning's log lines a vitlit user cannot act on (advertisements, what the resume line says better, the seed that
 #: the run card keeps), and the loggers they come from.
 QUIET = ("💡 Tip:", " was raised with message: ", "Received SIGTERM", "attempting graceful shutdown", "Seed set to")
-#: The loggers of the lines Lightning and vitlit's `rank_zero_info` print (`vitlit.text.EscapedLog`).
-LOGGED = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
 QUIET_LOGGERS = [
     f"lightning.{name}"
     for name in (
@@ -289,13 +287,15 @@ def _main_thread() -> bool:
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """Leave out Lightning's notes and warnings a user cannot act on, while the CLI runs (`QUIET`).
+    """Leave out Lightning's notes and warnings a user cannot act on, while the CLI runs (`QUIET`); clean the rest.
 
-    Every entry is listed, with its reason, in docs/training.md: "What the command line leaves out of the log".
+    Cleaning (`vitlit.text.clean`) shows escapes and redacts credentials, in vitlit's own ``rank_zero_info`` lines
+    too. Every entry is listed, with its reason, in docs/training.md: "What the command line leaves out of the log".
     """
 
     def note(record: logging.LogRecord) -> bool:  # a callable is a filter too
-        return not any(text in record.getMessage() for text in QUIET)
+        record.msg, record.args = clean(record.getMessage()), None
+        return not any(text in record.msg for text in QUIET)
 
     loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
     for logger in loggers:
@@ -333,14 +333,12 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         SystemExit: With status 2 and a one-line message on a user error (bad option, value, path or checkpoint).
     """
     argv = sys.argv[1:] if args is None else [str(a) for a in args]
-    escaped, logs = EscapedLog(), [logging.getLogger(name) for name in LOGGED]
-    for log in logs:  # every log line of Lightning's and vitlit's own `rank_zero_info` leaves through `clean`
-        log.addFilter(escaped)
     try:
         if argv and argv[0] in TOOLS:
             from vitlit.run_tool import run_tool  # loaded for a tool's run only
 
-            return run_tool(argv[0], argv[1:])
+            with quiet():
+                return run_tool(argv[0], argv[1:])
         cfg.check_config_files(argv)
         with quiet(), interrupts_stop_the_fit() if argv[:1] == ["fit"] else contextlib.nullcontext():
             defaults = {"default_config_files": [str(cfg.DEFAULTS)]}
@@ -377,6 +375,3 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         if line is None:  # not a user's error: its traceback is wanted
             raise
         _exit(line)
-    finally:
-        for log in logs:
-            log.removeFilter(escaped)

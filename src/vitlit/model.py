@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
 from typing import Any
 
 import timm
@@ -120,18 +118,9 @@ class ViTClassifier(LightningModule):
             self.net.compile()
         self.criterion = loss if loss is not None else nn.CrossEntropyLoss(label_smoothing=label_smoothing or 0.0)
         if loss is not None:  # tried on what it will get (logits, class indices) before the run starts
-            try:
-                with warnings.catch_warnings():  # MSELoss warns of broadcasting before it fails: the line below says it
-                    warnings.simplefilter("ignore")
-                    value = loss(torch.zeros(2, num_classes), torch.zeros(2, dtype=torch.long))
-                problem = None if value.numel() == 1 else f"it gives shape {tuple(value.shape)}, not one number"
-            except Exception as err:
-                problem = str(err).splitlines()[0][:120]
-            if problem:
-                raise ConfigError(
-                    f"loss {type(loss).__name__} does not fit logits of shape (batch, {num_classes}) and class "
-                    f"indices ({problem}); use a classification loss such as torch.nn.CrossEntropyLoss."
-                )
+            from vitlit.preflight import check_loss  # runs with a loss of the user's only
+
+            check_loss(loss, num_classes)
         # average="micro" is plain accuracy; torchmetrics' default ("macro") would average per-class recalls.
         # validate_args=False: the check counts unique target values on the host, a GPU sync on every step; the
         # inputs here are the model's own logits and class indices.
@@ -193,49 +182,11 @@ class ViTClassifier(LightningModule):
                 f"img_size={hp.img_size} is not divisible by the patch size {patch} of {hp.model_name}; "
                 f"change --data.img_size or --model.patch_size."
             )
-        if hp.pretrained_file is not None:
-            path = Path(hp.pretrained_file).expanduser()
-            if not path.is_file():
-                raise ConfigError(
-                    f"pretrained_file={hp.pretrained_file!r} does not exist; give the path of a weights file."
-                )
-            kwargs["pretrained_cfg_overlay"] = {"file": str(path)}
-            from vitlit.checkpoints import UNREADABLE, refuse_compressed  # what a damaged weights file raises
+        if hp.pretrained_file is not None or hp.pretrained:
+            from vitlit.pretrained import create_pretrained  # runs from pretrained weights only
 
-            refuse_compressed(path, "pretrained_file")
-            try:  # timm reads the file with torch.load(weights_only=True), or safetensors: no code runs from it
-                # timm loads non-strictly when the class count changes, so a file of another model would be
-                # skipped without a word and training would start from random weights: check the names first.
-                if not set(timm.models.load_state_dict(str(path))) & set(probe.state_dict()):
-                    raise KeyError("it shares no parameter name with the model")
-                net = timm.create_model(hp.model_name, pretrained=True, **kwargs)
-            except (*UNREADABLE, KeyError) as err:
-                # torch's report starts "Error(s) in loading state_dict for ...:"; the line after it names the key.
-                lines = [line.strip() for line in str(err).strip("'\" \n").splitlines() if line.strip()]
-                first_line = lines[1:2] if lines and lines[0].startswith("Error(s) in loading") else lines[:1]
-                first_line = first_line[0] if first_line else type(err).__name__
-                raise ConfigError(
-                    f"pretrained_file={hp.pretrained_file!r} is not a readable state dict of {hp.model_name} "
-                    f"({first_line[:200]}); give a .pth/.safetensors file of that timm model's weights."
-                ) from None
-            from vitlit.pretrained import say_adapted  # runs from pretrained weights only
-
-            say_adapted(hp.model_name, probe, str(path))
-            return net
-        try:
-            net = timm.create_model(hp.model_name, pretrained=hp.pretrained, **kwargs)
-        except (OSError, RuntimeError, ValueError) as err:  # no network (the hub's errors are OSErrors), no weights
-            if not hp.pretrained:
-                raise
-            raise ConfigError(
-                f"timm's pretrained weights of {hp.model_name} could not be loaded ({type(err).__name__}); without "
-                f"access to the Hugging Face hub give them as a file: --model.pretrained_file <weights>."
-            ) from None
-        if hp.pretrained:
-            from vitlit.pretrained import say_adapted
-
-            say_adapted(hp.model_name, probe, "timm's pretrained weights")
-        return net
+            return create_pretrained(hp, probe, kwargs)
+        return timm.create_model(hp.model_name, pretrained=False, **kwargs)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Return class logits (batch, num_classes) for images of shape (batch, in_chans, img_size, img_size)."""

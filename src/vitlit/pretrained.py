@@ -9,6 +9,7 @@ gave none. The values then stand in the run's saved ``config.yaml``, so evaluati
 from __future__ import annotations
 
 from collections.abc import MutableMapping
+from pathlib import Path
 from typing import Any
 
 import timm
@@ -18,6 +19,7 @@ from timm.models import get_pretrained_cfg
 from torch import nn
 
 from vitlit.data.augment import channel_statistics
+from vitlit.errors import ConfigError
 
 
 def pretrained_statistics(model_name: str, in_chans: int = 3) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
@@ -66,3 +68,52 @@ def say_adapted(model_name: str, net: nn.Module, source: str) -> None:
                if k in original and original[k].shape != v.shape]  # fmt: skip
     said = [f"{k} {a} -> {b} ({'new' if k.startswith('head') else 'resampled'})" for k, a, b in changed]
     rank_zero_info(f"vitlit: loaded {source} into {model_name}; adapted: {', '.join(said) or 'nothing'}")
+
+
+def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.Module:
+    """The timm model of ``hp`` (a `ViTClassifier`'s hyperparameters) with pretrained weights: a file, or timm's own.
+
+    Args:
+        hp: The hyperparameters: ``model_name``, ``pretrained``, ``pretrained_file``.
+        probe: The same model built on the meta device (its parameter names, to check a file's against).
+        kwargs: The keyword arguments of ``timm.create_model`` for the architecture.
+
+    Raises:
+        ConfigError: For a file that is missing, unreadable or another model's, or hub weights that cannot be had.
+    """
+    if hp.pretrained_file is not None:
+        path = Path(hp.pretrained_file).expanduser()
+        if not path.is_file():
+            raise ConfigError(
+                f"pretrained_file={hp.pretrained_file!r} does not exist; give the path of a weights file."
+            )
+        kwargs = {**kwargs, "pretrained_cfg_overlay": {"file": str(path)}}
+        from vitlit.checkpoints import UNREADABLE, refuse_compressed  # what a damaged weights file raises
+
+        refuse_compressed(path, "pretrained_file")
+        try:  # timm reads the file with torch.load(weights_only=True), or safetensors: no code runs from it
+            # timm loads non-strictly when the class count changes, so a file of another model would be skipped
+            # without a word and training would start from random weights: check the names first.
+            if not set(timm.models.load_state_dict(str(path))) & set(probe.state_dict()):
+                raise KeyError("it shares no parameter name with the model")
+            net = timm.create_model(hp.model_name, pretrained=True, **kwargs)
+        except (*UNREADABLE, KeyError) as err:
+            # torch's report starts "Error(s) in loading state_dict for ...:"; the line after it names the key.
+            lines = [line.strip() for line in str(err).strip("'\" \n").splitlines() if line.strip()]
+            first_line = lines[1:2] if lines and lines[0].startswith("Error(s) in loading") else lines[:1]
+            first_line = first_line[0] if first_line else type(err).__name__
+            raise ConfigError(
+                f"pretrained_file={hp.pretrained_file!r} is not a readable state dict of {hp.model_name} "
+                f"({first_line[:200]}); give a .pth/.safetensors file of that timm model's weights."
+            ) from None
+        say_adapted(hp.model_name, probe, str(path))
+        return net
+    try:
+        net = timm.create_model(hp.model_name, pretrained=True, **kwargs)
+    except (OSError, RuntimeError, ValueError) as err:  # no network (the hub's errors are OSErrors), no weights
+        raise ConfigError(
+            f"timm's pretrained weights of {hp.model_name} could not be loaded ({type(err).__name__}); without "
+            f"access to the Hugging Face hub give them as a file: --model.pretrained_file <weights>."
+        ) from None
+    say_adapted(hp.model_name, probe, "timm's pretrained weights")
+    return net

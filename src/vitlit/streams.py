@@ -20,9 +20,10 @@ def stream_gone(stream: TextIO | None = None) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), (stream or sys.stdout).fileno())
 
 
-def tell(line: str) -> None:
-    """Print ``line`` to the standard error, unless a closed terminal took it away (then nowhere, not a traceback)."""
+def tell(*lines: str) -> None:
+    """Print ``lines`` to the standard error, each through `vitlit.text.clean`; nowhere once a terminal is gone."""
     try:
-        print(clean(line), file=sys.stderr, flush=True)
+        for line in lines:
+            print(clean(line), file=sys.stderr, flush=True)
     except OSError:
         stream_gone(sys.stderr)

@@ -6,14 +6,13 @@ HTML. Each destination gets its own form: `shown` for terminals and line-based f
 `redacted` for anything that may hold a URL with credentials, `cell` for a spreadsheet's cell. Formats with their own
 quoting (JSON, YAML written by a YAML library) need none of these.
 
-Every line vitlit prints leaves through `say` (or, for Lightning's log lines and vitlit's own ``rank_zero_info``, the
-`EscapedLog` filter the command line puts on their logger): escapes shown, credentials redacted wherever they stand,
-a library's quoted message included.
+Every line vitlit prints leaves through `clean`: `say` prints vitlit's lines, and the command line's log filter
+(`vitlit.cli.quiet`) cleans Lightning's and vitlit's own ``rank_zero_info``: escapes shown, credentials redacted
+wherever they stand, a library's quoted message included.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 import sys
 from urllib.parse import unquote
@@ -88,11 +87,3 @@ def cell(text: object, path: bool = False) -> str:
     """
     value = _IN_PATH.sub(lambda m: ascii(m.group())[1:-1], str(text)) if path else shown(text)
     return f"'{value}" if str(text).startswith(_FORMULA) else value
-
-
-class EscapedLog(logging.Filter):
-    """A log filter that passes every record through `clean`: the log lines of Lightning and vitlit's own."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.msg, record.args = clean(record.getMessage()), None
-        return True

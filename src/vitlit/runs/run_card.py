@@ -127,7 +127,7 @@ class RunCard(Callback):
         if self.card:
             self.card["epochs_done"], self.card["exit_reason"] = trainer.current_epoch, _why_stopped(trainer)
             self._write(trainer)
-            tell(summary(self.card, trainer))
+            tell(*summary(self.card, trainer))
 
     @rank_zero_only
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
@@ -172,7 +172,7 @@ def _short(path: str | Path) -> str:
     return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
-def summary(card: dict[str, Any], trainer: Trainer) -> str:
+def summary(card: dict[str, Any], trainer: Trainer) -> list[str]:
     """The lines a fit ends with: how it ended, where its checkpoints are, and the commands that use them."""
     run = Path(card["run_dir"])
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback is not None else ""
@@ -200,7 +200,7 @@ def summary(card: dict[str, Any], trainer: Trainer) -> str:
         lines.append(f"  {'warning':<10}  {chance}")
     elif pick:
         lines += [f"  {'next' if i == 0 else '':<10}  {c}" for i, c in enumerate(commands)]
-    return "\n".join(lines)
+    return lines
 
 
 def _near_chance(card: dict[str, Any], trainer: Trainer) -> str | None:
