@@ -263,3 +263,12 @@ def test_a_resumes_notes_nobody_can_act_on_are_left_out() -> None:
             rank_zero_warn("You're resuming from a checkpoint that ended before the epoch ended and your dataloader")
             rank_zero_warn("The number of training batches (3) is smaller than the logging interval")
     assert [str(w.message)[:14] for w in caught] == ["The number of "]  # that one the user can act on
+
+
+def test_a_folder_named_nan_is_a_folder(tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 53: `--data.root nan` was refused as "not a finite number"; a name is never a number."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nan").symlink_to(digits_dir)
+    fit = run_cli("fit", "--config", DIGITS_CONFIG, "--data", "ImageFolderDataModule", "--data.root", "nan", "--trainer.fast_dev_run", "1",
+                  "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    assert fit.trainer.global_step == 1 and (tmp_path / "nan").is_dir()

@@ -26,6 +26,8 @@ MAX_YAML_BYTES, MAX_YAML_VALUES = 1_000_000, 100_000
 #: Arguments that name a file or folder, in any data module or model (their ``init_args``, or those of a class given
 #: to the model, such as a distillation's teacher); ``teacher`` is a path only where it names an existing file.
 PATH_ARGUMENTS = ("root", "data_dir", "predict_dir", "pretrained_file", "teacher_file", "teacher")
+#: Arguments whose value is a name (a file, folder or URL), never a number: ``nan`` or ``inf`` there is a name.
+NAMED = (*PATH_ARGUMENTS, "path", "input_dir", "cache_dir", "output", "default_root_dir", "ckpt_path", "config")
 
 
 def load_yaml(text: str, where: str) -> Any:
@@ -103,7 +105,8 @@ def check_finite_flags(argv: list[str]) -> None:
     for i, flag in enumerate(argv):
         value = argv[i + 1] if i + 1 < len(argv) else ""  # a --flag=value may come last
         flag, value = (flag.split("=", 1) if "=" in flag else (flag, value)) if flag.startswith("--") else ("", "")
-        if not math.isfinite(_number(value) or 0.0):  # nan, inf, 1e400 (read as inf)
+        named = flag.rsplit(".", 1)[-1].lstrip("-") in NAMED  # a folder called nan is a folder, not a number
+        if not named and not math.isfinite(_number(value) or 0.0):  # nan, inf, 1e400 (read as inf)
             raise ConfigError(f"{flag}={value} is not a finite number; give a number such as 0.1.")
         if ("&" in value and "*" in value) or ("\\" in value and '"' in value and _is_yaml(value)):
             load_yaml(value, f"the value of {flag}")
