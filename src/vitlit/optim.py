@@ -121,8 +121,8 @@ class WarmupCosineLR(LambdaLR):
             (isinstance(warmup_steps, int) and warmup_steps >= 0)
             or (isinstance(warmup_steps, float) and 0 <= warmup_steps < 1)
         ):
-            raise ConfigError(f"warmup_steps={warmup_steps!r} is neither a count of steps (0 or more) nor a share of "
-                              f"the run in [0, 1); use e.g. 500 or 0.05.")  # fmt: skip
+            raise ConfigError(f"warmup_steps={warmup_steps!r} is neither a count of steps (an int, v>=0) nor a share "
+                              f"of the run (a float, 0<=v<1); use e.g. 500 or 0.05.")  # fmt: skip
         self.warmup_share = float(warmup_steps) if isinstance(warmup_steps, float) else None
         self.warmup_steps = 0 if self.warmup_share is not None else int(warmup_steps)  # a share: set with the length
         self.total_steps = None

@@ -250,7 +250,9 @@ def epoch_loader() -> type:
 
     class EpochLoader(litdata().StreamingDataLoader):
         def __iter__(self) -> Any:
-            if self.restore and self.state_dict()["num_samples_yielded"] >= len(self) * self.batch_size:
+            # The count of samples handed out this epoch, read (not set) where the loader keeps it: its public
+            # state_dict() would do, but asking it of a restored stream moves where that stream resumes.
+            if self.restore and self._num_samples_yielded_streaming >= len(self) * self.batch_size:
                 self.restore = False  # the resumed epoch is done: the next one starts afresh
             return super().__iter__()
 
