@@ -104,3 +104,11 @@ def test_a_fit_refuses_a_data_set_whose_splits_are_not_its_descriptions(
                    "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
     assert "the val split is not the one vitlit's description was written with" in line
     assert not (tmp_path / "runs").exists()
+
+
+def test_prepare_leaves_ctrl_c_to_the_process(digits: Path) -> None:
+    """LitData's optimize installs a Ctrl-C handler of its own and leaves it: a later fit in the same process (a
+    notebook) would hand Ctrl-C to it instead of stopping at the next step with a checkpoint."""
+    import signal
+
+    assert digits.is_dir() and signal.getsignal(signal.SIGINT) is signal.default_int_handler

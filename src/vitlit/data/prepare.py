@@ -20,7 +20,7 @@ from PIL import Image
 
 from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.sources import Decode
-from vitlit.data.streaming import MANIFEST, SPLITS, litdata, read_meta, write_meta
+from vitlit.data.streaming import MANIFEST, SPLITS, litdata, own_ctrl_c, read_meta, write_meta
 from vitlit.errors import ConfigError
 from vitlit.owned import check_replaceable, digest, staged_folder, write_manifest
 from vitlit.text import say
@@ -121,9 +121,10 @@ def _write(
         files = data.files_of(split.dataset)
         item = Item(split, data.targets(split), None if files is None else [files[i] for i in split.indices],
                     Decode(data.in_chans, size) if format == "raw" else None)  # fmt: skip
-        ld.optimize(fn=item, inputs=list(range(len(split))), output_dir=f"{output}/{name}", chunk_bytes=chunk_bytes,
-                    num_workers=int(num_workers), mode="overwrite" if overwrite else None, keep_data_ordered=True,
-                    verbose=False)  # fmt: skip
+        with own_ctrl_c():
+            ld.optimize(fn=item, inputs=list(range(len(split))), output_dir=f"{output}/{name}", chunk_bytes=chunk_bytes,
+                        num_workers=int(num_workers), mode="overwrite" if overwrite else None, keep_data_ordered=True,
+                        verbose=False)  # fmt: skip
         counts[name] = len(split)
         if "://" not in output:  # each split's index as written: a fit refuses a description of other splits
             indexes[name] = digest(Path(output) / name / "index.json")

@@ -14,9 +14,12 @@ source (`vitlit.data.augment`, on the training device).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -259,10 +262,25 @@ def epoch_loader() -> type:
     return EpochLoader
 
 
+@contextlib.contextmanager
+def own_ctrl_c() -> Iterator[None]:
+    """Keep this process's Ctrl-C handler across ``litdata.optimize``, which installs its own and leaves it there.
+
+    A later fit in the same process (a notebook, the tests) would otherwise hand Ctrl-C to LitData's handler instead
+    of stopping at the next step with a checkpoint.
+    """
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+
+
 def write_meta(output: str, meta: dict[str, Any]) -> None:
     """Write vitlit's description of a prepared data set as a one-item LitData set in ``<output>/vitlit``."""
-    litdata().optimize(fn=_meta_item, inputs=[json.dumps(meta)], output_dir=f"{output}/{META}", chunk_bytes="1MB",
-                       num_workers=1, mode="overwrite", verbose=False)  # fmt: skip
+    with own_ctrl_c():
+        litdata().optimize(fn=_meta_item, inputs=[json.dumps(meta)], output_dir=f"{output}/{META}",
+                           chunk_bytes="1MB", num_workers=1, mode="overwrite", verbose=False)  # fmt: skip
 
 
 def _meta_item(text: str) -> dict[str, str]:
