@@ -269,6 +269,6 @@ def test_a_folder_named_nan_is_a_folder(tmp_path: Path, digits_dir: Path, monkey
     """Issue 53: `--data.root nan` was refused as "not a finite number"; a name is never a number."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "nan").symlink_to(digits_dir)
-    fit = run_cli("fit", "--config", DIGITS_CONFIG, "--data", "ImageFolderDataModule", "--data.root", "nan", "--trainer.fast_dev_run", "1",
-                  "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    fit = run_cli("fit", "--config", DIGITS_CONFIG, "--data", "ImageFolderDataModule", "--data.root", "nan",
+                  "--trainer.fast_dev_run", "1", "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
     assert fit.trainer.global_step == 1 and (tmp_path / "nan").is_dir()
