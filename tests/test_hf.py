@@ -102,3 +102,43 @@ def test_an_unreachable_hub_is_said_within_seconds(monkeypatch: pytest.MonkeyPat
     started = time.monotonic()
     assert "127.0.0.1 cannot be reached" in _hub_reachable(timeout=2)
     assert time.monotonic() - started < 5
+
+
+def _hub_layout(folder: Path, labels: dict[str, int]) -> Path:
+    """The digits in the hub's CIFAR layout: the image in ``img``, ClassLabel columns of the given class counts."""
+    from datasets import ClassLabel, Dataset, Features
+    from datasets import Image as HFImage
+    from helpers.hf import digits_rows
+
+    images, targets = digits_rows(300)
+    columns = {"img": images, **{name: [t % k for t in targets] for name, k in labels.items()}}
+    features = {"img": HFImage(), **{name: ClassLabel(names=[f"c{i}" for i in range(k)]) for name, k in labels.items()}}
+    folder.mkdir(parents=True)
+    Dataset.from_dict(columns, features=Features(features)).to_parquet(str(folder / "train-00000-of-00001.parquet"))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("labels", "column"), [({"label": 10}, "label"), ({"fine_label": 100, "coarse_label": 20}, "fine_label")],
+    ids=["cifar10", "cifar100"],
+)  # fmt: skip
+def test_the_hubs_cifar_layouts_load_with_only_the_path(
+    labels: dict[str, int], column: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 55, 2: `img` and `fine_label` were found after a full start-up, each needing a flag."""
+    folder = _hub_layout(tmp_path / "hub", labels)
+    with caplog.at_level("INFO"):
+        fit = _fit(folder, tmp_path / "runs")
+    assert fit.datamodule.image_column == "img" and fit.datamodule.label_column == column
+    assert fit.datamodule.num_classes == labels[column]
+    assert ("labels from column 'fine_label' (100 classes)" in caplog.text) == (column == "fine_label")
+    assert "has no validation split: 27 of 270 training images carved for it (--data.val_size 0.1" in caplog.text
+
+
+def test_two_label_columns_of_one_size_are_refused_naming_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _hub_layout(tmp_path / "hub", {"a": 10, "b": 10})
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *HF, "--data.path", folder,
+                   "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    assert "has the ClassLabel columns a, b; name the one to use with --data.label_column" in line

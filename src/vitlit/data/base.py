@@ -395,6 +395,9 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             if val_dataset is None:
                 pool = pool or list(range(len(dataset)))
                 parts = split_indices(len(pool), self.val_size, self.seed)
+                rank_zero_info(f"vitlit: {type(self).__name__} has no validation split: {len(parts[1]):,} of "
+                               f"{len(pool):,} training images carved for it (--data.val_size {self.val_size}, seed "
+                               f"{self.seed})")  # fmt: skip
                 self.train_set, self.val_set = (self._view(dataset, [pool[i] for i in part]) for part in parts)
             else:
                 self.train_set, self.val_set = self._view(dataset, pool), self._view(val_dataset, None)

@@ -206,8 +206,11 @@ class HFDataModule(ImageClassificationDataModule):
         path: A folder written by ``save_to_disk``; Parquet files (a folder of ``*.parquet``, whose file names
             name the splits as the hub's do, a file, or a glob); or a hub name such as ``user/name``, which needs
             the network (or the local cache).
-        image_column: The column of images (``Image`` feature or encoded bytes).
-        label_column: The column of class labels.
+        image_column: The column of images (``Image`` feature or encoded bytes); ``None``: the data set's only
+            ``Image`` column (the hub's ``cifar10`` calls it ``img``), else one named ``image``.
+        label_column: The column of class labels; ``None``: the only ``ClassLabel`` column, or of several the one with
+            the most classes (the hub's ``cifar100``: ``fine_label``, not ``coarse_label``), said in one line; else one
+            named ``label``.
         val_size: Validation images carved from training where the data set has no validation split: a count (int)
             or a fraction (float in (0, 1)).
         test_size: Test images held out of training where the data set has no test split, as ``val_size``.
@@ -219,8 +222,8 @@ class HFDataModule(ImageClassificationDataModule):
     def __init__(
         self,
         path: str,
-        image_column: str = "image",
-        label_column: str = "label",
+        image_column: str | None = None,
+        label_column: str | None = None,
         val_size: int | float = 0.1,
         test_size: int | float = 0.1,
         bad_images: Literal["error", "skip"] = "error",
@@ -229,14 +232,16 @@ class HFDataModule(ImageClassificationDataModule):
         super().__init__(val_size=val_size, test_size=test_size, **kwargs)
         if self.in_chans not in PIL_MODES:
             raise ConfigError(f"in_chans={self.in_chans}: images are read with 1, 3 or 4 channels.")
-        self.path, self.image_column, self.label_column = str(path), image_column, label_column
-        self.bad_images, self.skipped = bad_images, []
+        self.path, self.bad_images, self.skipped = str(path), bad_images, []
         found = load_splits(self.path)
+        train = next((found[name] for name in found if name.lower() in SPLIT_NAMES["train"]), None)
+        features = getattr(train, "features", {}) or {}
+        self.image_column = image_column or self._column(features, "Image", "image", "image_column")
+        self.label_column = label_column or self._column(features, "ClassLabel", "label", "label_column")
         self._tables = self._by_role(found)
         train = self._tables["train"]
-        for column in (image_column, label_column):
+        for flag, column in (("image_column", self.image_column), ("label_column", self.label_column)):
             if column not in train.column_names:
-                flag = "image_column" if column == image_column else "label_column"
                 raise ConfigError(f"{self.path} has no column {column!r} (it has {', '.join(train.column_names)}); "
                                   f"name yours with --data.{flag}.")  # fmt: skip
         self._classes, self._index = self._classes_of(train)
@@ -248,6 +253,24 @@ class HFDataModule(ImageClassificationDataModule):
             validation_count(len(self._rows["train"]), self.val_size)  # fail now, not after the run folder exists
 
     # -- reading the data set ------------------------------------------------------------------------------------
+
+    def _column(self, features: dict[str, Any], kind: str, usual: str, flag: str) -> str:
+        """The column of ``kind`` (``Image`` or ``ClassLabel``) where the data set has one, else ``usual``.
+
+        Several labels (the hub's ``cifar100``: 100 fine and 20 coarse classes): the one with the most classes, said
+        in one line; a tie is refused naming them.
+        """
+        found = [name for name, feature in features.items() if type(feature).__name__ == kind]
+        if len(found) < 2:
+            return found[0] if found else usual
+        sizes = {name: getattr(features[name], "num_classes", 0) for name in found}
+        most = sorted(found, key=lambda name: -sizes[name])
+        if kind != "ClassLabel" or sizes[most[0]] == sizes[most[1]]:
+            raise ConfigError(f"{self.path} has the {kind} columns {', '.join(found)}; name the one to use with "
+                              f"--data.{flag}.")  # fmt: skip
+        rank_zero_info(f"vitlit: {self.path}: labels from column {most[0]!r} ({sizes[most[0]]} classes), of the "
+                       f"ClassLabel columns {', '.join(found)}; --data.{flag} takes another")  # fmt: skip
+        return most[0]
 
     def _by_role(self, found: dict[str, Any]) -> dict[str, Any]:
         """The splits as vitlit's train/val/test, their image column read as encoded bytes."""
