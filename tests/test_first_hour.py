@@ -272,3 +272,22 @@ def test_a_folder_named_nan_is_a_folder(tmp_path: Path, digits_dir: Path, monkey
     fit = run_cli("fit", "--config", DIGITS_CONFIG, "--data", "ImageFolderDataModule", "--data.root", "nan",
                   "--trainer.fast_dev_run", "1", "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
     assert fit.trainer.global_step == 1 and (tmp_path / "nan").is_dir()
+
+
+def test_auto_and_last_resume_only_a_run_of_this_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 55, 4: `--ckpt_path auto`/`last` took the newest run under the root, another experiment's included."""
+    from helpers.cli import refused
+
+    short = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1", "--trainer.default_root_dir",
+             tmp_path]  # fmt: skip
+    first = run_cli("fit", "--config", DIGITS_CONFIG, "--trainer.max_epochs", "1", *short)
+    other = run_cli("fit", "--config", DIGITS_CONFIG, "--trainer.max_epochs", "1", "--data.hflip", "true", *short)
+    resumed = run_cli("fit", "--config", DIGITS_CONFIG, "--trainer.max_epochs", "2", "--ckpt_path", "auto", *short)
+    assert resumed.trainer.ckpt_path == str(Path(first.trainer.log_dir) / "checkpoints" / "last.ckpt")
+    assert resumed.trainer.global_step == 4  # one epoch more of the first run, not of the newer, other one
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, "--data.crop", "none", "--ckpt_path", "last", *short)
+    assert "no run under" in line and "differs in data.init_args.crop: 'pad' there, 'none' here" in line
+    fresh = run_cli("fit", "--config", DIGITS_CONFIG, "--trainer.max_epochs", "1", "--data.crop", "none",
+                    "--ckpt_path", "auto", *short)  # fmt: skip
+    assert fresh.trainer.ckpt_path is None and "a fresh start" in capsys.readouterr().err
+    assert Path(other.trainer.log_dir).name == "version_1"

@@ -183,7 +183,7 @@ class VitLitCLI(LightningCLI):
         subcommand, trainer, model = self.subcommand, self.trainer, self.model
         logger = trainer.logger
         root = Path(getattr(logger, "root_dir", None) or Path(trainer.default_root_dir) / "lightning_logs")
-        ckpt = resolve_checkpoint(self._ckpt_path, subcommand, root.expanduser().absolute())
+        ckpt = resolve_checkpoint(self._ckpt_path, subcommand, root.expanduser().absolute(), self.config[subcommand])
         if ckpt is not None:
             from vitlit.checkpoints import check_restorable, check_weights, read_checkpoint  # runs from a checkpoint
 

@@ -5,12 +5,17 @@ Each refuses a value in one line (`vitlit.errors.ConfigError`) before anything i
 
 from __future__ import annotations
 
+import json
 import warnings
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from vitlit.errors import ConfigError
+from vitlit.text import say, shown
 
 
 def check_loss(loss: Any, num_classes: int) -> None:
@@ -31,3 +36,68 @@ def check_loss(loss: Any, num_classes: int) -> None:
             f"loss {type(loss).__name__} does not fit logits of shape (batch, {num_classes}) and class indices "
             f"({problem}); use a classification loss such as torch.nn.CrossEntropyLoss."
         )
+
+
+#: Keys that do not make a run another experiment: those a run rewrites in its own saved config
+#: (`vitlit.runs.batch_size.BatchSizeSearch`: the batch and the learning rate it chose), and the model's that the CLI
+#: links from the data (`vitlit.cli.VitLitCLI.add_arguments_to_parser`), which the data's own keys decide.
+REWRITTEN = ("data.init_args.batch_size", "model.init_args.optimizer.init_args.lr",
+             *(f"model.init_args.{key}" for key in ("num_classes", "class_names", "img_size", "in_chans", "input_mean",
+                                                    "input_std")))  # fmt: skip
+
+
+def differs(saved: Path, config: Mapping[str, Any]) -> str | None:
+    """The first setting of the model or the data where the run config ``saved`` is not ``config``; ``None`` if none.
+
+    What ``--ckpt_path last`` and ``auto`` compare before they take a run's checkpoint: another experiment under the
+    same root (another data set, model or recipe) is never continued.
+    """
+    try:
+        theirs = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
+    except (OSError, ValueError, yaml.YAMLError):
+        return "its config.yaml (unreadable)"
+    ours = {key: config.get(key) for key in ("model", "data")}
+    ours = json.loads(
+        json.dumps({k: v.as_dict() if hasattr(v, "as_dict") else v for k, v in ours.items()}, default=str)
+    )
+    theirs = json.loads(json.dumps({key: theirs.get(key) for key in ("model", "data")}, default=str))
+    return _first_difference(ours, theirs, "")
+
+
+def _first_difference(ours: Any, theirs: Any, key: str) -> str | None:
+    if key in REWRITTEN:
+        return None
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        for name in sorted(set(ours) | set(theirs)):
+            found = _first_difference(ours.get(name), theirs.get(name), f"{key}.{name}" if key else name)
+            if found:
+                return found
+        return None
+    return None if ours == theirs else f"{key}: {shown(theirs)!r} there, {shown(ours)!r} here"
+
+
+def newest_checkpoint(ckpt_path: str, root: Path, config: Mapping[str, Any] | None) -> Path | None:
+    """``--ckpt_path last`` or ``auto``: the newest ``last.ckpt`` under ``root`` of a run of this config, or ``None``.
+
+    A run of this config has ``config``'s model and data (`differs`); ``auto`` starts afresh where there is none, said
+    in one line where other runs are there.
+
+    Raises:
+        ConfigError: For ``last`` where no run of this config has a ``last.ckpt``.
+    """
+    found = sorted((p for p in root.glob("*/checkpoints/last.ckpt") if p.is_file()), key=lambda p: -p.stat().st_mtime)
+    if found and config is not None:  # only this experiment's runs
+        other = {p: differs(p.parent.parent / "config.yaml", config) for p in found}
+        if other[found[0]] and not any(why is None for why in other.values()):
+            newest = found[0].parent.parent
+            if ckpt_path == "last":
+                raise ConfigError(f"--ckpt_path last: no run under {root} has this run's config (the newest, "
+                                  f"{newest.name}, differs in {other[found[0]]}); give its checkpoint's path to "
+                                  f"resume it anyway.")  # fmt: skip
+            say(f"vitlit: --ckpt_path auto: no run under {root} has this run's config (the newest, {newest.name}, "
+                f"differs in {other[found[0]]}): a fresh start", error=True)  # fmt: skip
+        found = [p for p in found if other[p] is None]
+    if not found and ckpt_path == "last":
+        raise ConfigError(f"--ckpt_path last found no last.ckpt under {root}; give a checkpoint path, or check "
+                          f"--trainer.default_root_dir.")  # fmt: skip
+    return found[0] if found else None

@@ -19,6 +19,7 @@ import contextlib
 import os
 import re
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -50,12 +51,15 @@ def checkpoint_step(path: Path) -> int:
         return -1
 
 
-def resolve_checkpoint(ckpt_path: str | None, subcommand: str, root: Path) -> Path | None:
+def resolve_checkpoint(
+    ckpt_path: str | None, subcommand: str, root: Path, config: Mapping[str, Any] | None = None
+) -> Path | None:
     """The checkpoint a run starts from: ``--ckpt_path`` as a file, or ``last``/``auto``/``none`` resolved.
 
-    ``last`` is the newest ``last.ckpt`` of any run under ``root`` (Lightning's own ``last`` looks only in the new
-    run's empty folder); ``auto`` (fit only) is the same, or a fresh start where there is none: the switch for job
-    scripts restarted after preemption; ``none`` evaluates the model as it is built.
+    ``last`` is the newest ``last.ckpt`` under ``root`` of a run whose saved model and data are ``config``'s
+    (Lightning's own ``last`` looks only in the new run's empty folder); ``auto`` (fit only) is the same, or a fresh
+    start where there is none, said in one line: the switch for job scripts restarted after preemption. Another
+    experiment's run under the same root is never continued. ``none`` evaluates the model as it is built.
     """
     if ckpt_path is not None and not str(ckpt_path).strip():  # a job script's unset variable
         raise ConfigError("--ckpt_path is empty; give a checkpoint file, last or auto, or leave the flag out.")
@@ -65,11 +69,9 @@ def resolve_checkpoint(ckpt_path: str | None, subcommand: str, root: Path) -> Pa
         return Path(ckpt_path).expanduser().absolute()
     if ckpt_path == "auto" and subcommand != "fit":
         raise ConfigError(f"--ckpt_path auto is for fit only; {subcommand} takes last or a checkpoint path.")
-    found = [p for p in root.glob("*/checkpoints/last.ckpt") if p.is_file()]
-    if not found and ckpt_path == "last":
-        raise ConfigError(f"--ckpt_path last found no last.ckpt under {root}; give a checkpoint path, or check "
-                          f"--trainer.default_root_dir.")  # fmt: skip
-    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+    from vitlit.preflight import newest_checkpoint  # --ckpt_path last or auto only
+
+    return newest_checkpoint(ckpt_path, root, config)
 
 
 def allocate_version(root: Path) -> int:
