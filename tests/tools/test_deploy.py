@@ -568,7 +568,10 @@ def test_a_timm_folder_loads_with_timm_alone_and_classifies_as_the_checkpoint(
     assert config["input_size"] == [3, card.img_size, card.img_size]
     assert config["license"] == "mit" and "tag" not in config  # issue 45: not the base model's license and tag
     readme = (folder / "README.md").read_text()
-    assert "license: mit" in readme and "timm.create_model(" in readme and "huggingface-cli upload" in readme
+    assert "license: mit" in readme and "timm.create_model(" in readme and "\nhf upload <user>/<name>" in readme
+    from importlib.metadata import entry_points  # issue 55, 5: the installed hub client's command, not a retired one
+
+    assert "hf" in {e.name for e in entry_points(group="console_scripts") if e.value.startswith("huggingface_hub")}
     assert "## Data\n\n- data module: DigitsDataModule" in readme
     tested = json.loads((ckpt.parent.parent / "run_card.json").read_text()).get("test_acc_by_checkpoint", {})
     said = f"{tested[ckpt.name]:.4f} (this checkpoint)" if ckpt.name in tested else "not measured for this checkpoint"

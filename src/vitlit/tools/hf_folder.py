@@ -178,7 +178,7 @@ vitlit's own preprocessing, for inputs identical to training's evaluation: {PREP
 ## Upload
 
 ```sh
-huggingface-cli upload <user>/<name> {folder} .   # or huggingface_hub.upload_folder
+hf upload <user>/<name> {folder} .   # huggingface_hub's command line, or huggingface_hub.upload_folder
 ```
 
 Check the license field above first: it is what you chose at export (`--license`), and must fit the data and any
