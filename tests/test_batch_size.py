@@ -38,6 +38,7 @@ def test_the_search_stops_at_the_training_split_and_the_rate_schedule_and_config
         "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.on_device", "true",
         "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch", "--trainer.callbacks.init_val", "64",
         "--trainer.callbacks.steps_per_trial", "1", "--trainer.max_epochs", "2", "--trainer.limit_val_batches", "1",
+        "--trainer.callbacks.min_steps", "1", "--trainer.callbacks.max_lr_scale", "16",  # issue 45's search, unbounded
         "--trainer.default_root_dir", tmp_path,
     )  # fmt: skip
     images = len(cli.datamodule.train_set)
@@ -48,9 +49,25 @@ def test_the_search_stops_at_the_training_split_and_the_rate_schedule_and_config
     saved = yaml.safe_load((Path(cli.trainer.log_dir) / "config.yaml").read_text())
     assert saved["data"]["init_args"]["batch_size"] == 1024
     assert saved["model"]["init_args"]["optimizer"]["init_args"]["lr"] == pytest.approx(2e-3 * 16)
-    assert f"vitlit: batch size 1024 (was 64; at most the {images:,} training images); learning rate x16 (linear)" in (
-        capsys.readouterr().err
+    assert (
+        f"vitlit: batch size 1024 (was 64; at most {images:,}, 1 steps an epoch of the {images:,} training images); "
+        "learning rate x16 (linear)" in capsys.readouterr().err
     )
+
+
+def test_the_search_keeps_steps_in_an_epoch_and_bounds_the_learning_rate(
+    digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 55, 3: on digits it took 1,024 of 1,213 images (one step an epoch) and x16 the learning rate."""
+    cli = run_cli(
+        "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.on_device", "true", "--data.batch_size",
+        "8", "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch", "--trainer.callbacks.steps_per_trial", "1",
+        "--trainer.max_epochs", "1", "--trainer.limit_val_batches", "1", "--trainer.default_root_dir", tmp_path,
+    )  # fmt: skip
+    images = len(cli.datamodule.train_set)
+    assert cli.datamodule.batch_size == 64 and cli.trainer.global_step == images // 64 >= 10  # 128 > 1,213 / 10
+    assert cli.trainer.lr_scheduler_configs[0].scheduler.base_lrs[0] == pytest.approx(2e-3 * 4)  # x8 bounded at 4
+    assert "learning rate x4 (linear, x8 bounded by max_lr_scale)" in capsys.readouterr().err
 
 
 def test_lightnings_finder_alone_is_refused_for_what_it_leaves_behind(

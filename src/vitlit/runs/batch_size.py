@@ -23,7 +23,7 @@ from vitlit.run_dir import saved_config
 from vitlit.runs.private import cap_batch_search, set_batch_size
 from vitlit.schedule import total_steps
 from vitlit.text import say
-from vitlit.types import PositiveInt
+from vitlit.types import PositiveFloat, PositiveInt
 
 
 class BatchSizeSearch(BatchSizeFinder):
@@ -44,7 +44,11 @@ class BatchSizeSearch(BatchSizeFinder):
         steps_per_trial: Training steps each trial batch size runs.
         init_val: The first batch size tried.
         max_trials: Most batch sizes tried.
-        max_val: Largest batch size tried; the training split's size lowers it.
+        max_val: Largest batch size tried; the training split's size lowers it, and so does ``min_steps``.
+        min_steps: Optimizer steps an epoch keeps at least: the batch is at most the training images divided by it
+            (digits' 1,213 images: 64, not the 1,024 that fit in memory and left one step an epoch).
+        max_lr_scale: The learning rate is scaled with the batch by at most this factor (the recipes' rates are
+            tuned near their own batch); the closing line says where it bounded the rule.
     """
 
     def __init__(
@@ -55,23 +59,30 @@ class BatchSizeSearch(BatchSizeFinder):
         init_val: PositiveInt = 2,
         max_trials: PositiveInt = 25,
         max_val: PositiveInt = 8192,
+        min_steps: PositiveInt = 10,
+        max_lr_scale: PositiveFloat = 4.0,
     ) -> None:
         super().__init__(mode, int(steps_per_trial), int(init_val), int(max_trials), max_val=int(max_val))
-        self.lr_scaling, self.init_val = lr_scaling, int(init_val)
+        self.lr_scaling, self.init_val, self.max_val = lr_scaling, int(init_val), int(max_val)
+        self.min_steps, self.max_lr_scale = int(min_steps), float(max_lr_scale)
 
     def scale_batch_size(self, trainer: Trainer, pl_module: LightningModule) -> None:
         data = trainer.datamodule
         before, images = int(data.batch_size), len(data.train_set)
-        if self.init_val > images:
-            raise ConfigError(f"BatchSizeSearch init_val={self.init_val} is larger than the {images:,} training "
-                              f"images; give a smaller --trainer.callbacks.init_val.")  # fmt: skip
-        cap_batch_search(self, images + 1)  # Lightning tries sizes below max_val: the whole split is one to try
+        largest = min(self.max_val, images // self.min_steps)  # an epoch keeps min_steps steps
+        if self.init_val > largest:
+            raise ConfigError(f"BatchSizeSearch init_val={self.init_val} leaves the {images:,} training images fewer "
+                              f"than min_steps={self.min_steps} steps an epoch; give a smaller "
+                              f"--trainer.callbacks.init_val or drop the search.")  # fmt: skip
+        cap_batch_search(self, largest + 1)  # Lightning tries sizes below max_val: the largest is one to try
         super().scale_batch_size(trainer, pl_module)
         chosen = int(data.batch_size)
-        if chosen > images:  # the doubled size Lightning stopped at without trying it: back to the last that ran
+        while chosen > largest:  # the doubled size Lightning stopped at without trying it: back to the last that ran
             chosen //= 2
+        if chosen != int(data.batch_size):
             set_batch_size(trainer, chosen)
-        factor = {"linear": chosen / before, "sqrt": (chosen / before) ** 0.5, "none": 1.0}[self.lr_scaling]
+        rule = {"linear": chosen / before, "sqrt": (chosen / before) ** 0.5, "none": 1.0}[self.lr_scaling]
+        factor = min(max(rule, 1 / self.max_lr_scale), self.max_lr_scale)
         for optimizer in trainer.optimizers:
             for group in optimizer.param_groups:
                 group["lr"] *= factor
@@ -85,10 +96,13 @@ class BatchSizeSearch(BatchSizeFinder):
                 note = schedule.set_total_steps(steps)
         saved = self._save(trainer, chosen, factor)
         if trainer.is_global_zero:
-            rate = "kept (lr_scaling none)" if factor == 1.0 else f"x{factor:.3g} ({self.lr_scaling})"
+            rate = (
+                f"x{factor:.3g} ({self.lr_scaling}{f', x{rule:.3g} bounded by max_lr_scale' if rule != factor else ''})"
+            )
             where = f"; saved in {saved}" if saved else ""
-            say(f"vitlit: batch size {chosen} (was {before}; at most the {images:,} training images); learning rate "
-                  f"{rate}; {steps or 'unbounded'} optimizer steps{where}", error=True)  # fmt: skip
+            say(f"vitlit: batch size {chosen} (was {before}; at most {largest:,}, {self.min_steps} steps an epoch of "
+                f"the {images:,} training images); learning rate {rate}; {steps or 'unbounded'} optimizer "
+                f"steps{where}", error=True)  # fmt: skip
             if note:
                 say(f"vitlit: {note}", error=True)
 
