@@ -142,3 +142,45 @@ def test_two_label_columns_of_one_size_are_refused_naming_them(
     line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *HF, "--data.path", folder,
                    "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
     assert "has the ClassLabel columns a, b; name the one to use with --data.label_column" in line
+
+
+def _rows(folder: Path, labels: list, splits: tuple[str, ...] = ("train",)) -> Path:
+    """A save_to_disk data set of ``labels`` (ints: a ClassLabel of 10 names; else strings) in each of ``splits``."""
+    from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+    from datasets import Image as HFImage
+    from helpers.hf import digits_rows
+
+    images, _ = digits_rows(max(len(labels), 1))
+    kind = ClassLabel(names=[str(d) for d in range(10)]) if all(isinstance(v, int) for v in labels) else Value("string")
+    data = Dataset.from_dict({"image": images[: len(labels)], "label": labels},
+                             features=Features({"image": HFImage(), "label": kind}))  # fmt: skip
+    DatasetDict(dict.fromkeys(splits, data)).save_to_disk(str(folder))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [("empty", "has no training rows"), ("one row", "a classifier needs rows of at least 2"),
+     ("one class", "every training row has the label '0'; a classifier needs rows of at least 2 of its 10 classes"),
+     ("missing label", "train row 3: the label is missing (None)"),
+     ("two validation splits", "has the splits val, validation, all names of a val split; keep one of them")],
+)  # fmt: skip
+def test_hostile_round_6_hugging_face_shapes_are_one_line(
+    case: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hostile round 6, classes 6 and 7: an IndexError, "between 1 and 0", a silent one-class run, an 81-line
+    traceback, and a validation split taken without a word."""
+    folder = tmp_path / "pq"
+    if case == "empty":
+        _rows(folder, [])
+    elif case == "one row":
+        _rows(folder, [3])
+    elif case == "one class":
+        _rows(folder, [0] * 40)
+    elif case == "missing label":
+        _rows(folder, ["a", "b", "a", None, "b"] * 8)
+    else:
+        _rows(folder, [d % 10 for d in range(60)], splits=("train", "val", "validation"))
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *HF, "--data.path", folder,
+                   "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    assert said in line and not (tmp_path / "runs").exists()

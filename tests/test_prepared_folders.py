@@ -112,3 +112,22 @@ def test_prepare_leaves_ctrl_c_to_the_process(digits: Path) -> None:
     import signal
 
     assert digits.is_dir() and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_description_without_its_keys_and_a_prepared_set_as_source_are_one_line(
+    digits: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hostile round 6, class 6: a description without ``in_chans`` was a KeyError, ``prepare --data
+    StreamingDataModule`` an AttributeError."""
+    from vitlit.data.streaming import read_meta, write_meta
+
+    out = _copy(digits, tmp_path / "copy")
+    meta = read_meta(str(out))
+    del meta["in_chans"]
+    shutil.rmtree(out / "vitlit")
+    write_meta(str(out), meta)
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *STREAM, "--data.input_dir", out,
+                   "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    assert "vitlit's description of the data set has no valid 'in_chans'" in line
+    line = refused(capsys, "prepare", *STREAM, "--data.input_dir", digits, "--output", tmp_path / "again")
+    assert "is a data set vitlit prepare wrote" in line and not (tmp_path / "again").exists()

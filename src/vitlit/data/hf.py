@@ -70,7 +70,11 @@ def load_splits(path: str) -> dict[str, Any]:
     try:
         if local.is_dir() and ((local / "dataset_dict.json").is_file() or (local / "state.json").is_file()):
             check_saved(local)
-            loaded = datasets.load_from_disk(str(local))
+            try:
+                loaded = datasets.load_from_disk(str(local))
+            except IndexError:  # datasets' own error for a split saved without rows
+                raise ConfigError(f"--data.path {path} has no training rows; give a data set with images in its "
+                                  f"train split.") from None  # fmt: skip
         elif local.is_dir() or local.is_file() or glob.has_magic(path):
             files = sorted(glob.glob(str(local / "**" / "*.parquet"), recursive=True)) if local.is_dir() else None
             if local.is_dir() and not files:
@@ -247,6 +251,10 @@ class HFDataModule(ImageClassificationDataModule):
         self._classes, self._index = self._classes_of(train)
         self._rows = {role: list(range(len(table))) for role, table in self._tables.items()}
         self._targets = {role: self._labels(role) for role in self._tables}
+        if len(set(self._targets["train"])) < 2:  # ClassLabel names many, but the rows hold one
+            only = self._classes[self._targets["train"][0]]
+            raise ConfigError(f"{self.path}: every training row has the label {only!r}; a classifier needs rows of "
+                              f"at least 2 of its {len(self._classes)} classes.")  # fmt: skip
         if "test" not in self._tables:
             self._hold_out_test()
         if "val" not in self._tables:
@@ -276,12 +284,17 @@ class HFDataModule(ImageClassificationDataModule):
         """The splits as vitlit's train/val/test, their image column read as encoded bytes."""
         datasets, tables = _datasets(), {}
         for role, names in SPLIT_NAMES.items():
-            name = next((n for n in found if n.lower() in names), None)
-            if name is not None:
-                tables[role] = found[name]
+            matched = [n for n in found if n.lower() in names]
+            if len(matched) > 1:  # val and validation: taking one without a word would leave the other out
+                raise ConfigError(f"{self.path} has the splits {', '.join(matched)}, all names of a {role} split; "
+                                  f"keep one of them.")  # fmt: skip
+            if matched:
+                tables[role] = found[matched[0]]
         if "train" not in tables:
             raise ConfigError(f"{self.path} has the splits {', '.join(found)} but none named train; rename the "
                               f"training split to train.")  # fmt: skip
+        if len(tables["train"]) == 0:
+            raise ConfigError(f"{self.path} has no training rows; give a data set with images in its train split.")
         for role, table in tables.items():
             if isinstance(table.features.get(self.image_column), datasets.Image):
                 tables[role] = table.cast_column(self.image_column, datasets.Image(decode=False))
@@ -294,7 +307,11 @@ class HFDataModule(ImageClassificationDataModule):
         if isinstance(feature, datasets.ClassLabel):
             return list(feature.names), {i: i for i in range(feature.num_classes)}
         dtype = getattr(feature, "dtype", None)
-        values = sorted(set(train[self.label_column]))
+        labels = train[self.label_column]
+        if None in labels:  # a missing label: named, not sorted against the others
+            raise ConfigError(f"{self.path} train row {labels.index(None)}: the label is missing (None); give "
+                              f"every row a label.")  # fmt: skip
+        values = sorted(set(labels))
         if dtype == "string" or (dtype or "").startswith(("int", "uint")):
             names = [str(v) for v in values]
             shown = ", ".join(names[:10]) + (" ..." if len(names) > 10 else "")

@@ -20,7 +20,15 @@ from PIL import Image
 
 from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.sources import Decode
-from vitlit.data.streaming import MANIFEST, SPLITS, litdata, own_ctrl_c, read_meta, write_meta
+from vitlit.data.streaming import (
+    MANIFEST,
+    SPLITS,
+    StreamingDataModule,
+    litdata,
+    own_ctrl_c,
+    read_meta,
+    write_meta,
+)
 from vitlit.errors import ConfigError
 from vitlit.owned import check_replaceable, digest, staged_folder, write_manifest
 from vitlit.text import say
@@ -80,6 +88,9 @@ def prepare(
     Returns:
         The description written beside the splits.
     """
+    if isinstance(data, StreamingDataModule):
+        raise ConfigError(f"--data StreamingDataModule is a data set vitlit prepare wrote ({data.input_dir}); give "
+                          f"the data module it was prepared from.")  # fmt: skip
     local = Path(output).expanduser()
     if "://" in output:
         meta = _write(data, output, format, chunk_bytes, num_workers, overwrite)

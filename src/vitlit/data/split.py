@@ -23,12 +23,10 @@ def validation_count(n: int, val_size: int | float, flag: str = "val_size") -> i
         ConfigError: If the split would leave no training or no carved images.
     """
     n_val = round(n * val_size) if isinstance(val_size, float) else val_size
-    if not 1 <= n_val < n:
-        raise ConfigError(
-            f"{flag}={val_size} asks for {n_val} of the {n} training images for "
-            f"{'validation' if flag == 'val_size' else 'test'}; choose --data.{flag} between 1 and {n - 1} (or a "
-            f"fraction such as 0.1)."
-        )
+    if not 1 <= n_val < n:  # with fewer than 2 images, no choice helps: "between 1 and 0" is no advice
+        fix = f"choose --data.{flag} between 1 and {n - 1} (or a fraction such as 0.1)" if n > 1 else "give more images"
+        raise ConfigError(f"{flag}={val_size} asks for {n_val} of the {n} training images for "
+                          f"{'validation' if flag == 'val_size' else 'test'}; {fix}.")  # fmt: skip
     return n_val
 
 

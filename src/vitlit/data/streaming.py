@@ -63,6 +63,20 @@ def read_meta(input_dir: str) -> dict[str, Any]:
     except Exception as err:  # an unreachable bucket, missing credentials, a damaged index
         raise ConfigError(f"--data.input_dir {input_dir}: vitlit's description of the data set cannot be read "
                           f"({type(err).__name__}: {' '.join(str(err).split())[:200]}).") from None  # fmt: skip
+    needed = {
+        "class_names": list,
+        "in_chans": int,
+        "format": str,
+        "size": int,
+        "mean": list,
+        "std": list,
+        "splits": dict,
+    }
+    meta = meta if isinstance(meta, dict) else {}
+    wrong = next((key for key, kind in needed.items() if not isinstance(meta.get(key), kind)), None)
+    if wrong is not None or meta["format"] not in ("raw", "encoded"):  # a description of another vitlit, or edited
+        raise ConfigError(f"--data.input_dir {input_dir}: vitlit's description of the data set has no valid "
+                          f"{wrong or 'format'!r}; prepare the data set again.")  # fmt: skip
     local_splits = (
         {name: local / name / "index.json" for name in meta.get("indexes", {})} if "://" not in input_dir else {}
     )
