@@ -175,6 +175,7 @@ def test_two_processes_share_each_epoch_without_repeats(chunks: Path, tmp_path: 
         assert not seen - everything  # no image twice: LitData's shards are disjoint
 
 
+@pytest.mark.slow  # three streamed fits, one stopped by SIGINT: about 45 s
 def test_a_stop_in_the_first_epoch_resumes_every_remaining_epoch(chunks: Path, tmp_path: Path) -> None:
     """Hostile round 6, class 5: stopped in epoch 0 of 4, the resumed run trains epochs 0 (its rest), 1, 2 and 3.
 

@@ -183,6 +183,12 @@ def _serving(ckpt: Path, tmp_path: Path, *extra: str, **popen: Any) -> Iterator[
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **popen)
         try:
             wait_for(f"http://127.0.0.1:{port}/health", timeout=180, alive=lambda: server.poll() is None)
+            ready = f"vitlit: ready: http://127.0.0.1:{port} (POST /predict"  # issue 55, 5: said once it answers
+            for _ in range(40):
+                if ready in (tmp_path / "server.log").read_text():
+                    break
+                time.sleep(0.25)
+            assert ready in (tmp_path / "server.log").read_text()
         except BaseException:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(server.pid, signal.SIGKILL) if os.name == "posix" else server.kill()

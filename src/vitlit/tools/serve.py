@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import ctypes
 import io
 import json
@@ -27,6 +28,7 @@ import socket
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from email.message import Message
 from pathlib import Path
@@ -42,6 +44,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 
 from vitlit.data.images import MAX_PIXELS, PIL_MODES, RASTER_FORMATS, ImageTooLarge, open_image
 from vitlit.errors import ConfigError
+from vitlit.text import say
 from vitlit.trained import ModelCard, load_classifier
 from vitlit.types import PositiveFloat, PositiveInt
 
@@ -315,10 +318,29 @@ def serve(
     # SIGTERM (systemd, docker stop, kill) shuts down like Ctrl-C: LitServe then stops its worker processes,
     # which a plain SIGTERM to this process would leave running.
     previous = signal.signal(signal.SIGTERM, _interrupt_in(owner))
+    _say_when_ready(f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{int(port)}")
     try:
         server.run(host=host, port=int(port), generate_client_file=False)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _say_when_ready(url: str, wait: float = 0.5, within: float = 3600.0) -> None:
+    """Print one ``vitlit: ready: <url>`` line once ``GET /health`` answers 200, asked from a thread, on loopback.
+
+    LitServe's own lines come minutes before its model workers take a request on a loaded machine.
+    """
+
+    def poll() -> None:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            # OSError: not listening yet, or its workers not ready (HTTP 503)
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return say(f"vitlit: ready: {url} (POST /predict, GET /health, /docs)")
+            time.sleep(wait)
+
+    threading.Thread(target=poll, name="vitlit-ready", daemon=True).start()
 
 
 def describe_predict(app: Any, top_k: int) -> None:
