@@ -291,3 +291,14 @@ def test_auto_and_last_resume_only_a_run_of_this_config(tmp_path: Path, capsys: 
                     "--ckpt_path", "auto", *short)  # fmt: skip
     assert fresh.trainer.ckpt_path is None and "a fresh start" in capsys.readouterr().err
     assert Path(other.trainer.log_dir).name == "version_1"
+
+
+def test_resuming_a_finished_run_says_that_nothing_is_left(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 55, 5: a resume of a run that had trained its max_epochs trained nothing and said nothing."""
+    short = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]
+    fit = run_cli("fit", "--config", DIGITS_CONFIG, *short, "--trainer.default_root_dir", tmp_path)
+    run = Path(fit.trainer.log_dir)
+    capsys.readouterr()
+    again = run_cli("fit", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt")
+    assert again.trainer.global_step == 2  # nothing more trained, and said:
+    assert "has trained all 1 epochs of --trainer.max_epochs 1: nothing is left to train" in capsys.readouterr().err

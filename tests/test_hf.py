@@ -184,3 +184,12 @@ def test_hostile_round_6_hugging_face_shapes_are_one_line(
     line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *HF, "--data.path", folder,
                    "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
     assert said in line and not (tmp_path / "runs").exists()
+
+
+def test_a_glob_over_other_files_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Hostile round 6, class 7: a glob over Parquet and other files was datasets' DatasetGenerationError."""
+    folder = write_parquet(tmp_path / "pq", splits=("train",), n=50)
+    (folder / "notes.txt").write_text("mine")
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *HF, "--data.path", f"{folder}/*",
+                   "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    assert "notes.txt, which is no Parquet file" in line

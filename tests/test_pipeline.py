@@ -325,7 +325,8 @@ def test_holding_the_images_in_memory_is_refused_where_they_cannot_fit(
 
 def test_crop_ranges_are_checked() -> None:
     for scale, ratio in (((0.5, 0.1), (0.75, 1.33)), ((0.0, 1.0), (0.75, 1.33)), ((0.1, 1.5), (1.0, 1.0)),
-                         ((0.1, 1.0), (2.0, 1.0))):  # fmt: skip
+                         ((0.1, 1.0), (2.0, 1.0)), ((0.1, 1.0), (1e-300, 1e-300)),
+                         ((0.1, 1.0), (1.0, 1e300))):  # fmt: skip  # the last two: hostile round 6, class 6
         with pytest.raises(ConfigError, match="is not a range"):
             _Data(crop="resized", crop_scale=scale, crop_ratio=ratio)
     assert math.isclose(_Data().crop_ratio[1], 4 / 3)

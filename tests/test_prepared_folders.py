@@ -131,3 +131,23 @@ def test_a_description_without_its_keys_and_a_prepared_set_as_source_are_one_lin
     assert "vitlit's description of the data set has no valid 'in_chans'" in line
     line = refused(capsys, "prepare", *STREAM, "--data.input_dir", digits, "--output", tmp_path / "again")
     assert "is a data set vitlit prepare wrote" in line and not (tmp_path / "again").exists()
+
+
+def test_a_label_past_the_described_classes_and_a_split_too_small_are_one_line(
+    digits: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hostile round 6, classes 6 and 7: a description with fewer class names than the labels ended in the loss's
+    traceback; a split that leaves a process no batch was named by LitData's ``Dir(path=..., url=None)``."""
+    from vitlit.data.streaming import read_meta, write_meta
+
+    out = _copy(digits, tmp_path / "copy")
+    meta = read_meta(str(out))
+    meta["class_names"] = meta["class_names"][:5]  # the digits' labels go to 9
+    shutil.rmtree(out / "vitlit")
+    write_meta(str(out), meta)
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *STREAM, "--data.input_dir", out, "--data.num_workers",
+                   "0", "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    assert "label" in line and "is none of the 5 classes the data set's description names" in line
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *STREAM, "--data.input_dir", digits,
+                   "--data.batch_size", "4096", "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    assert f"{digits}/train leaves process 0 of 1 no batch of 4096" in line and "Dir(" not in line

@@ -105,11 +105,14 @@ def check_weights(state_dict: Mapping[str, Any], expected: Mapping[str, torch.Te
                           f"trained with the same options (the run's config.yaml).")  # fmt: skip
 
 
-def check_restorable(checkpoint: Mapping[str, Any], path: str | Path, resume: bool) -> None:
+def check_restorable(
+    checkpoint: Mapping[str, Any], path: str | Path, resume: bool, max_epochs: int | None = None
+) -> None:
     """Refuse a checkpoint Lightning cannot restore (a resume: also one without the optimizer's state), in one line.
 
     Lightning reads ``pytorch-lightning_version`` from every checkpoint it restores and, to resume, the optimizer's
-    state and the loops' progress; without them it stops with a KeyError deep in the restore.
+    state and the loops' progress; without them it stops with a KeyError deep in the restore. A resume of a run that
+    already trained its ``max_epochs`` trains nothing, and says so in one line.
     """
     if "pytorch-lightning_version" not in checkpoint:
         raise ConfigError(f"checkpoint {path} lacks what Lightning writes into every checkpoint (its version); give "
@@ -119,3 +122,9 @@ def check_restorable(checkpoint: Mapping[str, Any], path: str | Path, resume: bo
         raise ConfigError(f"checkpoint {path} holds no {lacking[0]} (saved with weights only), so a fit cannot "
                           f"continue from it; give last.ckpt or a snapshot of its run, or evaluate it with "
                           f"validate or test.")  # fmt: skip
+    done = ((checkpoint.get("loops") or {}).get("fit_loop") or {}).get("epoch_progress", {}).get("current", {})
+    if resume and max_epochs is not None and max_epochs >= 0 and done.get("completed", 0) >= max_epochs:
+        from vitlit.text import say
+
+        say(f"vitlit: {path} has trained all {done['completed']} epochs of --trainer.max_epochs {max_epochs}: "
+            f"nothing is left to train; give a larger --trainer.max_epochs to train on", error=True)  # fmt: skip

@@ -188,7 +188,7 @@ class VitLitCLI(LightningCLI):
             from vitlit.checkpoints import check_restorable, check_weights, read_checkpoint  # runs from a checkpoint
 
             checkpoint = read_checkpoint(ckpt, self.config_init[subcommand].get("weights_only"))
-            check_restorable(checkpoint, ckpt, resume=subcommand == "fit")
+            check_restorable(checkpoint, ckpt, resume=subcommand == "fit", max_epochs=self.trainer.max_epochs)
             run = run_of_checkpoint(ckpt)
             options = f"--config {run / 'config.yaml'}" if run is not None else None
             if hasattr(model, "check_checkpoint"):  # architecture, classes and (for a resume) the optimizer

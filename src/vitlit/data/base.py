@@ -190,9 +190,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
                 f"in_chans={in_chans}; pass --data.augment none."
             )
         scale, ratio = tuple(crop_scale), tuple(crop_ratio)
-        if not 0 < scale[0] <= scale[1] <= 1 or not 0 < ratio[0] <= ratio[1]:
+        # Past 1:100 no box of the scale fits an image, and every draw would fall back to the centre crop.
+        if not 0 < scale[0] <= scale[1] <= 1 or not 0.01 <= ratio[0] <= ratio[1] <= 100:
             raise ConfigError(f"crop_scale={list(scale)} or crop_ratio={list(ratio)} is not a range [low, high] with "
-                              f"0 < low <= high (<= 1 for the scale); e.g. [0.08, 1.0] and [0.75, 1.333].")  # fmt: skip
+                              f"0 < low <= high (<= 1 for the scale, 0.01 to 100 for the ratio); e.g. [0.08, 1.0] and "
+                              f"[0.75, 1.333].")  # fmt: skip
         if getattr(batch_augment, "mixes", False) and batch_size % 2:
             raise ConfigError(
                 f"batch_size={batch_size} is odd, but Mixup/CutMix mix images in pairs; use an even size."

@@ -83,6 +83,10 @@ def load_splits(path: str) -> dict[str, Any]:
             if not local.is_dir() and not glob.glob(str(local)):
                 raise ConfigError(f"--data.path {path} matches no file; give a Parquet file or glob, a save_to_disk "
                                   f"folder or a hub name.")  # fmt: skip
+            other = next((f for f in files or glob.glob(str(local)) if not f.endswith(".parquet")), None)
+            if other is not None:  # datasets would read it as Parquet and fail deep inside (DatasetGenerationError)
+                raise ConfigError(f"--data.path {path} matches {shown(other)}, which is no Parquet file; give a glob "
+                                  f"of *.parquet files.")  # fmt: skip
             loaded = datasets.load_dataset("parquet", data_dir=str(local) if files else None,
                                            data_files=None if files else str(local))  # fmt: skip
         else:

@@ -112,14 +112,19 @@ class Sample:
     Args:
         decode: The per-image geometry (`vitlit.data.sources.Decode`) of encoded images; ``None`` for raw ones.
         where: The split, to name in messages.
+        classes: The number of classes the description names: a label past them is refused, naming its sample.
     """
 
-    def __init__(self, decode: Decode | None, where: str) -> None:
-        self.decode, self.where = decode, where
+    def __init__(self, decode: Decode | None, where: str, classes: int) -> None:
+        self.decode, self.where, self.classes = decode, where, classes
 
     def __call__(self, sample: dict[str, Any]) -> tuple[torch.Tensor, int]:
+        label = int(sample["label"])
+        if not 0 <= label < self.classes:  # the loss's "target out of bounds" traceback, a step later
+            raise ConfigError(f"{self.where} sample {sample['index']}: label {label} is none of the {self.classes} "
+                              f"classes the data set's description names; prepare the data set again.")  # fmt: skip
         if self.decode is None:
-            return torch.from_numpy(np.ascontiguousarray(sample["image"])), int(sample["label"])
+            return torch.from_numpy(np.ascontiguousarray(sample["image"])), label
         data = bytes(sample["image"])
         try:
             problem = image_problem(data)
@@ -129,7 +134,7 @@ class Sample:
         except (OSError, SyntaxError, ValueError) as err:
             raise ConfigError(f"{self.where} sample {sample['index']}: the image cannot be decoded ({err}); "
                               f"prepare the data set again without it.") from None  # fmt: skip
-        return self.decode(image), int(sample["label"])
+        return self.decode(image), label
 
 
 class StreamingDataModule(ImageClassificationDataModule):
@@ -194,7 +199,7 @@ class StreamingDataModule(ImageClassificationDataModule):
         decode = None if raw else Decode(self.in_chans, self.store_size or self.img_size)  # as in memory: one geometry
         return litdata().StreamingDataset(
             where, cache_dir=self.cache_dir, max_cache_size=self.max_cache_size, shuffle=train, drop_last=train,
-            seed=self.seed, transform=Sample(decode, where),
+            seed=self.seed, transform=Sample(decode, where, len(self.meta["class_names"])),
         )  # fmt: skip
 
     def setup(self, stage: str) -> None:
@@ -223,8 +228,9 @@ class StreamingDataModule(ImageClassificationDataModule):
                 self._resume_from = None
         if len(loader) == 0:  # LitData shares a split out by batches of every worker of every process
             rank, world_size = self.rank_and_world_size()
-            raise ConfigError(f"{split.input_dir} leaves process {rank} of {world_size} no batch of {self.batch_size} "
-                              f"with {max(1, self.workers)} worker(s) per process; use a smaller --data.batch_size or "
+            where = split.input_dir.path or split.input_dir.url  # LitData's Dir: where the split is read from
+            raise ConfigError(f"{where} leaves process {rank} of {world_size} no batch of {self.batch_size} with "
+                              f"{max(1, self.workers)} worker(s) per process; use a smaller --data.batch_size or "
                               f"--data.num_workers.")  # fmt: skip
         return loader
 
