@@ -123,8 +123,9 @@ def check_restorable(
                           f"continue from it; give last.ckpt or a snapshot of its run, or evaluate it with "
                           f"validate or test.")  # fmt: skip
     done = ((checkpoint.get("loops") or {}).get("fit_loop") or {}).get("epoch_progress", {}).get("current", {})
-    if resume and max_epochs is not None and max_epochs >= 0 and done.get("completed", 0) >= max_epochs:
+    epochs = done.get("processed", 0)  # an epoch-end checkpoint is saved before its epoch counts as completed
+    if resume and max_epochs is not None and max_epochs >= 0 and epochs >= max_epochs:
         from vitlit.text import say
 
-        say(f"vitlit: {path} has trained all {done['completed']} epochs of --trainer.max_epochs {max_epochs}: "
+        say(f"vitlit: {path} has trained all {epochs} epochs of --trainer.max_epochs {max_epochs}: "
             f"nothing is left to train; give a larger --trainer.max_epochs to train on", error=True)  # fmt: skip
