@@ -38,10 +38,11 @@ def check_loss(loss: Any, num_classes: int) -> None:
         )
 
 
-#: Keys that do not make a run another experiment: those a run rewrites in its own saved config
-#: (`vitlit.runs.batch_size.BatchSizeSearch`: the batch and the learning rate it chose), and the model's that the CLI
-#: links from the data (`vitlit.cli.VitLitCLI.add_arguments_to_parser`), which the data's own keys decide.
-REWRITTEN = ("data.init_args.batch_size", "model.init_args.optimizer.init_args.lr",
+#: Keys that do not make a run another experiment: the optimizer and the schedule, which a resume restores from the
+#: checkpoint (`vitlit.runs.batch_size.BatchSizeSearch` also rewrites the rate in the saved config), the batch the
+#: search rewrites, and the model's keys that the CLI links from the data (`vitlit.cli.VitLitCLI`), which the data's
+#: own keys decide.
+REWRITTEN = ("data.init_args.batch_size", "model.init_args.optimizer", "model.init_args.scheduler",
              *(f"model.init_args.{key}" for key in ("num_classes", "class_names", "img_size", "in_chans", "input_mean",
                                                     "input_std")))  # fmt: skip
 
@@ -65,7 +66,7 @@ def differs(saved: Path, config: Mapping[str, Any]) -> str | None:
 
 
 def _first_difference(ours: Any, theirs: Any, key: str) -> str | None:
-    if key in REWRITTEN:
+    if key.startswith(REWRITTEN):
         return None
     if isinstance(ours, dict) and isinstance(theirs, dict):
         for name in sorted(set(ours) | set(theirs)):
