@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
-from lightning.pytorch import LightningModule, Trainer, seed_everything
+from lightning.pytorch import LightningDataModule, LightningModule, Trainer, seed_everything
 from scipy.stats import ks_2samp
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
@@ -160,14 +160,18 @@ class _Recorder(LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def _batches(on_device: bool, workers: int, **options) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
-    seed_everything(3)
-    data = _Data(img_size=24, batch_size=16, val_size=16, num_workers=workers, on_device=on_device, **options)
+def _seen(data: LightningDataModule) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """Every batch the model receives in two epochs of ``data`` (seed the generators first)."""
     model = _Recorder()
     trainer = Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
                       enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)  # fmt: skip
     trainer.fit(model, data)
     return model.seen
+
+
+def _batches(on_device: bool, workers: int, **options) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    seed_everything(3)
+    return _seen(_Data(img_size=24, batch_size=16, val_size=16, num_workers=workers, on_device=on_device, **options))
 
 
 @pytest.mark.parametrize(
@@ -359,13 +363,8 @@ def _folder_batches(
     from vitlit.data import ImageFolderDataModule
 
     seed_everything(5)
-    data = ImageFolderDataModule(root, img_size=16, batch_size=6, val_size=6, test_size=3, num_workers=workers,
-                                 on_device=on_device, **options)  # fmt: skip
-    model = _Recorder()
-    trainer = Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)  # fmt: skip
-    trainer.fit(model, data)
-    return model.seen
+    return _seen(ImageFolderDataModule(root, img_size=16, batch_size=6, val_size=6, test_size=3, num_workers=workers,
+                                       on_device=on_device, **options))  # fmt: skip
 
 
 @pytest.mark.parametrize(
