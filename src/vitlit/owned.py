@@ -64,9 +64,8 @@ def check_replaceable(folder: Path, manifest: str, flag: str, writer: str) -> No
         listed = json.loads((folder / manifest).read_text(encoding="utf-8"))["files"]
         if not isinstance(listed, dict):
             raise TypeError
-    except (OSError, ValueError, KeyError, TypeError):
-        listed = None
-    listed = listed or {}
+    except (OSError, ValueError, KeyError, TypeError):  # no manifest, or not one of ours: nothing is listed
+        listed = {}
     folders = {parent.as_posix() for rel in listed for parent in Path(rel).parents}  # the folders it wrote files in
     other = []
     for relative, path in _entries(folder, manifest):

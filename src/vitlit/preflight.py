@@ -89,7 +89,7 @@ def newest_checkpoint(ckpt_path: str, root: Path, config: Mapping[str, Any] | No
     found = sorted((p for p in root.glob("*/checkpoints/last.ckpt") if p.is_file()), key=lambda p: -p.stat().st_mtime)
     if found and config is not None:  # only this experiment's runs
         other = {p: differs(p.parent.parent / "config.yaml", config) for p in found}
-        if other[found[0]] and not any(why is None for why in other.values()):
+        if all(other.values()):  # every run here is another experiment's
             newest = found[0].parent.parent
             if ckpt_path == "last":
                 raise ConfigError(f"--ckpt_path last: no run under {root} has this run's config (the newest, "
