@@ -17,7 +17,7 @@ from torch.utils.data import Dataset
 from torchvision.datasets import SVHN
 
 from vitlit.data import ImageFolderDataModule
-from vitlit.pretrained import fill_pretrained_normalization, pretrained_statistics
+from vitlit.pretrained import fill_pretrained_inputs, pretrained_statistics
 
 SVHN_CONFIG = ROOT / "configs" / "svhn_vit_tiny.yaml"
 # The shipped recipe with only data and model shrunk: bf16-mixed stands in for the GPU's precision on the CPU.
@@ -68,8 +68,8 @@ def test_svhn_recipe_trains_class_balanced_on_both_data_paths(svhn_dir: Path, tm
     targets = data.targets(data.train_set)
     assert targets == [int(source.labels[i]) for i in data.train_set.indices] and 0 in targets  # label 10 -> 0
     if on_device:  # the array itself, channels first, not images decoded one by one
-        images, _ = data._uint8[id(source)]
-        assert torch.equal(images, torch.from_numpy(source.data))
+        held = data.train_dataloader().dataset.images
+        assert torch.equal(held, torch.from_numpy(source.data)[data.train_set.indices])
     test = run_cli(
         "test", "--config", SVHN_CONFIG, *SMALL, "--data.data_dir", svhn_dir, "--data.download", "false",
         "--trainer.default_root_dir", tmp_path, "--ckpt_path", cli.trainer.checkpoint_callback.best_model_path,
@@ -182,14 +182,26 @@ def test_channels_follow_the_data_with_adapted_pretrained_weights(
     saved = yaml.safe_load((Path(cli.trainer.log_dir) / "config.yaml").read_text())["data"]["init_args"]
     # Grey without --data.mean: the weights' statistics (test_vit: 0.5), averaged into one channel.
     assert saved["mean"] == ([0.5] if grey else [0.5] * 4) and saved["in_chans"] == channels
+    # Issue 53, 2: and evaluated as the weights were (test_vit's pretrained config: bicubic, crop_pct 0.95), recorded
+    # in the checkpoint for exports and servers.
+    assert (saved["crop_pct"], saved["interpolation"]) == (0.95, "bicubic")
+    assert (cli.model.hparams.input_crop_pct, cli.model.hparams.input_interpolation) == (0.95, "bicubic")
+    assert cli.datamodule.pipeline(train=False).crop_pct == 0.95
 
 
 def test_statistics_come_from_the_weights_unless_given() -> None:
     assert pretrained_statistics("deit_tiny_patch16_224") == ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
     assert pretrained_statistics("vit_small_patch16_224.augreg_in21k_ft_in1k", 1) == ((0.5,), (0.5,))
     data = {"mean": None, "std": [0.3, 0.3, 0.3], "in_chans": 3}
-    fill_pretrained_normalization({"model_name": "deit_tiny_patch16_224", "pretrained": True}, data)
-    assert data == {"mean": [0.485, 0.456, 0.406], "std": [0.3, 0.3, 0.3], "in_chans": 3}
+    fill_pretrained_inputs({"model_name": "deit_tiny_patch16_224", "pretrained": True}, data)
+    # The whole evaluation geometry of the weights, as timm's resolve_data_config gives it (DeiT: bicubic, 0.9).
+    assert data == {
+        "mean": [0.485, 0.456, 0.406],
+        "std": [0.3, 0.3, 0.3],
+        "in_chans": 3,
+        "crop_pct": 0.9,
+        "interpolation": "bicubic",
+    }
     untouched = {"mean": None, "std": None, "in_chans": 3}
-    fill_pretrained_normalization({"model_name": "deit_tiny_patch16_224", "pretrained": False}, untouched)
+    fill_pretrained_inputs({"model_name": "deit_tiny_patch16_224", "pretrained": False}, untouched)
     assert untouched["mean"] is None  # from scratch: the data's own statistics

@@ -257,10 +257,11 @@ def test_image_folder_in_memory_decodes_once_and_trains(tmp_path: Path, digits_d
     )  # fmt: skip
     held = cli.datamodule.train_dataloader().dataset
     assert isinstance(held, InMemory)
-    # The folder's train/ images, decoded once into one uint8 tensor that train and validation index into.
+    # Each split's own images decoded once into one uint8 tensor (training's at the stored size, evaluation's
+    # at its own), and nothing else of the folder.
     assert held.targets.numel() == len(cli.datamodule.train_set) > 1000 and held.images.dtype == torch.uint8
     assert torch.equal(held.targets.cpu(), torch.tensor(cli.datamodule.targets(cli.datamodule.train_set)))
-    assert len(cli.datamodule._uint8) == 1
+    assert len(cli.datamodule.val_dataloader().dataset.images) == len(cli.datamodule.val_set)
     assert cli.trainer.global_step == 3
 
 
@@ -312,7 +313,7 @@ def test_the_224_px_recipes_hold_cifar_in_memory_at_32_px(monkeypatch: pytest.Mo
         data = _FakeCIFAR224(native)
         data.setup("fit")
         assert sources_module.keep_in_memory(data) is held
-        assert data.stored_size(data.train_set.dataset) == (native or 224)
+        assert data.stored_size(train=True) == (None if native else 224)
 
 
 def test_holding_the_images_in_memory_is_refused_where_they_cannot_fit(
@@ -322,9 +323,9 @@ def test_holding_the_images_in_memory_is_refused_where_they_cannot_fit(
     monkeypatch.setattr(sources_module, "free_memory", lambda device: 80 * 3072)  # one copy fits, two do not
     dm = CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, batch_size=8, on_device=True)
     dm.setup("fit")
+    monkeypatch.setattr(sources_module, "in_memory", lambda *args: pytest.fail("decoded before the refusal"))
     with pytest.raises(ConfigError, match=r"--data.on_device true: the 80 images take 0.2 MB as stored"):
         dm.train_dataloader()
-    assert not getattr(dm, "_uint8", None)  # nothing decoded
 
 
 def test_crop_ranges_are_checked() -> None:
@@ -407,4 +408,6 @@ def test_the_streaming_module_stores_images_of_many_sizes_as_memory_does(tmp_pat
     assert stream.pipeline(train=True).crop == "resized"  # the device crops, as for the images held in memory
     streamed = torch.cat([images for images, _ in stream.val_dataloader()])
     stored = held.val_dataloader().dataset.images
-    assert streamed.shape == stored.shape == (6, 3, 20, 20) and torch.equal(streamed, stored.cpu())
+    # Evaluation stores at its own size (floor(img_size / crop_pct)), training at store_size, in either source.
+    assert streamed.shape == stored.shape == (6, 3, 16, 16) and torch.equal(streamed, stored.cpu())
+    assert stream.stored_size(train=True) == held.stored_size(train=True) == 20

@@ -134,11 +134,12 @@ def test_autoaugment_draws_sub_policies_with_their_probabilities() -> None:
 def _spread_digits(folder: Path, n: int) -> torch.Tensor:
     """``n`` images spread over ``folder`` (every class) as (n, 3, H, W) uint8, decoded as the sources do."""
     from vitlit.data.images import ImageFiles, image_files
-    from vitlit.data.sources import Decode, decode_uint8
+    from vitlit.data.sources import Decode
 
     files = list(image_files(folder))
     files = files[:: len(files) // n][:n]
-    return decode_uint8(ImageFiles([(str(p), 0) for p in files], ["digit"]), Decode(3, None))
+    dataset = ImageFiles([(str(p), 0) for p in files], ["digit"])
+    return torch.stack([Decode(3, None)(dataset[i][0]) for i in range(len(dataset))])
 
 
 def test_every_operation_of_the_cifar10_policy_equals_torchvision_on_real_digits(digits_dir: Path) -> None:

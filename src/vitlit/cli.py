@@ -124,10 +124,10 @@ class VitLitCLI(LightningCLI):
         self.parser.usage = f"{PROG} [--version] {{{','.join(['fit', 'validate', 'test', 'predict', *TOOLS])}}} ..."
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        # The data decides what it delivers; the model adapts (these --model.* flags disappear). The mean and std
-        # are recorded in checkpoints, so that exports and servers normalise new images as the data module did.
+        # The data decides what it delivers; the model adapts (these --model.* flags disappear). The input_* are
+        # recorded in checkpoints, so that exports and servers prepare new images as the data module did.
         for key, target in (*((k, k) for k in ("num_classes", "class_names", "img_size", "in_chans")),
-                            ("mean", "input_mean"), ("std", "input_std")):  # fmt: skip
+                            *((k, f"input_{k}") for k in ("mean", "std", "crop_pct", "interpolation"))):  # fmt: skip
             parser.link_arguments(f"data.{key}", f"model.init_args.{target}", apply_on="instantiate")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
@@ -173,10 +173,10 @@ class VitLitCLI(LightningCLI):
         config["ckpt_path"] = self._ckpt_path  # as typed, in the saved config
         cfg.absolute_paths(config)  # the saved config must work from any folder (the notebooks', a resume's)
         model = config["model"]["init_args"]
-        if model.get("pretrained") or model.get("pretrained_file"):  # the statistics the weights were trained with
-            from vitlit.pretrained import fill_pretrained_normalization
+        if model.get("pretrained") or model.get("pretrained_file"):  # the inputs the weights were trained with
+            from vitlit.pretrained import fill_pretrained_inputs
 
-            fill_pretrained_normalization(model, config["data"]["init_args"])
+            fill_pretrained_inputs(model, config["data"]["init_args"])
 
     def _start(self) -> None:
         """Resolve and check ``--ckpt_path``, then place the run: all before Lightning writes anything."""

@@ -63,6 +63,8 @@ class ViTClassifier(LightningModule):
             ``forward`` (the data module normalises); kept in checkpoints so that an exported or served model
             prepares new images exactly as in training.
         input_std: Per-channel standard deviation, as ``input_mean`` (linked from ``data.std``).
+        input_crop_pct: Evaluation's centre crop, as ``input_mean`` (linked from ``data.crop_pct``).
+        input_interpolation: How evaluation resizes, as ``input_mean`` (linked from ``data.interpolation``).
         optimizer: Optimizer factory, called with the parameter groups (no weight decay on biases, norms,
             position embedding and class token). Default AdamW(lr=5e-4, weight_decay=0.05). Any optimizer class
             works, e.g. ``torch.optim.SGD`` or ``timm.optim.Lamb``. Rule of thumb for the learning rate: scale it
@@ -91,6 +93,8 @@ class ViTClassifier(LightningModule):
         class_names: list[str] | None = None,
         input_mean: list[float] | None = None,
         input_std: list[float] | None = None,
+        input_crop_pct: float = 1.0,
+        input_interpolation: str = "bilinear",
         optimizer: OptimizerCallable = lambda params: torch.optim.AdamW(params, lr=5e-4, weight_decay=0.05),
         scheduler: LRSchedulerCallable = lambda optimizer: WarmupCosineLR(optimizer, warmup_steps=500),
     ) -> None:

@@ -44,7 +44,7 @@ def check_loss(loss: Any, num_classes: int) -> None:
 #: own keys decide.
 REWRITTEN = ("data.init_args.batch_size", "model.init_args.optimizer", "model.init_args.scheduler",
              *(f"model.init_args.{key}" for key in ("num_classes", "class_names", "img_size", "in_chans", "input_mean",
-                                                    "input_std")))  # fmt: skip
+                                                    "input_std", "input_crop_pct", "input_interpolation")))  # fmt: skip
 
 
 def differs(saved: Path, config: Mapping[str, Any]) -> str | None:

@@ -1,9 +1,10 @@
-"""Normalisation statistics of pretrained weights, so that they never have to be copied into a config by hand.
+"""The inputs pretrained weights expect, so that they never have to be copied into a config by hand; their loading.
 
-A pretrained ViT expects its inputs normalised as in its own training (timm's pretrained config: 0.5/0.5 for the
-AugReg ViTs, ImageNet's statistics for DeiT). The data module cannot know the model, so the CLI, where the two meet,
-fills ``data.mean``/``data.std`` from the model's pretrained config when the weights are pretrained and the user
-gave none. The values then stand in the run's saved ``config.yaml``, so evaluation and resume use the same ones.
+A pretrained ViT expects its inputs as in its own training (timm's pretrained config: normalised 0.5/0.5 for the
+AugReg ViTs, ImageNet's statistics for DeiT; bicubic resizes; evaluation's 0.9 centre crop). The data module cannot
+know the model, so the CLI, where the two meet, fills ``data.mean``/``std``/``interpolation``/``crop_pct`` from the
+model's pretrained config when the weights are pretrained and the user gave none. The values then stand in the run's
+saved ``config.yaml``, so evaluation, exports and resume use the same ones.
 """
 
 from __future__ import annotations
@@ -41,23 +42,30 @@ def pretrained_statistics(model_name: str, in_chans: int = 3) -> tuple[tuple[flo
     return channel_statistics(cfg.mean, in_chans, "mean"), channel_statistics(cfg.std, in_chans, "std")
 
 
-def fill_pretrained_normalization(model: MutableMapping[str, Any], data: MutableMapping[str, Any]) -> None:
-    """Set ``data``'s missing ``mean``/``std`` from the pretrained config of ``model``'s weights, in place.
+def fill_pretrained_inputs(model: MutableMapping[str, Any], data: MutableMapping[str, Any]) -> None:
+    """Set ``data``'s missing ``mean``, ``std``, ``interpolation`` and ``crop_pct`` from the weights' pretrained config.
+
+    As timm's ``resolve_data_config`` does: the inputs the weights were trained and evaluated with. In place.
 
     Args:
         model: The parsed ``model`` options (``model_name``, ``pretrained``, ``pretrained_file``).
-        data: The parsed data module options (``init_args``): ``mean``, ``std``, ``in_chans``.
+        data: The parsed data module options (``init_args``): ``mean``, ``std``, ``in_chans``, ...
     """
-    if not (model.get("pretrained") or model.get("pretrained_file")):
+    cfg = get_pretrained_cfg(model["model_name"])
+    if not (model.get("pretrained") or model.get("pretrained_file")) or cfg is None:
         return
-    if data.get("mean") is not None and data.get("std") is not None:
-        return
-    stats = pretrained_statistics(model["model_name"], data.get("in_chans") or 3)
-    if stats is None:
-        return
-    for key, values in zip(("mean", "std"), stats, strict=True):
-        if data.get(key) is None:
-            data[key] = list(values)
+    given = data.get("mean") is not None and data.get("std") is not None  # (then any channel count goes)
+    stats = None if given else pretrained_statistics(model["model_name"], data.get("in_chans") or 3)
+    stats = stats or (None, None)
+    known = {
+        "mean": stats[0] and list(stats[0]),
+        "std": stats[1] and list(stats[1]),
+        "crop_pct": cfg.crop_pct,
+        "interpolation": cfg.interpolation if cfg.interpolation in ("bilinear", "bicubic") else None,
+    }
+    for key, value in known.items():
+        if data.get(key) is None and value is not None:
+            data[key] = value
 
 
 def say_adapted(model_name: str, net: nn.Module, source: str) -> None:

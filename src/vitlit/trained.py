@@ -7,6 +7,7 @@ checked before anything of their size is allocated.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ import torch
 from torch import nn
 
 from vitlit.checkpoints import check_weights, read_checkpoint
-from vitlit.data.augment import to_normalized_float
+from vitlit.data.augment import Augment
 from vitlit.data.images import PIL_MODES, ImageFiles
 from vitlit.data.sources import Decode
 from vitlit.errors import CheckFailed, ConfigError
@@ -33,11 +34,18 @@ class ModelCard:
     in_chans: int
     mean: list[float]
     std: list[float]
+    crop_pct: float = 1.0
+    interpolation: str = "bilinear"
 
     def preprocess(self) -> Any:
-        """The evaluation pipeline of training for one image: resize (shorter side), centre crop, normalise."""
-        decode = Decode(self.in_chans, self.img_size)
-        return lambda image: to_normalized_float(decode(image), self.mean, self.std)
+        """The evaluation pipeline of training for one image: resize (shorter side), centre crop, normalise.
+
+        In the same two steps as evaluation in training, so the pixels are the same: stored as an evaluation split
+        is (`vitlit.data.base.ImageClassificationDataModule.stored_size`), then cropped as its batches are.
+        """
+        decode = Decode(self.in_chans, math.floor(self.img_size / self.crop_pct), self.interpolation)
+        crop = Augment(self.img_size, self.mean, self.std, crop_pct=self.crop_pct, interpolation=self.interpolation)
+        return lambda image: crop(decode(image)[None])[0]
 
     def batch(self, files: Sequence[Path]) -> torch.Tensor:
         """Image files, decoded with ``in_chans`` channels and prepared by `preprocess`, as one batch."""
@@ -53,9 +61,9 @@ PREPROCESS = (
     "decode to uint8 with in_chans channels (1: L, 3: RGB, 4: RGBA): 16- and 32-bit integer grey images scaled "
     "(value * 255 / 65535, clipped to 0-65535 first, rounded; PIL's convert would clip them to white), other modes "
     "(palette, CMYK, grey with alpha) through PIL's convert; as a uint8 CHW tensor, resize the shorter side to "
-    "img_size with bilinear interpolation and antialiasing (torchvision.transforms.v2.Resize(img_size, "
-    "antialias=True) on the tensor, not on the PIL image); centre-crop to img_size x img_size; divide by 255; "
-    "subtract mean and divide by std per channel; float32 NCHW, input 'images'"
+    "s = floor(img_size / crop_pct) with the given interpolation and antialiasing (torchvision.transforms.v2.Resize("
+    "s, interpolation, antialias=True) on the tensor, not on the PIL image); centre-crop to s x s, then to img_size x "
+    "img_size; divide by 255; subtract mean and divide by std per channel; float32 NCHW, input 'images'"
 )
 
 
@@ -138,5 +146,8 @@ def load_classifier(ckpt_path: str | Path, weights_only: bool = True) -> tuple[n
         in_chans=int(hp.get("in_chans", 3)),
         mean=[float(v) for v in hp["input_mean"]],
         std=[float(v) for v in hp["input_std"]],
+        # Checkpoints written before these were recorded were evaluated so (vitlit's former fixed geometry).
+        crop_pct=float(hp.get("input_crop_pct", 1.0)),
+        interpolation=str(hp.get("input_interpolation", "bilinear")),
     )
     return net.eval(), card

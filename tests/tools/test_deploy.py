@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -21,6 +22,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import timm
 import torch
 import yaml
 from helpers.cli import DIGITS_CONFIG, ROOT, refused, run_cli
@@ -398,6 +400,48 @@ def test_every_entry_point_sees_the_same_pixels(mode: str, trained, tmp_path: Pa
     torch.testing.assert_close(predicted, exported, rtol=0, atol=0)
     if mode == "I;16":  # scaled to 8 bits, not clipped: PIL's own conversion makes almost every pixel white
         assert (exported.max(0).values == exported.max()).float().mean() < 0.05
+
+
+@pytest.mark.parametrize("on_device", [True, False], ids=["memory", "workers"])
+def test_evaluation_resizes_and_crops_as_the_model_card_says_in_every_split(
+    on_device: bool, trained, tmp_path: Path
+) -> None:
+    """Issue 53, 2: a model evaluated with timm's crop_pct and interpolation (a pretrained model's own) is given
+    the same pixels by validation, test and predict (both sources) as by its card, which serve and export use."""
+    _, card = load_classifier(trained[0])
+    card = dataclasses.replace(card, crop_pct=0.8, interpolation="bicubic")
+    rng = np.random.default_rng(0)
+    for split, name, i in [(s, n, i) for s in ("train", "test") for n in ("a", "b") for i in range(3)]:
+        (tmp_path / split / name).mkdir(parents=True, exist_ok=True)
+        pixels = rng.integers(0, 256, (int(rng.integers(30, 90)), int(rng.integers(30, 90)), 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(tmp_path / split / name / f"{i}.png")
+    data = ImageFolderDataModule(
+        tmp_path, img_size=card.img_size, mean=card.mean, std=card.std, crop_pct=0.8, interpolation="bicubic",
+        num_workers=0, val_size=2, on_device=on_device, predict_dir=tmp_path / "test",
+    )  # fmt: skip
+    for stage in ("fit", "test", "predict"):
+        data.setup(stage)
+    for split, loader in ((data.val_set, data.val_dataloader()), (data.test_set, data.test_dataloader()),
+                          (data.predict_set, data.predict_dataloader())):  # fmt: skip
+        files = [data.files_of(split.dataset)[i] for i in split.indices]
+        batch = torch.cat([data.on_after_batch_transfer(b, 0)[0] for b in loader])
+        torch.testing.assert_close(batch, card.batch([Path(f) for f in files]), rtol=0, atol=0)
+    assert data.pipeline(train=False).crop_pct == 0.8 and data.stored_size(train=False) == 40  # floor(32 / 0.8)
+
+
+def test_exports_carry_the_evaluation_geometry_of_the_checkpoint(trained, tmp_path: Path) -> None:
+    """Issue 53, 2: the ONNX card and the timm folder's pretrained_cfg say the crop_pct and interpolation trained
+    with (timm's resolve_data_config then prepares images as vitlit evaluated them)."""
+    checkpoint = torch.load(trained[0], weights_only=True)
+    checkpoint["hyper_parameters"] |= {"input_crop_pct": 0.875, "input_interpolation": "bicubic"}
+    torch.save(checkpoint, ckpt := tmp_path / "bicubic.ckpt")
+    export(ckpt, tmp_path / "vit.onnx", "onnx", images=trained[1])
+    sidecar = json.loads((tmp_path / "vit.onnx.json").read_text())
+    assert (sidecar["crop_pct"], sidecar["interpolation"]) == (0.875, "bicubic")
+    export(ckpt, tmp_path / "folder", "timm", images=trained[1], license="mit")
+    model = timm.create_model(f"local-dir:{tmp_path / 'folder'}", pretrained=True)
+    config = timm.data.resolve_data_config({}, model=model)
+    assert (config["crop_pct"], config["interpolation"]) == (0.875, "bicubic")
 
 
 #: One field of a multipart form with the boundary ``x``.

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from jsonargparse.typing import restricted_number_type
 from torchvision.ops import roi_align
+from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2.functional import center_crop, normalize, resize, to_dtype
 
 from vitlit.errors import ConfigError
@@ -31,7 +32,7 @@ from vitlit.errors import ConfigError
 #: The training crop: ``pad`` (CIFAR's: a random ``img_size`` window of the image zero-padded by ``crop_padding``),
 #: ``resized`` (RandomResizedCrop, the crop of timm's and DeiT's recipes) or ``none``.
 Crop = Literal["pad", "resized", "none"]
-#: How RandomResizedCrop resamples its box to ``img_size`` (timm's ``--train-interpolation``, bilinear or bicubic).
+#: How images are resampled (RandomResizedCrop's box, the evaluation resize): timm's ``interpolation``.
 Interpolation = Literal["bilinear", "bicubic"]
 #: Augmentation policies (`vitlit.data.policies`, torchvision's, batched), applied after the crop and the flip.
 Policy = Literal["none", "trivialaugment", "randaugment", "autoaugment"]
@@ -41,15 +42,19 @@ Magnitude = restricted_number_type("Magnitude", int, [(">=", 0), ("<=", 30)])
 ALL = slice(None)
 
 
-def resize_uint8(images: torch.Tensor, size: int) -> torch.Tensor:
+def resize_uint8(
+    images: torch.Tensor, size: int, crop_pct: float = 1.0, interpolation: Interpolation = "bilinear"
+) -> torch.Tensor:
     """uint8 images (one, or a batch) to ``size`` x ``size``: the shorter side resized, then the centre cropped.
 
-    torchvision's antialiased bilinear resize on the uint8 tensor: the one resize of vitlit (the sources' per-image
-    geometry, this batched pipeline, exports and servers), so every path gives the same pixels.
+    The shorter side goes to ``floor(size / crop_pct)`` (timm's evaluation resize; ``crop_pct`` 1: ``size``), with
+    torchvision's antialiased resize on the uint8 tensor: the one resize of vitlit (the sources' stored geometry,
+    this batched pipeline, exports and servers), so every path gives the same pixels.
     """
-    if images.shape[-2:] == (size, size):
-        return images
-    return center_crop(resize(images, [size], antialias=True), [size])
+    side = math.floor(size / crop_pct)
+    if min(images.shape[-2:]) != side:
+        images = resize(images, [side], interpolation=InterpolationMode(interpolation), antialias=True)
+    return images if images.shape[-2:] == (size, size) else center_crop(images, [size])
 
 
 def to_normalized_float(images: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
@@ -146,10 +151,11 @@ class Augment:
         mean: Per-channel normalisation mean.
         std: Per-channel normalisation standard deviation.
         crop: The training crop (`Crop`); ``none`` for evaluation.
+        crop_pct: The share of the resized image the centre crop keeps (timm's evaluation ``crop_pct``).
         crop_padding: ``pad``: zero padding on each side (0: no crop).
         scale: ``resized``: the range of the box's share of the image's area.
         ratio: ``resized``: the range of the box's aspect ratio (width / height).
-        interpolation: ``resized``: how the box is resampled.
+        interpolation: How the box (``resized``) or the image (otherwise) is resampled.
         hflip: Mirror half of the images left-right.
         policy: A batched augmentation policy (`vitlit.data.policies.BatchPolicy`) on the uint8 batch, or ``None``.
     """
@@ -161,6 +167,7 @@ class Augment:
         std: Sequence[float],
         *,
         crop: Crop = "none",
+        crop_pct: float = 1.0,
         crop_padding: int = 0,
         scale: Sequence[float] = (0.08, 1.0),
         ratio: Sequence[float] = (3 / 4, 4 / 3),
@@ -169,7 +176,8 @@ class Augment:
         policy: Callable[..., torch.Tensor] | None = None,
     ) -> None:
         self.img_size, self.mean, self.std = img_size, list(mean), list(std)
-        self.crop, self.crop_padding, self.scale, self.ratio = crop, crop_padding, tuple(scale), tuple(ratio)
+        self.crop, self.crop_pct, self.crop_padding = crop, crop_pct, crop_padding
+        self.scale, self.ratio = tuple(scale), tuple(ratio)
         self.interpolation, self.hflip, self.policy = interpolation, hflip, policy
 
     def __call__(self, images: torch.Tensor, among: int | None = None, share: slice = ALL) -> torch.Tensor:
@@ -186,7 +194,7 @@ class Augment:
                 images, self.img_size, self.scale, self.ratio, self.interpolation, among, share
             )
         else:
-            images = resize_uint8(images, self.img_size)
+            images = resize_uint8(images, self.img_size, self.crop_pct, self.interpolation)
         if self.crop == "pad" and self.crop_padding > 0:
             images = random_crop(images, self.crop_padding, among, share)
         if self.hflip:

@@ -12,6 +12,7 @@ workers) hands over uint8 batches of one size, and `on_after_batch_transfer` run
 
 from __future__ import annotations
 
+import math
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.utilities import rank_zero_info
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler, Subset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler
 
 from vitlit.data import sources
 from vitlit.data.augment import Augment, Crop, Interpolation, Magnitude, Policy, channel_statistics
@@ -31,7 +32,7 @@ from vitlit.data.images import channels_of, predict_files, readable_images
 from vitlit.data.split import class_balanced_sampler, split_indices
 from vitlit.errors import ConfigError
 from vitlit.schedule import training_progress
-from vitlit.types import NonNegativeInt, PositiveFloat, PositiveInt, as_builtin
+from vitlit.types import Fraction, NonNegativeInt, PositiveFloat, PositiveInt, as_builtin
 
 #: Normalisation statistics of ImageNet, the default of data modules that name none of their own.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -110,7 +111,13 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             0 disables the crop.
         crop_scale: ``crop: resized``: the range of the box's share of the image's area (timm's ``--scale``).
         crop_ratio: ``crop: resized``: the range of the box's aspect ratio, width / height (timm's ``--ratio``).
-        interpolation: ``crop: resized``: how the box is resampled to ``img_size``, ``bilinear`` or ``bicubic``.
+        interpolation: How images are resampled, ``bilinear`` or ``bicubic``: RandomResizedCrop's box and every
+            resize to ``img_size``. ``None``: with pretrained weights the interpolation they were trained with
+            (timm's pretrained config), else ``bilinear``.
+        crop_pct: Evaluation's centre crop (timm's ``crop_pct``): validation, test, predict, exports and servers
+            resize the shorter side to ``floor(img_size / crop_pct)`` and keep the centre ``img_size`` square.
+            ``None``: with pretrained weights the weights' own (0.9 for the AugReg ViTs), else 1.0 (the whole
+            image).
         store_size: The side images of many sizes are stored at (the shorter side resized, the centre cropped) by
             either source, and every training crop is taken from on the training device: ``None`` stores them at
             ``img_size``. Larger gives ``crop: resized`` finer detail to crop from (e.g. 37 for ``img_size`` 32,
@@ -159,7 +166,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         crop_padding: NonNegativeInt | None = None,
         crop_scale: tuple[PositiveFloat, PositiveFloat] = (0.08, 1.0),
         crop_ratio: tuple[PositiveFloat, PositiveFloat] = (0.75, 1.3333333333333333),
-        interpolation: Interpolation = "bilinear",
+        interpolation: Interpolation | None = None,
+        crop_pct: Fraction | None = None,
         store_size: PositiveInt | None = None,
         hflip: bool = True,
         augment: Policy = "none",
@@ -204,21 +212,20 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self.batch_size = as_builtin(batch_size)
         self.val_size, self.test_size = as_builtin(val_size), as_builtin(test_size)
         self.num_workers = as_builtin(num_workers)
-        self.pin_memory = pin_memory
-        self.persistent_workers = persistent_workers
+        self.pin_memory, self.persistent_workers = pin_memory, persistent_workers
         self.seed = as_builtin(seed)
         self._mean = None if mean is None else tuple(float(v) for v in mean)
         self._std = None if std is None else tuple(float(v) for v in std)
         self.crop = crop
         self.crop_padding = self.img_size // 8 if crop_padding is None else int(crop_padding)
-        self.crop_scale, self.crop_ratio, self.interpolation = scale, ratio, interpolation
+        self.crop_scale, self.crop_ratio = scale, ratio
+        self.interpolation: Interpolation = interpolation or "bilinear"  # the CLI fills a pretrained model's in
+        self.crop_pct = 1.0 if crop_pct is None else float(crop_pct)
         self.store_size = None if store_size is None else as_builtin(store_size)
-        self.hflip = hflip
-        self.augment = augment
+        self.hflip, self.augment = hflip, augment
         self.randaugment_num_ops = as_builtin(randaugment_num_ops)
         self.randaugment_magnitude = as_builtin(randaugment_magnitude)
-        self.batch_augment = batch_augment
-        self.class_balanced = class_balanced
+        self.batch_augment, self.class_balanced = batch_augment, class_balanced
         self.on_device = on_device
         self._in_memory: bool | None = None  # decided at the first loader (`vitlit.data.sources.keep_in_memory`)
         self._augments: dict[bool, Augment] = {}  # the device half of the pipeline: training (True) and evaluation
@@ -253,11 +260,9 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """The held-out test images, used by ``test`` (and by ``predict`` without ``predict_dir``) only.
 
         Without an override, ``test_size`` of the training images are held out for it (`carves_test`), seeded: a
-        new format is then ``class_names`` and ``train_dataset`` alone. (`setup` views those items of the training
-        set itself, so that its hooks, ``targets_of`` and ``uint8_images_of``, serve the test split too.)
+        new format is then ``class_names`` and ``train_dataset`` alone. (`setup` then views those items of the
+        training set itself, so that its hooks, ``targets_of`` and ``uint8_images_of``, serve the test split too.)
         """
-        held = self._held_out()
-        return Subset(held.dataset, held.indices)
 
     @property
     def carves_test(self) -> bool:
@@ -352,15 +357,15 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """Whether ``dataset`` is ``predict_dir``'s images (vitlit's own, not one of the subclass's datasets)."""
         return self.predict_dir is not None and dataset is getattr(self, "_predict_folder", None)
 
-    def stored_size(self, dataset: Dataset) -> int:
-        """The side ``dataset``'s images are handed over at by either source: ``native_size``, else ``store_size``.
+    def stored_size(self, train: bool) -> int | None:
+        """The side a split's images are handed over at by either source; ``None``: as they are (``native_size``).
 
-        ``store_size`` ``None`` means ``img_size``. ``predict_dir``'s files may have any size; they are resized
-        (shorter side) and centre-cropped to ``img_size``.
+        Training splits are stored at ``store_size`` (``None``: ``img_size``) for the device's crops; evaluation splits
+        at ``floor(img_size / crop_pct)``, timm's resize before the centre crop, as exports and servers resize.
         """
-        if self.is_predict_folder(dataset):
-            return self.img_size
-        return self.native_size or self.store_size or self.img_size
+        if self.native_size:
+            return None
+        return self.store_size or self.img_size if train else math.floor(self.img_size / self.crop_pct)
 
     def device(self) -> torch.device:
         """The training device (the CPU outside a Trainer)."""
@@ -368,11 +373,13 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
 
     # -- shared machinery ----------------------------------------------------------------------------------------
 
-    def _view(self, dataset: Dataset, indices: Sequence[int] | None) -> TransformedSubset:
-        """Items ``indices`` of ``dataset``, decoded at its stored size (what the streamed source's workers do)."""
-        native = self.native_size and not self.is_predict_folder(dataset)  # as they are: they share one size
-        return TransformedSubset(dataset, indices, sources.Decode(self.in_chans, None if native else
-                                                                  self.stored_size(dataset)))  # fmt: skip
+    def _view(self, dataset: Dataset, indices: Sequence[int] | None, train: bool = False) -> TransformedSubset:
+        """Items ``indices`` of ``dataset``, decoded at the split's stored size (what the streamed source's workers do).
+
+        ``predict_dir``'s files may have any size: they are stored as evaluation stores images of many sizes.
+        """
+        size = math.floor(self.img_size / self.crop_pct) if self.is_predict_folder(dataset) else self.stored_size(train)
+        return TransformedSubset(dataset, indices, sources.Decode(self.in_chans, size, self.interpolation))
 
     def hold_out_test(self, n: int, said: str | None = None) -> tuple[list[int], list[int]]:
         """The seeded (training, test) indices of ``n`` training items where the test split is carved out of them.
@@ -400,9 +407,10 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
                 rank_zero_info(f"vitlit: {type(self).__name__} has no validation split: {len(parts[1]):,} of "
                                f"{len(pool):,} training images carved for it (--data.val_size {self.val_size}, seed "
                                f"{self.seed})")  # fmt: skip
-                self.train_set, self.val_set = (self._view(dataset, [pool[i] for i in part]) for part in parts)
+                self.train_set = self._view(dataset, [pool[i] for i in parts[0]], train=True)
+                self.val_set = self._view(dataset, [pool[i] for i in parts[1]])
             else:
-                self.train_set, self.val_set = self._view(dataset, pool), self._view(val_dataset, None)
+                self.train_set, self.val_set = self._view(dataset, pool, train=True), self._view(val_dataset, None)
         if stage == "test" and self.test_set is None:
             test = None if self.carves_test else self._check_labels(self.test_dataset(), "test")
             self.test_set = self._held_out() if test is None else self._view(test, None)
@@ -449,8 +457,9 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
                 policy = BatchPolicy(self.augment, self.randaugment_num_ops, self.randaugment_magnitude)
             crop = self.crop if train else "none"
             self._augments[train] = Augment(
-                self.img_size, self.mean, self.std, crop=crop, crop_padding=self.crop_padding, scale=self.crop_scale,
-                ratio=self.crop_ratio, interpolation=self.interpolation, hflip=self.hflip and train, policy=policy,
+                self.img_size, self.mean, self.std, crop=crop, crop_pct=1.0 if train else self.crop_pct,
+                crop_padding=self.crop_padding, scale=self.crop_scale, ratio=self.crop_ratio,
+                interpolation=self.interpolation, hflip=self.hflip and train, policy=policy,
             )  # fmt: skip
         return self._augments[train]
 
@@ -502,7 +511,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             self._in_memory = self.on_device is not False and sources.keep_in_memory(self)
         sampler = self.sampler(split, train)
         if self._in_memory:
-            dataset, workers, collate = sources.in_memory(self, split.dataset, split.indices), 0, sources.whole_batch
+            dataset, workers, collate = sources.in_memory(self, split), 0, sources.whole_batch
         else:
             dataset, workers, collate = split, self.workers, None
         return DataLoader(

@@ -123,7 +123,7 @@ def _write(
     if data.has_test_split:
         data.setup("test")
         splits["test"] = data.test_set
-    size = data.stored_size(data.train_set.dataset)
+    size = data.stored_size(True) or data.native_size  # raw: every split as training stores it
     counts, indexes = {}, {}
     for name in SPLITS:
         split = splits.get(name)
@@ -131,7 +131,7 @@ def _write(
             continue
         files = data.files_of(split.dataset)
         item = Item(split, data.targets(split), None if files is None else [files[i] for i in split.indices],
-                    Decode(data.in_chans, size) if format == "raw" else None)  # fmt: skip
+                    Decode(data.in_chans, size, data.interpolation) if format == "raw" else None)  # fmt: skip
         with own_ctrl_c():
             ld.optimize(fn=item, inputs=list(range(len(split))), output_dir=f"{output}/{name}", chunk_bytes=chunk_bytes,
                         num_workers=int(num_workers), mode="overwrite" if overwrite else None, keep_data_ordered=True,

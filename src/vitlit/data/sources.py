@@ -3,16 +3,16 @@
 The two sources of vitlit's one image pipeline differ only in where the bytes come from; both hand DataLoader
 batches of ``(uint8 images of one size, class indices)`` to the training device, where `vitlit.data.augment` does
 everything else. The size is the one the images are stored at: their own where they all share one (a data module's
-``native_size``: CIFAR's 32 px, also for a 224 px recipe), else ``img_size``.
+``native_size``: CIFAR's 32 px, also for a 224 px recipe), else the split's stored size (training's ``store_size``,
+evaluation's ``floor(img_size / crop_pct)``: `vitlit.data.base.ImageClassificationDataModule.stored_size`).
 
 - **In memory** (`InMemory`): the split decoded once into one (N, C, S, S) uint8 tensor on the training device (the
   data module's ``uint8_images_of`` hook takes it as it is, e.g. CIFAR's array); a batch is one indexing operation,
   no worker process touches it.
 - **Streamed** (`Decode`, a DataLoader's per-image transform): workers decode each image and bring it to the stored
-  size as the in-memory source stores it (resize of the shorter side and centre crop to ``--data.store_size``, else
-  ``img_size``); images that share a size are decoded and nothing else. Every crop, RandomResizedCrop included, is
-  the training device's, so both sources give the same batches whatever the images' sizes. Batches are collated as
-  uint8: a quarter of float32's bytes to move.
+  size as the in-memory source stores it (resize of the shorter side and centre crop); images that share a size are
+  decoded and nothing else. Every crop, RandomResizedCrop included, is the training device's, so both sources give the
+  same batches whatever the images' sizes. Batches are collated as uint8: a quarter of float32's bytes to move.
 
 ``--data.on_device`` chooses (`keep_in_memory`): ``auto`` holds the splits in memory where their stored size fits in
 a quarter of the device's free memory, and says which source it took.
@@ -29,13 +29,13 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.transforms.v2.functional import pil_to_tensor
 
-from vitlit.data.augment import resize_uint8
+from vitlit.data.augment import Interpolation, resize_uint8
 from vitlit.data.images import PIL_MODES
 from vitlit.errors import ConfigError
 from vitlit.memory import free_memory
 
 if TYPE_CHECKING:
-    from vitlit.data.base import ImageClassificationDataModule
+    from vitlit.data.base import ImageClassificationDataModule, TransformedSubset
 
 #: ``on_device: auto`` holds the images in memory when they take at most this share of the device's free memory: the
 #: rest is for the model, its activations and the optimizer.
@@ -48,10 +48,11 @@ class Decode:
     Args:
         in_chans: Channels of the result (a PIL image is converted to ``L``, ``RGB`` or ``RGBA``).
         size: The stored size: resize (shorter side) and centre crop to it; ``None`` keeps the image as it is.
+        interpolation: How the resize resamples.
     """
 
-    def __init__(self, in_chans: int, size: int | None) -> None:
-        self.in_chans, self.size = in_chans, size
+    def __init__(self, in_chans: int, size: int | None, interpolation: Interpolation = "bilinear") -> None:
+        self.in_chans, self.size, self.interpolation = in_chans, size, interpolation
 
     def __call__(self, image: Image.Image | torch.Tensor) -> torch.Tensor:
         """A (C, H, W) uint8 tensor of ``image``."""
@@ -61,7 +62,7 @@ class Decode:
         if image.shape[0] != self.in_chans or image.dtype != torch.uint8:
             raise ValueError(f"an image of the data is {image.dtype} with {image.shape[0]} channels; vitlit reads "
                              f"uint8 images with in_chans={self.in_chans}.")  # fmt: skip
-        return image if self.size is None else resize_uint8(image, self.size)
+        return image if self.size is None else resize_uint8(image, self.size, interpolation=self.interpolation)
 
 
 class InMemory(Dataset):
@@ -92,33 +93,25 @@ def whole_batch(batch: Any) -> Any:
     return batch
 
 
-def decode_uint8(dataset: Dataset, decode: Decode) -> torch.Tensor:
-    """Every image of ``dataset`` decoded once by ``decode`` into one (N, C, S, S) uint8 tensor."""
-    return torch.stack([decode(dataset[i][0]) for i in range(len(dataset))])
+def in_memory(data: ImageClassificationDataModule, split: TransformedSubset) -> InMemory:
+    """The items of ``split`` (a view of one of ``data``'s datasets) held on the training device, decoded once.
 
-
-def in_memory(data: ImageClassificationDataModule, dataset: Dataset, indices: Sequence[int]) -> InMemory:
-    """The items ``indices`` of ``dataset`` (one of ``data``'s) held on the training device, decoded once per dataset.
-
-    The data module's ``uint8_images_of`` takes images already in one array as they are; others are decoded here,
-    each at the dataset's stored size (`ImageClassificationDataModule.stored_size`).
+    The data module's ``uint8_images_of`` takes images already in one array as they are; others are decoded here by
+    the split's own `Decode`, at its stored size (`ImageClassificationDataModule.stored_size`), as the workers do.
     """
-    cache = data.__dict__.setdefault("_uint8", {})  # train and validation share one decoded copy
-    if id(dataset) not in cache:
-        images = None if data.is_predict_folder(dataset) else data.uint8_images_of(dataset)
-        if images is None:
-            rank_zero_info(f"vitlit: decoding {len(dataset)} images once to hold them in memory")
-            images = decode_uint8(dataset, Decode(data.in_chans, data.stored_size(dataset)))
-        elif images.dtype != torch.uint8 or images.ndim != 4 or images.shape[:2] != (len(dataset), data.in_chans):
-            raise ValueError(
-                f"{type(data).__name__}.uint8_images_of returned {images.dtype} images of shape "
-                f"{tuple(images.shape)}; it must return uint8 of shape ({len(dataset)}, {data.in_chans}, H, W)."
-            )
-        cache[id(dataset)] = (images, torch.as_tensor(data.targets_of(dataset), dtype=torch.long))
-    images, targets = cache[id(dataset)]
-    index, device = torch.as_tensor(indices, dtype=torch.long), data.device()
+    dataset, index = split.dataset, torch.as_tensor(split.indices, dtype=torch.long)
+    images = None if data.is_predict_folder(dataset) else data.uint8_images_of(dataset)
+    if images is None:
+        rank_zero_info(f"vitlit: decoding {len(split)} images once to hold them in memory")
+    elif images.dtype != torch.uint8 or images.ndim != 4 or images.shape[:2] != (len(dataset), data.in_chans):
+        raise ValueError(
+            f"{type(data).__name__}.uint8_images_of returned {images.dtype} images of shape "
+            f"{tuple(images.shape)}; it must return uint8 of shape ({len(dataset)}, {data.in_chans}, H, W)."
+        )
+    images = torch.stack([split[i][0] for i in range(len(split))]) if images is None else images[index]
+    targets, device = torch.as_tensor(data.targets_of(dataset), dtype=torch.long)[index], data.device()
     # Channels first in memory too (an array taken as it is may be channels last): every batch op runs faster so.
-    return InMemory(images[index].to(device).contiguous(), targets[index].to(device))
+    return InMemory(images.to(device).contiguous(), targets.to(device))
 
 
 def keep_in_memory(data: ImageClassificationDataModule) -> bool:
@@ -128,13 +121,12 @@ def keep_in_memory(data: ImageClassificationDataModule) -> bool:
     `AUTO_DEVICE_FRACTION` of the device's free memory (on every DDP process), else the workers.
     """
     device, trainer = data.device(), data.trainer
-    splits = (data.train_set, data.val_set, data.test_set, data.predict_set)
-    datasets = {id(split.dataset): split.dataset for split in splits if split is not None}
-    need = sum(len(d) * data.in_chans * data.stored_size(d) ** 2 for d in datasets.values())
+    splits = [s for s in (data.train_set, data.val_set, data.test_set, data.predict_set) if s is not None]
+    need = sum(len(s) * data.in_chans * (s.transform.size or data.native_size) ** 2 for s in splits)
     if device.type == "cpu" and trainer is not None:
         need *= trainer.num_devices  # each process of this machine keeps its own copy in the same memory
     free = free_memory(device)
-    size = f"{sum(len(d) for d in datasets.values()):,} images take {need / 2**20:,.1f} MB as stored"
+    size = f"{sum(len(s) for s in splits):,} images take {need / 2**20:,.1f} MB as stored"
     if data.on_device is True:  # forced: refused only where it cannot fit at all, before anything is decoded
         need *= 2 if device.type == "cpu" else 1  # in host memory, the decoded images and the splits' copies
         if free is not None and need > free:

@@ -196,7 +196,7 @@ class StreamingDataModule(ImageClassificationDataModule):
         if "://" not in self.input_dir:
             check_chunks(Path(self.input_dir).expanduser() / split)
         raw, where = self.meta["format"] == "raw", f"{self.input_dir}/{split}"
-        decode = None if raw else Decode(self.in_chans, self.store_size or self.img_size)  # as in memory: one geometry
+        decode = None if raw else Decode(self.in_chans, self.stored_size(train), self.interpolation)  # as in memory
         return litdata().StreamingDataset(
             where, cache_dir=self.cache_dir, max_cache_size=self.max_cache_size, shuffle=train, drop_last=train,
             seed=self.seed, transform=Sample(decode, where, len(self.meta["class_names"])),

@@ -80,8 +80,9 @@ def write_timm_folder(
     """
     output = output.expanduser().absolute()
     with staged_folder(output) as staged:
-        data_config = {"mean": _rounded(card.mean), "std": _rounded(card.std), "interpolation": "bilinear",
-                       "input_size": (card.in_chans, card.img_size, card.img_size), "crop_pct": 1.0}  # fmt: skip
+        data_config = {"mean": _rounded(card.mean), "std": _rounded(card.std), "crop_pct": card.crop_pct,
+                       "input_size": (card.in_chans, card.img_size, card.img_size),
+                       "interpolation": card.interpolation}  # fmt: skip
         save_for_hf(net, str(staged), model_config={"label_names": list(card.class_names)}, data_config=data_config,
                     safe_serialization=True)  # fmt: skip
         # timm keeps the base model's pretrained_cfg: its license and tag are not this model's.
