@@ -90,3 +90,13 @@ def test_snapshots_are_spaced_on_the_budgets_plan(
     planned = fit.trainer.lr_scheduler_configs[0].scheduler.total_steps
     steps = sorted(int(p.stem[-7:]) for p in Path(fit.trainer.log_dir, "checkpoints").glob("snapshot-step*.ckpt"))
     assert len(steps) >= 3 and all(abs(s / planned - round(4 * s / planned) / 4) < 0.1 for s in steps), (steps, planned)
+
+
+def test_the_erasing_ramp_follows_the_length_the_schedule_plans() -> None:
+    """Issue 53, 3: a budget re-sizes the schedule; the random-erasing ramp (training_progress) reads that length."""
+    from vitlit.schedule import training_progress
+
+    schedule = SimpleNamespace(scheduler=SimpleNamespace(total_steps=40))
+    trainer = SimpleNamespace(lr_scheduler_configs=[schedule], estimated_stepping_batches=1000, global_step=20)
+    assert training_progress(trainer) == 0.5  # the budget's 40 steps, not max_epochs' 1000
+

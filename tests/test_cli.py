@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import timm
 import torch
 import yaml
 from helpers.cli import ALL_CONFIGS, CPU, DIGITS_CONFIG, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli
@@ -155,6 +156,38 @@ def test_print_config_shows_what_the_digits_run_does(
     assert fit.model.criterion.label_smoothing == printed["model"]["init_args"]["label_smoothing"] == 0.1
     saved = yaml.safe_load((Path(fit.trainer.log_dir) / "config.yaml").read_text())
     assert saved["data"]["class_path"] == printed["data"]["class_path"]  # saved as run, no class swapped in
+
+
+def test_print_config_shows_the_pretrained_inputs_and_absolute_paths_the_run_saves(
+    tmp_path: Path, digits_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 53, 3: --print_config runs the resolution the run runs: the weights' mean/std/interpolation/crop_pct
+    (test_vit's pretrained config: 0.5, bicubic, 0.95) and absolute paths, as the saved config.yaml holds them."""
+    weights = tmp_path / "w.pth"
+    torch.save(timm.create_model("test_vit", img_size=32, patch_size=8).state_dict(), weights)
+    monkeypatch.chdir(digits_dir.parent)
+    args = [
+        "fit",
+        "--config",
+        DIGITS_CONFIG,
+        "--data.root",
+        digits_dir.name,
+        "--model.pretrained_file",
+        weights,
+        "--trainer.max_steps",
+        "2",
+        "--trainer.limit_val_batches",
+        "1",
+        "--trainer.default_root_dir",
+        tmp_path,
+    ]
+    with pytest.raises(SystemExit):
+        run_cli(*args, "--print_config")
+    printed = yaml.safe_load(capsys.readouterr().out)["data"]["init_args"]
+    assert (printed["mean"], printed["std"]) == ([0.5] * 3, [0.5] * 3)
+    assert (printed["interpolation"], printed["crop_pct"], printed["root"]) == ("bicubic", 0.95, str(digits_dir))
+    saved = yaml.safe_load((Path(run_cli(*args).trainer.log_dir) / "config.yaml").read_text())["data"]["init_args"]
+    assert {key: saved[key] for key in printed} == printed
 
 
 def test_a_warmup_as_long_as_the_run_is_refused_before_training(

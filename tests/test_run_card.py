@@ -46,6 +46,14 @@ def test_a_fit_writes_its_card_and_a_test_of_its_checkpoint_completes_it(digits_
     if head.returncode == 0:  # the suite runs from a checkout (CI: a fresh clone)
         assert card["git_commit"] == head.stdout.strip() and isinstance(card["git_dirty"], bool)
     assert card["test_acc"] is None
+    # Issue 53, 3: what the options left to the run, as it took it: the source (digits fit in memory), the sizes,
+    # the statistics and evaluation geometry in use, the planned length and the warmup it resolved to, the seed.
+    data = fit.datamodule
+    assert card["resolved"] == {
+        "source": "memory", "on_device": "auto", "workers": 0, "stored_size": {"train": 32, "eval": 32},
+        "mean": data.mean, "std": data.std, "statistics": "the data's own", "crop_pct": 1.0,
+        "interpolation": "bilinear", "planned_steps": 8, "warmup_steps": 0, "seed": 42,  # the tests' runs: no warmup
+    }  # fmt: skip
     markdown = (run / "run_card.md").read_text()
     assert "| exit_reason | finished |" in markdown and f"| best_val_acc | {card['best_val_acc']} |" in markdown
 

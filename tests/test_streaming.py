@@ -43,7 +43,7 @@ def test_prepare_writes_every_split_and_a_fit_trains_tests_and_predicts_from_it(
     described = read_meta(str(chunks))  # vitlit's description, itself a one-item LitData set beside the splits
     assert described["splits"] == {"train": 1213, "val": 135, "test": 449} and described["format"] == "raw"
     assert described["class_names"] == [str(d) for d in range(10)] and described["size"] == 32
-    fit = _fit(chunks, tmp_path / "runs", "--trainer.max_epochs", "2")
+    fit = _fit(chunks, tmp_path / "runs", "--trainer.max_epochs", "2", "--seed_everything", "3", "--data.seed", "7")
     assert fit.trainer.global_step == 2 * (1213 // 64)  # full batches of every epoch
     run = Path(fit.trainer.log_dir)
     assert "LitData chunks at" in (run / "run_card.json").read_text()
@@ -53,6 +53,8 @@ def test_prepare_writes_every_split_and_a_fit_trains_tests_and_predicts_from_it(
     predict = run_cli("predict", "--config", run / "config.yaml", "--ckpt_path", ckpt)
     rows = list(csv.DictReader((Path(predict.trainer.log_dir) / "predictions.csv").open()))
     assert len(rows) == 449
+    # Issue 53, 3: the stream shuffles with the run's seed, as every other source's order does (not data.seed).
+    assert (fit.datamodule.train_set.seed, fit.datamodule.seed) == (3, 7)
 
 
 def test_encoded_chunks_keep_the_files_and_decode_in_training(digits_dir: Path, tmp_path: Path) -> None:

@@ -69,8 +69,32 @@ def _exit(text: object, status: int = 2) -> NoReturn:
     raise SystemExit(status)
 
 
+def resolve_config(config: Any) -> None:
+    """Write into a run's parsed config what its nulls and relative paths stand for, in place (idempotent).
+
+    Paths become absolute (the saved config must work from any folder: the notebooks', a resume's), and with
+    pretrained weights the data's missing mean/std/interpolation/crop_pct become the weights' own. The run, its saved
+    ``config.yaml`` and ``--print_config`` all show this one resolution.
+    """
+    cfg.absolute_paths(config)
+    model = config["model"]["init_args"]
+    if model.get("pretrained") or model.get("pretrained_file"):  # the inputs the weights were trained with
+        from vitlit.pretrained import fill_pretrained_inputs
+
+        fill_pretrained_inputs(model, config["data"]["init_args"])
+
+
 class VitLitArgumentParser(LightningArgumentParser):
-    """LightningCLI's parser, reporting a bad option in one line (the key and the value) instead of the usage."""
+    """LightningCLI's parser, reporting a bad option in one line (the key and the value) instead of the usage.
+
+    A run's config is dumped (``--print_config``, the saved ``config.yaml``) as `resolve_config` resolves it.
+    """
+
+    def dump(self, cfg: Any, *args: Any, **kwargs: Any) -> str:
+        if all(hasattr(cfg.get(key), "init_args") for key in ("model", "data")) and cfg.get("trainer"):
+            cfg = cfg.clone()
+            resolve_config(cfg)
+        return super().dump(cfg, *args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         from vitlit.messages import one_line, user_error
@@ -171,12 +195,7 @@ class VitLitCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]
         config["ckpt_path"] = self._ckpt_path  # as typed, in the saved config
-        cfg.absolute_paths(config)  # the saved config must work from any folder (the notebooks', a resume's)
-        model = config["model"]["init_args"]
-        if model.get("pretrained") or model.get("pretrained_file"):  # the inputs the weights were trained with
-            from vitlit.pretrained import fill_pretrained_inputs
-
-            fill_pretrained_inputs(model, config["data"]["init_args"])
+        resolve_config(config)
 
     def _start(self) -> None:
         """Resolve and check ``--ckpt_path``, then place the run: all before Lightning writes anything."""

@@ -30,6 +30,6 @@ def planned_steps(trainer: Trainer) -> int | None:
 
 
 def training_progress(trainer: Trainer) -> float:
-    """Fraction of the run's optimizer steps done, in [0, 1]; 0 for a run without a set length."""
-    total = total_steps(trainer)
+    """Fraction of the run's planned optimizer steps done (`planned_steps`), in [0, 1]; 0 for a run without a length."""
+    total = planned_steps(trainer)
     return 0.0 if total is None else min(1.0, trainer.global_step / max(1, total))

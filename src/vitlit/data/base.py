@@ -367,6 +367,19 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             return None
         return self.store_size or self.img_size if train else math.floor(self.img_size / self.crop_pct)
 
+    def resolved(self) -> dict[str, Any]:
+        """What the run took where its options leave a choice (the run card's ``resolved``, once the loaders exist).
+
+        The source ``on_device`` chose and the workers used (after the cap at the cores), the stored sizes, and the
+        normalisation and evaluation geometry in use: given (a pretrained model's, filled in by the CLI) or the data's.
+        """
+        memory, sizes = bool(self._in_memory), {split: self.stored_size(split == "train") or self.native_size
+                                                for split in ("train", "eval")}  # fmt: skip
+        return {"source": "memory" if memory else "workers", "on_device": self.on_device, "stored_size": sizes,
+                "workers": 0 if memory else self.workers, "mean": self.mean, "std": self.std,
+                "statistics": "given" if self._mean else "the data's own", "crop_pct": self.crop_pct,
+                "interpolation": self.interpolation}  # fmt: skip
+
     def device(self) -> torch.device:
         """The training device (the CPU outside a Trainer)."""
         return self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")

@@ -18,6 +18,7 @@ import contextlib
 import functools
 import io
 import json
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -197,9 +198,10 @@ class StreamingDataModule(ImageClassificationDataModule):
             check_chunks(Path(self.input_dir).expanduser() / split)
         raw, where = self.meta["format"] == "raw", f"{self.input_dir}/{split}"
         decode = None if raw else Decode(self.in_chans, self.stored_size(train), self.interpolation)  # as in memory
+        seed = int(os.environ.get("PL_GLOBAL_SEED", self.seed))  # the run's seed, as every source's order
         return litdata().StreamingDataset(
             where, cache_dir=self.cache_dir, max_cache_size=self.max_cache_size, shuffle=train, drop_last=train,
-            seed=self.seed, transform=Sample(decode, where, len(self.meta["class_names"])),
+            seed=seed, transform=Sample(decode, where, len(self.meta["class_names"])),
         )  # fmt: skip
 
     def setup(self, stage: str) -> None:

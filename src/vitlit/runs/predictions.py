@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +9,8 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info
 
-from vitlit.atomic import replacing
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import CheckFailed
-from vitlit.text import cell
 from vitlit.types import PositiveInt
 
 
@@ -66,31 +63,13 @@ class PredictionWriter(Callback):
             )
         if not trainer.is_global_zero:
             return
-        classes = _class_names(trainer, pl_module, probs.shape[1])
+        from vitlit.runs.prediction_table import write_table  # the CSV's code runs (and loads) in predict only
+
         data = trainer.datamodule
         files = data.predict_files() if isinstance(data, ImageClassificationDataModule) else None
         sources = files if files is not None and len(files) == len(probs) else [""] * len(probs)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        k = min(self.top_k, probs.shape[1])
-        top_p, top_i = probs.topk(k, dim=1)
-        header = ["index", "source", "predicted", "confidence"]
-        header += [name for j in range(2, k + 1) for name in (f"top{j}", f"p_top{j}")]
-        if self.probabilities:
-            header += [f"p_{c}" for c in classes]
-        # Whole or not at all (a full disk or a size limit leaves no half file), and names as the file system has
-        # them: bytes that are not UTF-8 are written as they are (Python's surrogateescape), and read back the same.
-        with replacing(path) as tmp, tmp.open("w", newline="", encoding="utf-8", errors="surrogateescape") as f:
-            writer = csv.writer(f)
-            # Text from the data (file and class names) as cells a spreadsheet shows, never runs (`vitlit.text.cell`).
-            writer.writerow([cell(name) for name in header])
-            names = [cell(name) for name in classes]
-            for i in range(len(probs)):
-                row: list[object] = [i, cell(sources[i], path=True)]
-                for j in range(k):
-                    row += [names[top_i[i, j]], f"{top_p[i, j]:.6f}"]
-                if self.probabilities:
-                    row += [f"{p:.6f}" for p in probs[i].tolist()]
-                writer.writerow(row)
+        classes = _class_names(trainer, pl_module, probs.shape[1])
+        write_table(path, probs, classes, sources, self.top_k, self.probabilities)
         rank_zero_info(f"vitlit: wrote {len(probs)} predictions to {path}")
 
 

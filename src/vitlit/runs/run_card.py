@@ -29,6 +29,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 import vitlit
 from vitlit.atomic import write_atomically
+from vitlit.schedule import planned_steps, schedule_of
 from vitlit.streams import tell
 from vitlit.text import markdown
 
@@ -102,6 +103,9 @@ class RunCard(Callback):
             * trainer.world_size, "resumed_from": str(trainer.ckpt_path or "") or earlier.get("resumed_from"),
             "loggers": [{"logger": type(lg).__name__, "name": str(lg.name), "run": str(lg.version)}
                         for lg in trainer.loggers],  # MLflow's and W&B's own run ids, to find the run there
+            # What the options left to the run, as it took it (the schedule's length already asked for the loaders).
+            "resolved": {**getattr(trainer.datamodule, "resolved", dict)(), "planned_steps": planned_steps(trainer),
+                         "warmup_steps": getattr(schedule_of(trainer), "warmup_steps", None), "seed": _seed()},
         }  # fmt: skip
         if self.card["effective_batch"] != batch:  # the learning rate depends on it
             parts = f"{batch} per device x {trainer.accumulate_grad_batches} accumulated x {trainer.world_size} procs"
