@@ -99,4 +99,3 @@ def test_the_erasing_ramp_follows_the_length_the_schedule_plans() -> None:
     schedule = SimpleNamespace(scheduler=SimpleNamespace(total_steps=40))
     trainer = SimpleNamespace(lr_scheduler_configs=[schedule], estimated_stepping_batches=1000, global_step=20)
     assert training_progress(trainer) == 0.5  # the budget's 40 steps, not max_epochs' 1000
-

@@ -312,7 +312,8 @@ def test_the_224_px_recipes_hold_cifar_in_memory_at_32_px(monkeypatch: pytest.Mo
     for native, held in ((32, True), (None, False)):  # stored at 32 px; or, of many sizes, at 224 px
         data = _FakeCIFAR224(native)
         data.setup("fit")
-        assert sources_module.keep_in_memory(data) is held
+        splits = [data.train_set, data.val_set]
+        assert sources_module.keep_in_memory(splits, data.native_size, False, data.device(), None) is held
         assert data.stored_size(train=True) == (None if native else 224)
 
 

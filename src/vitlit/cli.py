@@ -357,7 +357,7 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
             from vitlit.run_tool import run_tool  # loaded for a tool's run only
 
             with quiet():
-                return run_tool(argv[0], argv[1:])
+                return run_tool(argv[0], TOOLS[argv[0]], argv[1:], VitLitArgumentParser)
         cfg.check_config_files(argv)
         with quiet(), interrupts_stop_the_fit() if argv[:1] == ["fit"] else contextlib.nullcontext():
             defaults = {"default_config_files": [str(cfg.DEFAULTS)]}

@@ -7,14 +7,22 @@ import inspect
 import re
 from typing import Any
 
+from jsonargparse import ArgumentParser
+
 from vitlit import config as cfg
-from vitlit.cli import PROG, TOOLS, VitLitArgumentParser
 from vitlit.errors import ConfigError
 
 
-def run_tool(name: str, argv: list[str]) -> Any:
-    """Parse ``argv`` as the flags of the function ``TOOLS[name]`` names (``vitlit export --help``) and call it."""
-    module, function = TOOLS[name].split(":")
+def run_tool(name: str, target: str, argv: list[str], parser_class: type[ArgumentParser]) -> Any:
+    """Parse ``argv`` as the flags of the function ``target`` names (``vitlit export --help``) and call it.
+
+    Args:
+        name: The subcommand as typed after ``vitlit`` (for its usage line).
+        target: ``module:function``, the subcommand's entry in `vitlit.cli.TOOLS`.
+        argv: The arguments after the subcommand.
+        parser_class: The CLI's parser, so that a tool's errors read as the CLI's.
+    """
+    module, function = target.split(":")
     try:
         run = getattr(importlib.import_module(module), function)
     except ModuleNotFoundError as err:
@@ -22,7 +30,7 @@ def run_tool(name: str, argv: list[str]) -> Any:
             raise
         raise ConfigError(f"the {name} subcommand's module {module} is not in this copy of vitlit; restore it or "
                           f"drop {name} from vitlit.cli.TOOLS.") from None  # fmt: skip
-    parser = VitLitArgumentParser(prog=f"{PROG} {name}", description=(run.__doc__ or name).split("\n\n")[0],
+    parser = parser_class(prog=f"vitlit {name}", description=(run.__doc__ or name).split("\n\n")[0],
                                   allow_abbrev=False)  # fmt: skip
     parser.add_function_arguments(run, as_group=False)
     if argv and not argv[0].startswith("-"):  # a leading word is the first argument: `vitlit models 'vit_*'`

@@ -26,9 +26,10 @@ from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler
 
-from vitlit.data import sources
+import vitlit.data.sources as sources
 from vitlit.data.augment import Augment, Crop, Interpolation, Magnitude, Policy, channel_statistics
 from vitlit.data.images import channels_of, predict_files, readable_images
+from vitlit.data.sources import TransformedSubset
 from vitlit.data.split import class_balanced_sampler, split_indices
 from vitlit.errors import ConfigError
 from vitlit.schedule import training_progress
@@ -53,25 +54,6 @@ class BatchTransform(Protocol):
         self, images: torch.Tensor, targets: torch.Tensor, progress: float, num_classes: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Return the augmented batch; ``progress`` is the fraction of the run done, targets may become soft."""
-
-
-class TransformedSubset(Dataset):
-    """A view of ``dataset`` at ``indices`` with a per-image transform: what the streamed source's workers do.
-
-    The transform is the stored geometry only (`vitlit.data.sources.Decode`): every crop is the training device's.
-    """
-
-    def __init__(self, dataset: Dataset, indices: Sequence[int] | None, transform: Any) -> None:
-        self.dataset = dataset
-        self.indices = list(range(len(dataset))) if indices is None else list(indices)
-        self.transform = transform
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        image, target = self.dataset[self.indices[i]]
-        return self.transform(image), target
 
 
 class ImageClassificationDataModule(LightningDataModule, ABC):
@@ -207,9 +189,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             raise ConfigError(
                 f"batch_size={batch_size} is odd, but Mixup/CutMix mix images in pairs; use an even size."
             )
-        self.img_size = as_builtin(img_size)
-        self.in_chans = as_builtin(in_chans)
-        self.batch_size = as_builtin(batch_size)
+        self.img_size, self.in_chans, self.batch_size = (as_builtin(v) for v in (img_size, in_chans, batch_size))
         self.val_size, self.test_size = as_builtin(val_size), as_builtin(test_size)
         self.num_workers = as_builtin(num_workers)
         self.pin_memory, self.persistent_workers = pin_memory, persistent_workers
@@ -521,10 +501,15 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         if split is None:
             raise RuntimeError("setup() must run before the loaders are requested; the Trainer does this for you.")
         if self._in_memory is None:
-            self._in_memory = self.on_device is not False and sources.keep_in_memory(self)
+            splits = [s for s in (self.train_set, self.val_set, self.test_set, self.predict_set) if s is not None]
+            self._in_memory = self.on_device is not False and sources.keep_in_memory(
+                splits, self.native_size, self.on_device is True, self.device(), self.trainer
+            )
         sampler = self.sampler(split, train)
         if self._in_memory:
-            dataset, workers, collate = sources.in_memory(self, split), 0, sources.whole_batch
+            images = None if self.is_predict_folder(split.dataset) else self.uint8_images_of(split.dataset)
+            held = sources.in_memory(split, images, self.targets_of(split.dataset), self.device())
+            dataset, workers, collate = held, 0, sources.whole_batch
         else:
             dataset, workers, collate = split, self.workers, None
         return DataLoader(

@@ -21,7 +21,7 @@ a quarter of the device's free memory, and says which source it took.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from lightning.pytorch.utilities import rank_zero_info
@@ -33,9 +33,6 @@ from vitlit.data.augment import Interpolation, resize_uint8
 from vitlit.data.images import PIL_MODES
 from vitlit.errors import ConfigError
 from vitlit.memory import free_memory
-
-if TYPE_CHECKING:
-    from vitlit.data.base import ImageClassificationDataModule, TransformedSubset
 
 #: ``on_device: auto`` holds the images in memory when they take at most this share of the device's free memory: the
 #: rest is for the model, its activations and the optimizer.
@@ -63,6 +60,25 @@ class Decode:
             raise ValueError(f"an image of the data is {image.dtype} with {image.shape[0]} channels; vitlit reads "
                              f"uint8 images with in_chans={self.in_chans}.")  # fmt: skip
         return image if self.size is None else resize_uint8(image, self.size, interpolation=self.interpolation)
+
+
+class TransformedSubset(Dataset):
+    """A view of ``dataset`` at ``indices`` with a per-image transform: what the streamed source's workers do.
+
+    The transform is the stored geometry only (`vitlit.data.sources.Decode`): every crop is the training device's.
+    """
+
+    def __init__(self, dataset: Dataset, indices: Sequence[int] | None, transform: Any) -> None:
+        self.dataset = dataset
+        self.indices = list(range(len(dataset))) if indices is None else list(indices)
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        image, target = self.dataset[self.indices[i]]
+        return self.transform(image), target
 
 
 class InMemory(Dataset):
@@ -93,41 +109,51 @@ def whole_batch(batch: Any) -> Any:
     return batch
 
 
-def in_memory(data: ImageClassificationDataModule, split: TransformedSubset) -> InMemory:
-    """The items of ``split`` (a view of one of ``data``'s datasets) held on the training device, decoded once.
+def in_memory(
+    split: TransformedSubset, images: torch.Tensor | None, targets: Sequence[int], device: torch.device
+) -> InMemory:
+    """The items of ``split`` held on ``device``, decoded once.
 
-    The data module's ``uint8_images_of`` takes images already in one array as they are; others are decoded here by
-    the split's own `Decode`, at its stored size (`ImageClassificationDataModule.stored_size`), as the workers do.
+    Args:
+        split: A view of a data module's dataset.
+        images: The whole dataset as one uint8 array, where the data module holds it so (its ``uint8_images_of``),
+            taken as it is; ``None``: the split's items decoded here by its own `Decode`, as the workers do.
+        targets: The class index of every item of the dataset.
+        device: The training device.
     """
-    dataset, index = split.dataset, torch.as_tensor(split.indices, dtype=torch.long)
-    images = None if data.is_predict_folder(dataset) else data.uint8_images_of(dataset)
+    index, expected = torch.as_tensor(split.indices, dtype=torch.long), (len(split.dataset), split.transform.in_chans)
     if images is None:
         rank_zero_info(f"vitlit: decoding {len(split)} images once to hold them in memory")
-    elif images.dtype != torch.uint8 or images.ndim != 4 or images.shape[:2] != (len(dataset), data.in_chans):
-        raise ValueError(
-            f"{type(data).__name__}.uint8_images_of returned {images.dtype} images of shape "
-            f"{tuple(images.shape)}; it must return uint8 of shape ({len(dataset)}, {data.in_chans}, H, W)."
-        )
+    elif images.dtype != torch.uint8 or images.ndim != 4 or images.shape[:2] != expected:
+        raise ValueError(f"uint8_images_of returned {images.dtype} images of shape {tuple(images.shape)}; it must "
+                         f"return uint8 of shape ({', '.join(map(str, expected))}, H, W).")  # fmt: skip
     images = torch.stack([split[i][0] for i in range(len(split))]) if images is None else images[index]
-    targets, device = torch.as_tensor(data.targets_of(dataset), dtype=torch.long)[index], data.device()
+    targets = torch.as_tensor(targets, dtype=torch.long)[index]
     # Channels first in memory too (an array taken as it is may be channels last): every batch op runs faster so.
     return InMemory(images.to(device).contiguous(), targets.to(device))
 
 
-def keep_in_memory(data: ImageClassificationDataModule) -> bool:
+def keep_in_memory(
+    splits: Sequence[TransformedSubset], native_size: int | None, forced: bool, device: torch.device, trainer: Any
+) -> bool:
     """``--data.on_device``: whether the splits are held in memory, decided once, on the first loader, in one line.
 
-    ``true`` is refused where the images cannot fit at all; ``auto`` takes memory where they take at most
-    `AUTO_DEVICE_FRACTION` of the device's free memory (on every DDP process), else the workers.
+    ``true`` (``forced``) is refused where the images cannot fit at all; ``auto`` takes memory where they take at
+    most `AUTO_DEVICE_FRACTION` of the device's free memory (on every DDP process), else the workers.
+
+    Args:
+        splits: The splits the run has set up; images of ``native_size`` where a split's `Decode` keeps their size.
+        native_size: The side of images that all share one size, else ``None``.
+        forced: ``--data.on_device true``.
+        device: The training device.
+        trainer: The Trainer (its processes), or ``None``.
     """
-    device, trainer = data.device(), data.trainer
-    splits = [s for s in (data.train_set, data.val_set, data.test_set, data.predict_set) if s is not None]
-    need = sum(len(s) * data.in_chans * (s.transform.size or data.native_size) ** 2 for s in splits)
+    need = sum(len(s) * s.transform.in_chans * (s.transform.size or native_size) ** 2 for s in splits)
     if device.type == "cpu" and trainer is not None:
         need *= trainer.num_devices  # each process of this machine keeps its own copy in the same memory
     free = free_memory(device)
     size = f"{sum(len(s) for s in splits):,} images take {need / 2**20:,.1f} MB as stored"
-    if data.on_device is True:  # forced: refused only where it cannot fit at all, before anything is decoded
+    if forced:  # refused only where it cannot fit at all, before anything is decoded
         need *= 2 if device.type == "cpu" else 1  # in host memory, the decoded images and the splits' copies
         if free is not None and need > free:
             raise ConfigError(
