@@ -2,7 +2,7 @@
 
 Default: 20,000 random CIFAR-shaped images (the work does not depend on the pixel values), training batches of
 ``--batch-size``, crop (pad 4) + flip + normalise, and again with AutoAugment (the CIFAR-10 policy, batched), from
-both sources of `vitlit.data.sources`: held in memory (``--data.on_device true``: one uint8 tensor, a batch is one
+both sources of `vitlit.data.sources`: held in memory (``--data.source memory``: one uint8 tensor, a batch is one
 gather) and streamed (``false``: ``--workers`` DataLoader workers decode each PIL image to uint8 and collate). Either
 way the batch then goes through the data module's ``on_after_batch_transfer`` (the training device's half of the
 pipeline), here on the CPU: the figures are the pipeline's own speed, before a GPU multiplies the in-memory one.
@@ -132,7 +132,7 @@ def against_timm(repeats: int) -> tuple[float, float]:
 
     with tempfile.TemporaryDirectory() as folder:
         write_digits_folder(folder)
-        data = training(ImageFolderDataModule(root=folder, batch_size=64, num_workers=0, hflip=False, on_device=False))
+        data = training(ImageFolderDataModule(root=folder, batch_size=64, num_workers=0, hflip=False, source="workers"))
         ours = data.train_dataloader()
         theirs_set = ImageDataset(str(Path(folder) / "train"))
         theirs_set.transform = create_transform(32, is_training=True, no_aug=True, mean=data.mean, std=data.std)
@@ -167,8 +167,8 @@ def main() -> None:
     speeds = {}
     for policy in ("none", "autoaugment"):
         common = {"n": args.images, "batch_size": args.batch_size, "val_size": 16, "augment": policy, "crop_padding": 4}
-        held = images_per_second(training(FakeCIFARData(on_device=True, **common)), args.epochs)
-        streamed = FakeCIFARData(on_device=False, num_workers=args.workers, **common)
+        held = images_per_second(training(FakeCIFARData(source="memory", **common)), args.epochs)
+        streamed = FakeCIFARData(source="workers", num_workers=args.workers, **common)
         speeds[policy] = (images_per_second(training(streamed), args.epochs), held)
         del streamed  # its persistent workers end here
     print(f"cpu threads={torch.get_num_threads()} workers={args.workers} images={args.images}")

@@ -77,7 +77,7 @@ def main() -> None:
     from vitlit.data.hf import HFDataModule
     from vitlit.data.streaming import StreamingDataModule
 
-    common = {"img_size": 32, "batch_size": 256, "on_device": False, "val_size": 0.05}
+    common = {"img_size": 32, "batch_size": 256, "source": "workers", "val_size": 0.05}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         started = time.perf_counter()

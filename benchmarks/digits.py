@@ -42,10 +42,10 @@ def run(recipe: str, epochs: int, work: Path, data: Path) -> tuple[float, float]
     """Train one recipe, test its best checkpoint, and return (test accuracy, seconds for both)."""
     start = time.perf_counter()
     config = Path(__file__).parents[1] / "configs" / "digits.yaml"
-    # The per-image DataLoader path, on which docs/training.md's table was measured (before on_device: auto existed).
+    # The per-image DataLoader path, on which docs/training.md's table was measured (before source: auto existed).
     common = [
         "--config", config, "--data.root", data, "--trainer.default_root_dir", work / recipe,
-        "--data.on_device", "false", *RECIPES[recipe],
+        "--data.source", "workers", *RECIPES[recipe],
     ]  # fmt: skip
     fit = main([str(a) for a in ["fit", *common, "--trainer.max_epochs", epochs]])
     best = fit.trainer.checkpoint_callback.best_model_path  # selected on the validation split only

@@ -20,7 +20,7 @@ from vitlit.data.digits import write_digits_folder
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 # The notebook's short-run settings: the fast on-device path, a larger batch and learning rate.
-FAST = ["--data.batch_size", "128", "--data.on_device", "true", "--model.optimizer.init_args.lr", "4e-3",
+FAST = ["--data.batch_size", "128", "--data.source", "memory", "--model.optimizer.init_args.lr", "4e-3",
         "--model.scheduler.init_args.warmup_steps", "40"]  # fmt: skip
 
 

@@ -69,7 +69,7 @@ def accuracy_drop(epochs: int, work: Path) -> float:
     data = write_digits_folder(work / "digits")
     # A 40-step warmup (about 4 epochs of 10 steps), shorter in a shorter run: one as long as the run is refused.
     fit = main([str(a) for a in ["fit", "--config", CONFIG, "--data.root", data, "--trainer.default_root_dir", work,
-                                 "--trainer.max_epochs", epochs, "--data.batch_size", "128", "--data.on_device", "true",
+                                 "--trainer.max_epochs", epochs, "--data.batch_size", "128", "--data.source", "memory",
                                  "--model.optimizer.init_args.lr", "4e-3",
                                  "--model.scheduler.init_args.warmup_steps", min(40, 4 * epochs)]])  # fmt: skip
     ckpt = Path(fit.trainer.checkpoint_callback.best_model_path)  # chosen on validation, as a user would

@@ -44,7 +44,7 @@ class RandomImages(ImageClassificationDataModule):
 
     def __init__(self, n: int, stored: int, img_size: int, batch_size: int) -> None:
         super().__init__(img_size=img_size, batch_size=batch_size, val_size=batch_size, mean=list(CIFAR_MEAN),
-                         std=list(CIFAR_STD), on_device=True, crop_padding=img_size // 8)  # fmt: skip
+                         std=list(CIFAR_STD), source="memory", crop_padding=img_size // 8)  # fmt: skip
         self.native_size = stored
         self.images = torch.randint(0, 256, (n, 3, stored, stored), dtype=torch.uint8)
         self.targets = torch.randint(0, 100, (n,)).tolist()

@@ -41,7 +41,7 @@ def vitlit_command(data: Path, out: Path, epochs: int, workers: int, on_device: 
             "--data.root", str(data), "--trainer.max_epochs", str(epochs), "--data.augment", "randaugment",
             "--data.randaugment_num_ops", "1", "--data.randaugment_magnitude", "5",
             "--trainer.callbacks+=EMAWeightAveraging", "--trainer.callbacks.decay", "0.998",
-            "--data.on_device", str(on_device).lower(), "--data.num_workers", str(workers),
+            "--data.source", "memory" if on_device else "workers", "--data.num_workers", str(workers),
             "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(out)]  # fmt: skip
 
 
@@ -71,8 +71,8 @@ def main() -> None:
             out = Path(tmp) / f"run{repeat}"
             arms = {
                 "timm": timm_command(args.timm_train, data, out / "timm", args.epochs, args.workers),
-                "streamed": vitlit_command(data, out / "streamed", args.epochs, args.workers, on_device=False),
-                "in memory": vitlit_command(data, out / "memory", args.epochs, 0, on_device=True),
+                "streamed": vitlit_command(data, out / "streamed", args.epochs, args.workers, source="workers"),
+                "in memory": vitlit_command(data, out / "memory", args.epochs, 0, source="memory"),
             }
             for name, command in arms.items():
                 times[name].append(seconds(command, args.threads))

@@ -2,7 +2,7 @@
 
 The size that matters is what a run loads: the modules of vitlit in ``sys.modules`` after a default digits fit (one
 short epoch, with validation and checkpoints; the same modules as the full recipe). The folders say where code
-lives: the core (model, data, CLI, run folders) and the opt-in parts fast/, runs/, tools/ and transfer/.
+lives: the core (model, data, CLI, run folders) and the opt-in parts regularize/, runs/, tools/ and transfer/.
 
     python scripts/code_size.py          # per part and module, then the default run's modules and total
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "vitlit"
-PARTS = ("fast", "runs", "tools", "transfer")
+PARTS = ("regularize", "runs", "tools", "transfer")
 #: A default digits fit, cut to one short epoch: what it loads is what the recipe loads.
 DEFAULT_FIT = ["fit", "--config", str(ROOT / "configs" / "digits.yaml"), "--trainer.max_epochs", "1",
                "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2",

@@ -1,4 +1,4 @@
-"""Rewrite a run's config.yaml saved by vitlit 0.1 to 0.4 for vitlit 0.5, so that the run can be resumed or evaluated.
+"""Rewrite a run's config.yaml saved by vitlit 0.1 to 0.5 for vitlit 0.6, so that the run can be resumed or evaluated.
 
 A saved config lists every class a run used by its path. 0.2 moved the parts into subpackages and 0.3 names each
 callback by its module (``vitlit.runs.callbacks.Snapshots`` became ``vitlit.runs.snapshots.Snapshots``), does in the
@@ -6,8 +6,9 @@ CLI what four callbacks did (run folders, checked resume, preflight, the resume 
 default run in ``src/vitlit/defaults.yaml``, whose entries a saved list lacks are added. 0.4 has one image pipeline,
 whose source the data module picks itself: the ``DeviceData`` callback is gone. In 0.5 ``label_smoothing: null``
 means none, where it meant 0.1 before: a saved null becomes the 0.1 it trained with. 0.1 configs also get the model as a
-``class_path`` and ``trainer.nonfinite`` as the NonFiniteGuard's ``action``. The old file is kept beside it as
-``<name>.old``.
+``class_path`` and ``trainer.nonfinite`` as the NonFiniteGuard's ``action``. 0.6 names what things are:
+``data.on_device: true|false|auto`` is ``data.source: memory|workers|auto``, and ``vitlit.fast`` (batch augmentation)
+is ``vitlit.regularize``. The old file is kept beside it as ``<name>.old``.
 
     python scripts/upgrade_config.py lightning_logs/version_0/config.yaml [more files ...]
 """
@@ -42,9 +43,9 @@ MOVED = {
     "vitlit.fast.DeviceData": None,
     "vitlit.data.DeviceData": None,
     "vitlit.fast.loader.DeviceData": None,
-    "vitlit.fast.BatchAugment": "vitlit.fast.batch_augment.BatchAugment",
-    "vitlit.data.BatchAugment": "vitlit.fast.batch_augment.BatchAugment",
-    "vitlit.data.batch_augment.BatchAugment": "vitlit.fast.batch_augment.BatchAugment",
+    "vitlit.fast.BatchAugment": "vitlit.regularize.batch_augment.BatchAugment",
+    "vitlit.data.BatchAugment": "vitlit.regularize.batch_augment.BatchAugment",
+    "vitlit.data.batch_augment.BatchAugment": "vitlit.regularize.batch_augment.BatchAugment",
     "vitlit.distill.Distillation": "vitlit.transfer.distill.Distillation",
     "vitlit.distill.DistilledViTClassifier": "vitlit.transfer.distill.DistilledViTClassifier",
     "vitlit.finetune.FreezeSchedule": "vitlit.transfer.finetune.FreezeSchedule",
@@ -53,8 +54,11 @@ MOVED = {
     "vitlit.runs.placement.RunFolders": None,
     "vitlit.runs.interrupts.ResumableStop": None,
     "vitlit.runs.callbacks.LogEveryEpoch": None,
+    "vitlit.fast.batch_augment.BatchAugment": "vitlit.regularize.batch_augment.BatchAugment",
 }
 DEFAULTS = Path(__file__).resolve().parents[1] / "src" / "vitlit" / "defaults.yaml"
+#: 0.5's ``data.on_device`` -> 0.6's ``data.source``.
+SOURCES = {True: "memory", False: "workers", "auto": "auto"}
 
 
 def _path(entry: object) -> str | None:
@@ -62,7 +66,7 @@ def _path(entry: object) -> str | None:
 
 
 def upgrade(config: dict) -> dict:
-    """The 0.5 form of a 0.1 to 0.4 config (a parsed YAML mapping); an upgraded config comes back unchanged."""
+    """The 0.6 form of a 0.1 to 0.5 config (a parsed YAML mapping); an upgraded config comes back unchanged."""
     text = yaml.safe_dump(config, sort_keys=False)
     for old, new in MOVED.items():
         if new is not None:
@@ -95,6 +99,9 @@ def upgrade(config: dict) -> dict:
     init = (config.get("model") or {}).get("init_args") or {}
     if "label_smoothing" in init and init["label_smoothing"] is None and init.get("loss") is None:
         init["label_smoothing"] = 0.1  # what null meant up to 0.4
+    data = (config.get("data") or {}).get("init_args") or {}
+    if "on_device" in data:  # 0.6: the option says what it chooses, the source of the images
+        data["source"] = SOURCES.get(data.pop("on_device"), "auto")
     return config
 
 
@@ -105,7 +112,7 @@ def main(paths: list[str]) -> None:
         old = yaml.safe_load(path.read_text(encoding="utf-8"))
         new = upgrade(old)
         if new == old:
-            print(f"{path}: already in 0.5's form")
+            print(f"{path}: already in 0.6's form")
             continue
         path.with_name(path.name + ".old").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
         path.write_text(yaml.safe_dump(new, sort_keys=False), encoding="utf-8")

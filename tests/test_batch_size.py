@@ -14,13 +14,13 @@ from helpers.cli import DIGITS_CONFIG, ROOT, refused, run_cli
 
 # The DataLoader path goes with the slow tests: its batches come from the same data module, which many tests train.
 @pytest.mark.parametrize(
-    "on_device", [pytest.param("false", marks=pytest.mark.slow), "true"], ids=["dataloader", "on-device"]
+    "source", [pytest.param("workers", marks=pytest.mark.slow), "memory"], ids=["dataloader", "on-device"]
 )
 def test_the_batch_size_finder_grows_the_batch_on_both_data_paths(
-    on_device: str, digits_dir: Path, tmp_path: Path
+    source: str, digits_dir: Path, tmp_path: Path
 ) -> None:
     cli = run_cli(
-        "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.on_device", on_device,
+        "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.source", source,
         "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch", "--trainer.callbacks.init_val", "8",
         "--trainer.callbacks.max_trials", "3", "--trainer.callbacks.steps_per_trial", "1",
         "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", "--trainer.default_root_dir", tmp_path,
@@ -35,7 +35,7 @@ def test_the_search_stops_at_the_training_split_and_the_rate_schedule_and_config
 ) -> None:
     """Issue 45: 1,348 images got a batch of 8192, the learning rate of batch 64, and a config that resumed at 64."""
     cli = run_cli(
-        "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.on_device", "true",
+        "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.source", "memory",
         "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch", "--trainer.callbacks.init_val", "64",
         "--trainer.callbacks.steps_per_trial", "1", "--trainer.max_epochs", "2", "--trainer.limit_val_batches", "1",
         "--trainer.callbacks.min_steps", "1", "--trainer.callbacks.max_lr_scale", "16",  # issue 45's search, unbounded
@@ -60,7 +60,7 @@ def test_the_search_keeps_steps_in_an_epoch_and_bounds_the_learning_rate(
 ) -> None:
     """Issue 55, 3: on digits it took 1,024 of 1,213 images (one step an epoch) and x16 the learning rate."""
     cli = run_cli(
-        "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.on_device", "true", "--data.batch_size",
+        "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.source", "memory", "--data.batch_size",
         "8", "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch", "--trainer.callbacks.steps_per_trial", "1",
         "--trainer.max_epochs", "1", "--trainer.limit_val_batches", "1", "--trainer.default_root_dir", tmp_path,
     )  # fmt: skip

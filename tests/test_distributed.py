@@ -45,7 +45,7 @@ class _Numbered(ImageClassificationDataModule):
     native_size = 12
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(img_size=12, mean=[0.0] * 3, std=[1 / 255] * 3, on_device=True, crop_padding=2,
+        super().__init__(img_size=12, mean=[0.0] * 3, std=[1 / 255] * 3, source="memory", crop_padding=2,
                          augment="autoaugment", **kwargs)  # fmt: skip
         ramp = torch.arange(12, dtype=torch.uint8).view(1, 1, 1, 12).expand(101, 3, 12, 12)
         self.images = (torch.arange(101, dtype=torch.uint8).view(101, 1, 1, 1) + ramp).contiguous()
@@ -106,7 +106,7 @@ def test_device_path_evaluation_shards_cover_every_image_once_and_interleave_bac
 
 
 def test_evaluation_dataloaders_shard_without_repeats(digits_dir: Path) -> None:
-    data = ImageFolderDataModule(root=digits_dir, on_device=False, num_workers=0, batch_size=16)
+    data = ImageFolderDataModule(root=digits_dir, source="workers", num_workers=0, batch_size=16)
     data.setup("fit")
     data.trainer = SimpleNamespace(global_rank=1, world_size=2)
     val = data.val_dataloader()
@@ -180,7 +180,7 @@ def _weights(ckpt: Path) -> dict[str, torch.Tensor]:
 @pytest.mark.slow
 def test_ddp_run_has_one_writer_and_evaluates_as_one_process(tmp_path: Path, digits_dir: Path) -> None:
     root = tmp_path / "runs"
-    data = ["--data.root", digits_dir, "--data.on_device", "false", "--trainer.default_root_dir", root]
+    data = ["--data.root", digits_dir, "--data.source", "workers", "--trainer.default_root_dir", root]
     fit = _vitlit("fit", *DDP, *data, "--trainer.max_epochs", "2", "--trainer.callbacks+=helpers.shards.RecordShards")
     assert fit.returncode == 0, fit.stderr[-3000:]
     # Each epoch the two processes train on disjoint shards of the same size, and the epochs are shuffled anew.
@@ -225,7 +225,7 @@ def test_ddp_run_has_one_writer_and_evaluates_as_one_process(tmp_path: Path, dig
 @pytest.mark.slow
 @pytest.mark.posix  # SIGKILL, process groups, preexec_fn or /proc
 def test_ddp_device_path_resumes_exactly_and_stops_together_on_sigterm(tmp_path: Path, digits_dir: Path) -> None:
-    data = ["--data.root", digits_dir, "--data.on_device", "true", "--data.augment", "autoaugment"]
+    data = ["--data.root", digits_dir, "--data.source", "memory", "--data.augment", "autoaugment"]
     # Uninterrupted, launched by torchrun (every process started at once; only rank 0 picks the run folder).
     whole = _torchrun("fit", *DDP, *data, "--trainer.max_epochs", "2", "--trainer.default_root_dir", tmp_path / "a")
     assert whole.returncode == 0, whole.stderr[-3000:]
@@ -262,8 +262,8 @@ def test_ddp_device_path_resumes_exactly_and_stops_together_on_sigterm(tmp_path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("on_device", ["true", "false"])
-def test_the_tiny_recipe_as_shipped_trains_in_two_processes(on_device: str, tmp_path: Path, digits_dir: Path) -> None:
+@pytest.mark.parametrize("source", ["memory", "workers"])
+def test_the_tiny_recipe_as_shipped_trains_in_two_processes(source: str, tmp_path: Path, digits_dir: Path) -> None:
     # The CIFAR-10 recipe with its AutoAugment, Mixup/CutMix, erasing, fused AdamW, clipping and callbacks, in
     # bf16-mixed (the CPU's stand-in for its 16-mixed), with test_vit and the digits files instead of CIFAR.
     root = tmp_path / "runs"
@@ -272,7 +272,7 @@ def test_the_tiny_recipe_as_shipped_trains_in_two_processes(on_device: str, tmp_
         "--trainer.devices", "2", "--trainer.precision", "bf16-mixed", *TINY_MODEL,
         "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "2",
         "--trainer.enable_progress_bar", "false", "--data", "ImageFolderDataModule", "--data.root", digits_dir,
-        "--data.batch_size", "16", "--data.num_workers", "0", "--data.on_device", on_device,
+        "--data.batch_size", "16", "--data.num_workers", "0", "--data.source", source,
         "--trainer.default_root_dir", root,
     )  # fmt: skip
     assert fit.returncode == 0, fit.stderr[-3000:]

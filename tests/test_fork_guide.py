@@ -83,14 +83,14 @@ def test_the_guide_example_learns(digits_npz: Path, tmp_path: Path, monkeypatch:
 
 # One data path each in the default suite, the other with the slow tests: together both paths for both modules.
 @pytest.mark.parametrize(
-    "on_device", ["true", pytest.param("false", marks=pytest.mark.slow)], ids=["on-device", "per-image"]
+    "source", ["memory", pytest.param("workers", marks=pytest.mark.slow)], ids=["on-device", "per-image"]
 )
 def test_the_guide_example_trains_and_tests_from_its_yaml(
-    on_device: str, digits_npz: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    source: str, digits_npz: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.syspath_prepend(str(ROOT / "examples"))  # what PYTHONPATH=examples does
     common = ["--config", EXAMPLE_CONFIG, "--data.path", digits_npz, "--trainer.default_root_dir", tmp_path]
-    cli = run_cli("fit", *common, *QUICK, "--data.on_device", on_device)
+    cli = run_cli("fit", *common, *QUICK, "--data.source", source)
     data = cli.datamodule
     assert data.class_names == [str(d) for d in range(10)] and cli.model.hparams.in_chans == 1
     # Issue 44: a file with no split; the base class holds out 10% for test, then carves 10% of the rest.
@@ -134,14 +134,14 @@ def _write_csv_data(root: Path, rows: list[tuple[str, str, str]]) -> Path:
 
 
 @pytest.mark.parametrize(
-    "on_device", [pytest.param("true", marks=pytest.mark.slow), "false"], ids=["on-device", "per-image"]
+    "source", [pytest.param("memory", marks=pytest.mark.slow), "workers"], ids=["on-device", "per-image"]
 )
-def test_labels_csv_data_trains_on_both_paths(on_device: str, tmp_path: Path) -> None:
+def test_labels_csv_data_trains_on_both_paths(source: str, tmp_path: Path) -> None:
     rows = [(f"img/{i}.png", ["cat", "dog", "owl"][i % 3], "test" if i >= 40 else "") for i in range(48)]
     root = _write_csv_data(tmp_path / "data", rows)
     csv_data = "vitlit.data.csv_table.CSVImageDataModule"
     cli = run_cli("fit", "--config", DIGITS_CONFIG, "--data", csv_data, "--data.root", root,
-                  "--data.batch_size", "8", "--data.on_device", on_device,
+                  "--data.batch_size", "8", "--data.source", source,
                   "--trainer.default_root_dir", tmp_path / "runs", *QUICK)  # fmt: skip
     data = cli.datamodule
     assert data.class_names == ["cat", "dog", "owl"] and cli.model.hparams.class_names == ["cat", "dog", "owl"]

@@ -54,20 +54,20 @@ def svhn_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # The DataLoader path of the same recipe goes with the slow tests (the per-image path is trained by many others).
 @pytest.mark.parametrize(
-    "on_device", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["on-device", "dataloader"]
+    "source", ["memory", pytest.param("workers", marks=pytest.mark.slow)], ids=["on-device", "dataloader"]
 )
-def test_svhn_recipe_trains_class_balanced_on_both_data_paths(svhn_dir: Path, tmp_path: Path, on_device: bool) -> None:
+def test_svhn_recipe_trains_class_balanced_on_both_data_paths(svhn_dir: Path, tmp_path: Path, source: str) -> None:
     cli = run_cli(
         "fit", "--config", SVHN_CONFIG, *SMALL, "--data.data_dir", svhn_dir, "--data.download", "false",
         "--data.batch_size", "16", "--data.val_size", "20", "--data.class_balanced", "true",
-        "--data.on_device", str(on_device).lower(), "--trainer.default_root_dir", tmp_path,
+        "--data.source", source, "--trainer.default_root_dir", tmp_path,
     )  # fmt: skip
     data = cli.datamodule
     assert cli.trainer.global_step == 100 // 16 and data.class_names[0] == "0"
     source = data.train_set.dataset
     targets = data.targets(data.train_set)
     assert targets == [int(source.labels[i]) for i in data.train_set.indices] and 0 in targets  # label 10 -> 0
-    if on_device:  # the array itself, channels first, not images decoded one by one
+    if source == "memory":  # the array itself, channels first, not images decoded one by one
         held = data.train_dataloader().dataset.images
         assert torch.equal(held, torch.from_numpy(source.data)[data.train_set.indices])
     test = run_cli(
@@ -170,7 +170,7 @@ def test_channels_follow_the_data_with_adapted_pretrained_weights(
     stats = [] if grey else ["--data.mean", "[0.5,0.5,0.5,0.5]", "--data.std", "[0.25,0.25,0.25,0.25]"]
     cli = run_cli(
         "fit", "--config", DIGITS_CONFIG, *SMALL, "--data.root", root,
-        "--data.in_chans", channels, "--data.on_device", str(grey).lower(), "--data.val_size", "8",
+        "--data.in_chans", channels, "--data.source", "memory" if grey else "workers", "--data.val_size", "8",
         "--model.pretrained_file", test_vit_weights, *stats,
         "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
         "--trainer.default_root_dir", tmp_path,

@@ -24,7 +24,7 @@ def test_training_steps_read_nothing_back_between_logging_steps(tmp_path: Path, 
     # SpeedMonitor, the progress bar), steps 2 to 9 of a run that logs every 50 steps.
     cli = tiny_cifar_fit(
         cifar_dir, tmp_path, "--trainer.precision", "bf16-mixed", "--trainer.max_steps", "12",
-        "--data.val_size", "8", "--data.on_device", "true", "--data.augment", "none",
+        "--data.val_size", "8", "--data.source", "memory", "--data.augment", "none",
         "--trainer.callbacks+=helpers.probes.HostReads", *TINY_MODEL,
     )  # fmt: skip
     assert isinstance(cli.trainer.progress_bar_callback, ProgressBar)
@@ -48,7 +48,7 @@ def test_epoch_lines_read_nothing_back_between_epochs(
 ) -> None:
     monkeypatch.setattr(progress, "on_terminal", lambda: False)  # a log file, CI, a notebook
     cli = tiny_cifar_fit(
-        cifar_dir, tmp_path, "--trainer.max_steps", "12", "--data.val_size", "8", "--data.on_device", "true",
+        cifar_dir, tmp_path, "--trainer.max_steps", "12", "--data.val_size", "8", "--data.source", "memory",
         "--data.augment", "none", "--trainer.callbacks+=helpers.probes.HostReads", *TINY_MODEL,
     )  # fmt: skip
     assert isinstance(cli.trainer.progress_bar_callback, EpochLines)

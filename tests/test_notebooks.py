@@ -24,7 +24,7 @@ PICTURES = {"quickstart": 2, "inspect_run": 4}  # curves, confusion matrix; + mi
 @pytest.fixture
 def short_run(tmp_path: Path, digits_dir: Path) -> Path:
     fit = run_cli(
-        "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.on_device", "true",
+        "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.source", "memory",
         "--trainer.max_epochs", "3", "--trainer.limit_train_batches", "6", "--trainer.log_every_n_steps", "2",
         "--trainer.default_root_dir", tmp_path / "runs",
     )  # fmt: skip

@@ -171,7 +171,16 @@ def _seen(data: LightningDataModule) -> list[tuple[str, torch.Tensor, torch.Tens
 
 def _batches(on_device: bool, workers: int, **options) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     seed_everything(3)
-    return _seen(_Data(img_size=24, batch_size=16, val_size=16, num_workers=workers, on_device=on_device, **options))
+    return _seen(
+        _Data(
+            img_size=24,
+            batch_size=16,
+            val_size=16,
+            num_workers=workers,
+            source="memory" if on_device else "workers",
+            **options,
+        )
+    )
 
 
 @pytest.mark.parametrize(
@@ -211,7 +220,7 @@ def test_a_policy_works_on_images_resized_on_the_device() -> None:
 
 
 def test_in_memory_batches_shuffle_and_keep_every_image_once(cifar_dir: Path) -> None:
-    dm = CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, batch_size=8, on_device=True)
+    dm = CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, batch_size=8, source="memory")
     dm.setup("fit")
     loader = dm.train_dataloader()
     assert isinstance(loader.dataset, InMemory)
@@ -226,7 +235,7 @@ def test_in_memory_batches_shuffle_and_keep_every_image_once(cifar_dir: Path) ->
 
 
 def _fit(cifar_dir: Path, root: Path, *extra: object):
-    flags = """--data.on_device true --trainer.deterministic true
+    flags = """--data.source memory --trainer.deterministic true
                --trainer.enable_progress_bar false --trainer.max_epochs 2""".split()
     return tiny_cifar_fit(cifar_dir, root, *flags, *extra)
 
@@ -249,7 +258,7 @@ def test_on_device_fit_resumes_exactly(tmp_path: Path, cifar_dir: Path, augment:
 
 
 def test_image_folder_in_memory_decodes_once_and_trains(tmp_path: Path, digits_dir: Path) -> None:
-    flags = """--data ImageFolderDataModule --data.on_device true --data.augment none --data.batch_size 64
+    flags = """--data ImageFolderDataModule --data.source memory --data.augment none --data.batch_size 64
                --trainer.max_epochs 1 --trainer.limit_train_batches 3 --trainer.enable_progress_bar false""".split()
     cli = run_cli(
         "fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, *flags, "--data.root", digits_dir,
@@ -270,7 +279,7 @@ def test_auto_holds_the_images_in_memory_only_when_they_fit(
 ) -> None:
     def module() -> CIFARDataModule:
         dm = CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, batch_size=8)
-        dm.setup("fit")  # on_device: auto
+        dm.setup("fit")  # source: auto
         return dm
 
     with caplog.at_level(logging.INFO):
@@ -320,12 +329,12 @@ def test_the_224_px_recipes_hold_cifar_in_memory_at_32_px(monkeypatch: pytest.Mo
 def test_holding_the_images_in_memory_is_refused_where_they_cannot_fit(
     cifar_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 36, class 4: --data.on_device true grew until the OOM killer; it is refused before decoding."""
+    """Issue 36, class 4: --data.source memory grew until the OOM killer; it is refused before decoding."""
     monkeypatch.setattr(sources_module, "free_memory", lambda device: 80 * 3072)  # one copy fits, two do not
-    dm = CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, batch_size=8, on_device=True)
+    dm = CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, batch_size=8, source="memory")
     dm.setup("fit")
     monkeypatch.setattr(sources_module, "in_memory", lambda *args: pytest.fail("decoded before the refusal"))
-    with pytest.raises(ConfigError, match=r"--data.on_device true: the 80 images take 0.2 MB as stored"):
+    with pytest.raises(ConfigError, match=r"--data.source memory: the 80 images take 0.2 MB as stored"):
         dm.train_dataloader()
 
 
@@ -366,7 +375,7 @@ def _folder_batches(
 
     seed_everything(5)
     return _seen(ImageFolderDataModule(root, img_size=16, batch_size=6, val_size=6, test_size=3, num_workers=workers,
-                                       on_device=on_device, **options))  # fmt: skip
+                                       source="memory" if on_device else "workers", **options))  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -403,7 +412,7 @@ def test_the_streaming_module_stores_images_of_many_sizes_as_memory_does(tmp_pat
             "--data.test_size", "3", "--data.store_size", "20", "--output", tmp_path / "chunks", "--format",
             "encoded")  # fmt: skip
     stream = StreamingDataModule(str(tmp_path / "chunks"), **options)
-    held = ImageFolderDataModule(root, val_size=6, test_size=3, on_device=True, **options)
+    held = ImageFolderDataModule(root, val_size=6, test_size=3, source="memory", **options)
     for data in (stream, held):
         data.setup("fit")
     assert stream.pipeline(train=True).crop == "resized"  # the device crops, as for the images held in memory

@@ -288,12 +288,12 @@ def test_ema_averages_every_step_and_validates_the_average_on_both_paths(digits_
     # Issue 25's candidate "EMA interacting with either path": on both paths the averaged model takes in every
     # optimizer step, and validation (which picks the best checkpoint) scores the averaged weights, not the raw ones.
     seen = {}
-    for on_device in ("true", "false"):
+    for source in ("memory", "workers"):
         ema_flags = ["--trainer.callbacks+=EMAWeightAveraging", "--trainer.callbacks.decay", "0.9"]
-        cli = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.on_device", on_device,
+        cli = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.source", source,
                       "--data.augment", "autoaugment", "--trainer.max_epochs", "1", *ema_flags,
-                      "--trainer.default_root_dir", tmp_path / on_device)  # fmt: skip
-        assert isinstance(cli.datamodule.train_dataloader().dataset, InMemory) == (on_device == "true")
+                      "--trainer.default_root_dir", tmp_path / source)  # fmt: skip
+        assert isinstance(cli.datamodule.train_dataloader().dataset, InMemory) == (source == "memory")
         ema = next(cb for cb in cli.trainer.callbacks if type(cb).__name__ == "EMAWeightAveraging")
         steps = cli.trainer.global_step
         assert steps > 0 and ema._average_model.n_averaged.item() == steps
@@ -301,5 +301,5 @@ def test_ema_averages_every_step_and_validates_the_average_on_both_paths(digits_
         logged = float(cli.trainer.callback_metrics["val/acc"])
         again = cli.trainer.validate(cli.model, datamodule=cli.datamodule, verbose=False)[0]["val/acc"]
         assert again == pytest.approx(logged, abs=1e-6)
-        seen[on_device] = steps
-    assert seen["true"] == seen["false"]  # the same steps per epoch: drop_last and the split agree
+        seen[source] = steps
+    assert seen["memory"] == seen["workers"]  # the same steps per epoch: drop_last and the split agree

@@ -91,9 +91,9 @@ def test_a_folder_without_readable_images_is_one_line(
 
 # The DataLoader path goes with the slow tests, as the second data path of the fork tests does; its per-image
 # evaluation transform is what many default tests validate and test with.
-@pytest.mark.parametrize("on_device", [pytest.param("false", marks=pytest.mark.slow), "true"])
+@pytest.mark.parametrize("source", [pytest.param("workers", marks=pytest.mark.slow), "memory"])
 def test_a_cifar_run_predicts_images_of_any_size_on_both_data_paths(
-    on_device: str, cifar_dir: Path, tmp_path: Path
+    source: str, cifar_dir: Path, tmp_path: Path
 ) -> None:
     """CIFAR's own images need no resize; a folder's do, on the DataLoader and the device path alike."""
     fit = tiny_cifar_fit(cifar_dir, tmp_path, "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1")
@@ -101,7 +101,7 @@ def test_a_cifar_run_predicts_images_of_any_size_on_both_data_paths(
     run = Path(fit.trainer.log_dir)
     predict = run_cli(
         "predict", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt",
-        "--data.predict_dir", tmp_path / "inbox", "--data.on_device", on_device, "--data.augment", "none",
+        "--data.predict_dir", tmp_path / "inbox", "--data.source", source, "--data.augment", "none",
     )  # fmt: skip
     rows = list(csv.DictReader((Path(predict.trainer.log_dir) / "predictions.csv").open()))
     assert len(rows) == len(good) and rows[0]["predicted"] in predict.datamodule.class_names

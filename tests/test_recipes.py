@@ -16,7 +16,7 @@ from vitlit import ImageFolderDataModule, ViTClassifier
 from vitlit.cli import main
 from vitlit.data.augment import Policy
 from vitlit.data.policies import BatchPolicy
-from vitlit.fast.batch_augment import BatchAugment, random_erasing
+from vitlit.regularize.batch_augment import BatchAugment, random_erasing
 
 
 @pytest.mark.parametrize("policy", [p for p in Policy.__args__ if p != "none"])

@@ -50,7 +50,7 @@ def test_a_fit_writes_its_card_and_a_test_of_its_checkpoint_completes_it(digits_
     # the statistics and evaluation geometry in use, the planned length and the warmup it resolved to, the seed.
     data = fit.datamodule
     assert card["resolved"] == {
-        "source": "memory", "on_device": "auto", "workers": 0, "stored_size": {"train": 32, "eval": 32},
+        "source": "memory", "source_option": "auto", "workers": 0, "stored_size": {"train": 32, "eval": 32},
         "mean": data.mean, "std": data.std, "statistics": "the data's own", "crop_pct": 1.0,
         "interpolation": "bilinear", "planned_steps": 8, "warmup_steps": 0, "seed": 42,  # the tests' runs: no warmup
     }  # fmt: skip

@@ -87,3 +87,22 @@ def test_a_0_4_null_smoothing_becomes_the_0_1_it_trained_with(tmp_path: Path) ->
                         "init_args": {"label_smoothing": None, "loss": {"class_path": "my.Focal"}}}}  # fmt: skip
     assert upgrade_config.upgrade(custom)["model"]["init_args"]["label_smoothing"] is None  # never smoothed
     assert ViTClassifier("test_vit", img_size=32, patch_size=4, label_smoothing=None).criterion.label_smoothing == 0
+
+
+def test_a_0_5_config_names_the_renamed_options_and_upgrades(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 54, 3: on_device is source (memory|workers|auto) and vitlit.fast is vitlit.regularize in 0.6."""
+    old = {"data": {"class_path": "vitlit.data.DigitsDataModule",
+                    "init_args": {"on_device": True, "batch_augment": {
+                        "class_path": "vitlit.fast.batch_augment.BatchAugment"}}}}  # fmt: skip
+    new = upgrade_config.upgrade(old)["data"]["init_args"]
+    assert new["source"] == "memory" and "on_device" not in new
+    assert new["batch_augment"]["class_path"] == "vitlit.regularize.batch_augment.BatchAugment"
+    assert upgrade_config.upgrade({"data": {"init_args": {"on_device": False}}})["data"]["init_args"] == {
+        "source": "workers"
+    }
+    with pytest.raises(SystemExit) as stop:
+        run_cli("fit", "--config", DIGITS_CONFIG, "--data.on_device", "true", "--print_config")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and "--data.on_device is now --data.source" in err[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"
 __all__ = ["CIFARDataModule", "CSVImageDataModule", "DigitsDataModule", "ImageClassificationDataModule",
            "ImageFolderDataModule", "ViTClassifier"]  # fmt: skip
 

@@ -17,6 +17,9 @@ from lightning.pytorch.loggers import Logger
 
 from vitlit.errors import ConfigError
 
+#: Options renamed for what they are, and what to write instead (scripts/upgrade_config.py rewrites saved configs).
+RENAMED = {"on_device": "--data.source memory|workers|auto (on_device true|false|auto before vitlit 0.6)"}
+
 
 def one_line(report: str) -> str:
     """Jsonargparse's multi-line report (bad key, wrong type, value out of range) as one line naming key and value."""
@@ -24,6 +27,10 @@ def one_line(report: str) -> str:
     if gone:  # a config saved by an older vitlit names a class that moved or went
         return (f"{gone.group(1)} is not in this vitlit; a run's config.yaml saved by an older vitlit is rewritten by "
                 f"python scripts/upgrade_config.py <config.yaml>, or correct the class path.")  # fmt: skip
+    renamed = next((old for old in RENAMED if f"'{old}' is not accepted" in report), None)
+    if renamed:  # an option of an older vitlit, typed or in a saved config
+        return (f"--data.{renamed} is now {RENAMED[renamed]}; a run's config.yaml saved by an older vitlit is "
+                f"rewritten by python scripts/upgrade_config.py <config.yaml>.")  # fmt: skip
     noise = ("Does not validate against any of the Union", "Subtypes:", "Errors:", "- Expected a <class 'NoneType'>",
              "Given value type:")  # fmt: skip
     lines = (line.strip().removeprefix("- ") for line in report.splitlines())

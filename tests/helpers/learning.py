@@ -59,18 +59,18 @@ _FAST = ("--model.patch_size", "16", "--model.optimizer.init_args.lr", "2e-3",
 def _policy(name: str) -> LearningCase:
     # The batched policy on the device path, 12 epochs; the best epoch, not the last: a strong policy makes the last
     # epochs of a short run noisy, and the test asks whether it learns, not how well it ends.
-    flags = ("--data.on_device", "true", "--data.augment", name, "--data.randaugment_magnitude", "5",
+    flags = ("--data.source", "memory", "--data.augment", name, "--data.randaugment_magnitude", "5",
              "--trainer.max_epochs", "12", *_FAST)  # fmt: skip
     return LearningCase(flags, "best_val_acc", 0.4)  # measured: 0.61-0.76 (each policy's spread: RESULTS.md)
 
 
 #: The model the deploy tests export and serve (tests/tools/test_deploy.py).
-DEPLOY = ("--trainer.max_epochs", "30", "--data.batch_size", "128", "--data.on_device", "true",
+DEPLOY = ("--trainer.max_epochs", "30", "--data.batch_size", "128", "--data.source", "memory",
           "--model.patch_size", "16", "--model.optimizer.init_args.lr", "4e-3",
           "--model.scheduler.init_args.warmup_steps", "20")  # fmt: skip
 #: notebooks/quickstart.ipynb's run (tests/test_notebooks.py).
 QUICKSTART = ("--trainer.max_epochs", "50", "--trainer.log_every_n_steps", "10", "--data.batch_size", "128",
-              "--data.on_device", "true", "--model.optimizer.init_args.lr", "4e-3",
+              "--data.source", "memory", "--model.optimizer.init_args.lr", "4e-3",
               "--model.scheduler.init_args.warmup_steps", "40")  # fmt: skip
 
 #: The forking guide's example (examples/npz.yaml) on the digits as an .npz file: a short run of its own recipe.

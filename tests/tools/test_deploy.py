@@ -402,9 +402,9 @@ def test_every_entry_point_sees_the_same_pixels(mode: str, trained, tmp_path: Pa
         assert (exported.max(0).values == exported.max()).float().mean() < 0.05
 
 
-@pytest.mark.parametrize("on_device", [True, False], ids=["memory", "workers"])
+@pytest.mark.parametrize("source", ["memory", "workers"])
 def test_evaluation_resizes_and_crops_as_the_model_card_says_in_every_split(
-    on_device: bool, trained, tmp_path: Path
+    source: str, trained, tmp_path: Path
 ) -> None:
     """Issue 53, 2: a model evaluated with timm's crop_pct and interpolation (a pretrained model's own) is given
     the same pixels by validation, test and predict (both sources) as by its card, which serve and export use."""
@@ -417,7 +417,7 @@ def test_evaluation_resizes_and_crops_as_the_model_card_says_in_every_split(
         Image.fromarray(pixels).save(tmp_path / split / name / f"{i}.png")
     data = ImageFolderDataModule(
         tmp_path, img_size=card.img_size, mean=card.mean, std=card.std, crop_pct=0.8, interpolation="bicubic",
-        num_workers=0, val_size=2, on_device=on_device, predict_dir=tmp_path / "test",
+        num_workers=0, val_size=2, source=source, predict_dir=tmp_path / "test",
     )  # fmt: skip
     for stage in ("fit", "test", "predict"):
         data.setup(stage)

@@ -35,7 +35,7 @@ def test_a_sweep_stopped_by_sigterm_continues_with_the_same_command(
     digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fixed = {
-        "data.root": str(digits_dir), "data.on_device": True, "model.scheduler.init_args.warmup_steps": 0,
+        "data.root": str(digits_dir), "data.source": "memory", "model.scheduler.init_args.warmup_steps": 0,
         "trainer.limit_train_batches": 3, "trainer.limit_val_batches": 1, "trainer.enable_progress_bar": False,
         "trainer.callbacks+": "helpers.kill.SigtermOnce", "trainer.callbacks.init_args.marker": str(tmp_path / "once"),
     }  # fmt: skip

@@ -46,8 +46,8 @@ POLICY_CHANNELS = (1, 3)
 class BatchTransform(Protocol):
     """What ``--data.batch_augment`` takes: a transform of whole training batches on the training device.
 
-    `vitlit.fast.batch_augment.BatchAugment` (random erasing, Mixup/CutMix) is one. A transform that mixes images in
-    pairs has a true ``mixes`` attribute, and the batch size must then be even.
+    `vitlit.regularize.batch_augment.BatchAugment` (random erasing, Mixup/CutMix) is one. A transform that mixes
+    images in pairs has a true ``mixes`` attribute, and the batch size must then be even.
     """
 
     def __call__(
@@ -112,14 +112,14 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         randaugment_num_ops: RandAugment: operations per image.
         randaugment_magnitude: RandAugment: magnitude of each operation, 0 to 30 (9 in DeiT's recipe).
         batch_augment: A transform of whole training batches on the training device (`BatchTransform`, given like
-            the model's optimizer: ``class_path`` and ``init_args``), e.g. `vitlit.fast.batch_augment.BatchAugment`
-            for random erasing and Mixup/CutMix; ``None`` for none.
+            the model's optimizer: ``class_path`` and ``init_args``), e.g.
+            `vitlit.regularize.batch_augment.BatchAugment` for random erasing and Mixup/CutMix; ``None`` for none.
         class_balanced: Draw training images with probability inversely proportional to their class's frequency
             (with replacement, one epoch = as many draws as images), for class-imbalanced data.
-        on_device: Where the uint8 images come from (`vitlit.data.sources`): ``true`` holds every split as one uint8
-            tensor on the training device (no worker processes), ``false`` streams them through ``num_workers``
+        source: Where the uint8 images come from (`vitlit.data.sources`): ``memory`` holds every split as one uint8
+            tensor on the training device (no worker processes), ``workers`` streams them through ``num_workers``
             DataLoader workers, ``auto`` holds them where they fit, at their stored size, in a quarter of the device's
-            free memory, and says which it took. The pipeline after the source is the same either way.
+            free memory, and says which it took. The batches are the same either way (only the bytes' way differs).
         predict_dir: A folder of images for ``predict`` to classify instead of the test split: any layout, nested
             folders included, no class folders needed; files that cannot be read are named and left out.
     """
@@ -157,7 +157,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         randaugment_magnitude: Magnitude = 9,
         batch_augment: BatchTransform | None = None,
         class_balanced: bool = False,
-        on_device: bool | Literal["auto"] = "auto",
+        source: Literal["auto", "memory", "workers"] = "auto",
         predict_dir: str | Path | None = None,
     ) -> None:
         super().__init__()
@@ -206,7 +206,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self.randaugment_num_ops = as_builtin(randaugment_num_ops)
         self.randaugment_magnitude = as_builtin(randaugment_magnitude)
         self.batch_augment, self.class_balanced = batch_augment, class_balanced
-        self.on_device = on_device
+        self.source = source
         self._in_memory: bool | None = None  # decided at the first loader (`vitlit.data.sources.keep_in_memory`)
         self._augments: dict[bool, Augment] = {}  # the device half of the pipeline: training (True) and evaluation
         self.predict_dir = None if predict_dir is None else Path(predict_dir).expanduser()
@@ -350,12 +350,13 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     def resolved(self) -> dict[str, Any]:
         """What the run took where its options leave a choice (the run card's ``resolved``, once the loaders exist).
 
-        The source ``on_device`` chose and the workers used (after the cap at the cores), the stored sizes, and the
-        normalisation and evaluation geometry in use: given (a pretrained model's, filled in by the CLI) or the data's.
+        The source taken (``source: auto`` chooses) and the workers used (after the cap at the cores), the stored
+        sizes, and the normalisation and evaluation geometry in use: given (a pretrained model's, filled in by the
+        CLI) or the data's.
         """
         memory, sizes = bool(self._in_memory), {split: self.stored_size(split == "train") or self.native_size
                                                 for split in ("train", "eval")}  # fmt: skip
-        return {"source": "memory" if memory else "workers", "on_device": self.on_device, "stored_size": sizes,
+        return {"source": "memory" if memory else "workers", "source_option": self.source, "stored_size": sizes,
                 "workers": 0 if memory else self.workers, "mean": self.mean, "std": self.std,
                 "statistics": "given" if self._mean else "the data's own", "crop_pct": self.crop_pct,
                 "interpolation": self.interpolation}  # fmt: skip
@@ -497,13 +498,13 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         return DistributedSampler(split, **shard)
 
     def _loader(self, split: TransformedSubset | None, train: bool) -> DataLoader:
-        """A DataLoader of ``split``'s uint8 batches from the source ``on_device`` chose, in the sampler's order."""
+        """A DataLoader of ``split``'s uint8 batches from the `source` taken, in the sampler's order."""
         if split is None:
             raise RuntimeError("setup() must run before the loaders are requested; the Trainer does this for you.")
         if self._in_memory is None:
             splits = [s for s in (self.train_set, self.val_set, self.test_set, self.predict_set) if s is not None]
-            self._in_memory = self.on_device is not False and sources.keep_in_memory(
-                splits, self.native_size, self.on_device is True, self.device(), self.trainer
+            self._in_memory = self.source != "workers" and sources.keep_in_memory(
+                splits, self.native_size, self.source == "memory", self.device(), self.trainer
             )
         sampler = self.sampler(split, train)
         if self._in_memory:

@@ -382,7 +382,7 @@ class HFDataModule(ImageClassificationDataModule):
         return list(self._classes)
 
     @property
-    def source(self) -> str:
+    def description(self) -> str:
         """What the run card records as the data."""
         return f"Hugging Face data set {self.path} (splits {', '.join(sorted(self._tables))})"
 

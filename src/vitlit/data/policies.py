@@ -400,7 +400,8 @@ class BatchPolicy:
         Args:
             images: The batch.
             among: Draw for a batch of this many images, of which ``images`` are those at ``share`` (one DDP process's
-                part of a step, `vitlit.fast.device.DeviceLoader`); ``None``: for ``images`` alone.
+                part of a step, `vitlit.data.base.ImageClassificationDataModule.on_after_batch_transfer`); ``None``:
+                for ``images`` alone.
             share: See ``among``.
         """
         b = len(images)

@@ -14,7 +14,7 @@ evaluation's ``floor(img_size / crop_pct)``: `vitlit.data.base.ImageClassificati
   decoded and nothing else. Every crop, RandomResizedCrop included, is the training device's, so both sources give the
   same batches whatever the images' sizes. Batches are collated as uint8: a quarter of float32's bytes to move.
 
-``--data.on_device`` chooses (`keep_in_memory`): ``auto`` holds the splits in memory where their stored size fits in
+``--data.source`` chooses (`keep_in_memory`): ``auto`` holds the splits in memory where their stored size fits in
 a quarter of the device's free memory, and says which source it took.
 """
 
@@ -34,7 +34,7 @@ from vitlit.data.images import PIL_MODES
 from vitlit.errors import ConfigError
 from vitlit.memory import free_memory
 
-#: ``on_device: auto`` holds the images in memory when they take at most this share of the device's free memory: the
+#: ``source: auto`` holds the images in memory when they take at most this share of the device's free memory: the
 #: rest is for the model, its activations and the optimizer.
 AUTO_DEVICE_FRACTION = 0.25
 
@@ -136,7 +136,7 @@ def in_memory(
 def keep_in_memory(
     splits: Sequence[TransformedSubset], native_size: int | None, forced: bool, device: torch.device, trainer: Any
 ) -> bool:
-    """``--data.on_device``: whether the splits are held in memory, decided once, on the first loader, in one line.
+    """``--data.source``: whether the splits are held in memory, decided once, on the first loader, in one line.
 
     ``true`` (``forced``) is refused where the images cannot fit at all; ``auto`` takes memory where they take at
     most `AUTO_DEVICE_FRACTION` of the device's free memory (on every DDP process), else the workers.
@@ -144,7 +144,7 @@ def keep_in_memory(
     Args:
         splits: The splits the run has set up; images of ``native_size`` where a split's `Decode` keeps their size.
         native_size: The side of images that all share one size, else ``None``.
-        forced: ``--data.on_device true``.
+        forced: ``--data.source memory``.
         device: The training device.
         trainer: The Trainer (its processes), or ``None``.
     """
@@ -157,8 +157,8 @@ def keep_in_memory(
         need *= 2 if device.type == "cpu" else 1  # in host memory, the decoded images and the splits' copies
         if free is not None and need > free:
             raise ConfigError(
-                f"--data.on_device true: the {size} ({need / 2**30:,.1f} GB with copies), more than the "
-                f"{free / 2**30:,.1f} GB free on {device}; use --data.on_device auto (or false), or a smaller "
+                f"--data.source memory: the {size} ({need / 2**30:,.1f} GB with copies), more than the "
+                f"{free / 2**30:,.1f} GB free on {device}; use --data.source auto (or workers), or a smaller "
                 f"--data.img_size."
             )
         return True
@@ -169,6 +169,6 @@ def keep_in_memory(
         fits = trainer.strategy.reduce_boolean_decision(fits, all=True)
     share = f"{need / free:.1%} of the {free / 2**30:,.1f} GB free on {device}" if free else "free memory unknown"
     where = f"in memory on {device}" if fits else "streamed by DataLoader workers"
-    other = "false: the workers" if fits else "true: memory"
-    rank_zero_info(f"vitlit: data source: {where} ({size}, {share}); --data.on_device {other}")
+    other = "workers" if fits else "memory"
+    rank_zero_info(f"vitlit: data source: {where} ({size}, {share}); the other: --data.source {other}")
     return fits

@@ -143,7 +143,7 @@ class StreamingDataModule(ImageClassificationDataModule):
 
     Class names, channels, image format and size come from what ``prepare`` recorded. Every rank and node streams
     its own shard of each epoch (LitData's); a run stopped mid-epoch resumes at the sample it stopped at (the
-    loader's state is in the checkpoint). ``on_device`` may not be ``true`` (the chunks are streamed, never held
+    loader's state is in the checkpoint). ``source`` may not be ``memory`` (the chunks are streamed, never held
     whole), nor ``class_balanced`` (it needs every label before the first batch).
 
     Args:
@@ -163,10 +163,10 @@ class StreamingDataModule(ImageClassificationDataModule):
         meta = read_meta(str(input_dir))
         if kwargs.get("in_chans", meta["in_chans"]) != meta["in_chans"]:
             raise ConfigError(f"{input_dir} holds images with {meta['in_chans']} channel(s); drop --data.in_chans.")
-        if kwargs.get("on_device") is True or kwargs.get("class_balanced"):
-            raise ConfigError("StreamingDataModule streams its chunks: --data.on_device true (all images in memory) "
+        if kwargs.get("source") == "memory" or kwargs.get("class_balanced"):
+            raise ConfigError("StreamingDataModule streams its chunks: --data.source memory (all images in memory) "
                               "and --data.class_balanced true (every label first) are the other modules'.")  # fmt: skip
-        kwargs["in_chans"], kwargs["on_device"] = meta["in_chans"], False  # what prepare wrote; streamed, never held
+        kwargs["in_chans"], kwargs["source"] = meta["in_chans"], "workers"  # what prepare wrote; streamed, never held
         super().__init__(**kwargs)
         self.input_dir, self.cache_dir, self.max_cache_size = str(input_dir).rstrip("/"), cache_dir, max_cache_size
         self.meta = meta
@@ -186,7 +186,7 @@ class StreamingDataModule(ImageClassificationDataModule):
         return "test" in self.meta["splits"]
 
     @property
-    def source(self) -> str:
+    def description(self) -> str:
         """What the run card records as the data."""
         return f"LitData chunks at {self.input_dir} ({self.meta['format']}, {self.meta['splits']})"
 

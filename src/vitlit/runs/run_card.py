@@ -96,7 +96,7 @@ class RunCard(Callback):
         self.card = {
             "epochs_done": 0, "best_val_acc": None, "best_epoch": None, "test_acc": None, **earlier,
             "run_dir": str(self.run_dir), "model_name": pl_module.hparams.get("model_name"), "exit_reason": "running",
-            "data": getattr(trainer.datamodule, "source", None) or type(trainer.datamodule).__name__,
+            "data": getattr(trainer.datamodule, "description", None) or type(trainer.datamodule).__name__,
             **git_state(Path(vitlit.__file__).parent), "device": _device(trainer), "precision": str(trainer.precision),
             "versions": {m.__name__: m.__version__ for m in (vitlit, torch, timm, lightning)},
             "processes": trainer.world_size, "seed": _seed(), "effective_batch": batch * trainer.accumulate_grad_batches

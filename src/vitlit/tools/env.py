@@ -42,12 +42,12 @@ def verdict(gpus: list[dict[str, Any]]) -> str:
     if not gpus:
         return (
             "verdict: no GPU; train small models with --trainer.accelerator cpu --trainer.precision bf16-mixed "
-            "(or 32-true) and --data.on_device true (configs/digits.yaml is such a recipe)"
+            "(or 32-true) and --data.source memory (configs/digits.yaml is such a recipe)"
         )
     precision = "bf16-mixed" if all(g["bf16"] for g in gpus) else "16-mixed"
     why = "the GPU computes in bf16" if precision == "bf16-mixed" else "the GPU has no fast bf16 (older than Ampere)"
     return (
-        f"verdict: use --trainer.precision {precision} ({why}) and --data.on_device true (the images held on the "
+        f"verdict: use --trainer.precision {precision} ({why}) and --data.source memory (the images held on the "
         f"GPU, no worker processes) where they fit; otherwise --data.num_workers {cpu_cores()}"
     )
 
