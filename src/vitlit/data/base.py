@@ -59,7 +59,7 @@ class BatchTransform(Protocol):
 class ImageClassificationDataModule(LightningDataModule, ABC):
     """Base class of vitlit's data modules: the data contract, loaders, seeded validation split and transforms.
 
-    **The contract.** A subclass implements `class_names`, `train_dataset` and `test_dataset` (and `val_dataset` where
+    **The contract.** A subclass implements `class_names` and `train_dataset` (and `test_dataset`, `val_dataset` where
     the data has its own validation split): datasets of ``(image, class index)`` without transforms, the image a
     PIL image or a ``(C, H, W)`` uint8 tensor with ``in_chans`` channels. Three optional hooks make it faster:
     `targets_of` (class indices without decoding, for ``class_balanced``), `uint8_images_of` (all images as one

@@ -100,11 +100,6 @@ class BatchAugment:
         """Whether batches are mixed (Mixup or CutMix), which pairs images and so needs an even batch size."""
         return self.mixup_alpha > 0 or self.cutmix_alpha > 0
 
-    @property
-    def active(self) -> bool:
-        """Whether any batch augmentation is enabled."""
-        return self.mixes or self.random_erasing > 0 or self.random_erasing_end > 0
-
     def erasing_probability(self, progress: float) -> float:
         """The erasing probability at ``progress`` (0 = first step, 1 = last step) of training."""
         progress = min(max(progress, 0.0), 1.0)

@@ -22,10 +22,10 @@ from vitlit.text import say
 class RNGStateCheckpoint(Callback):
     """Save torch's (CPU and CUDA), NumPy's and Python's generator states in checkpoints; restore them on resume.
 
-    DataLoader workers are seeded from torch's generator when their iterator starts, so they are covered too, except
-    persistent workers, whose generators live across epochs (``--data.persistent_workers false`` where exactness
-    matters more than start-up time). It also says so when a resumed run keeps the learning-rate schedule of a run of
-    another length (the checkpoint's).
+    Nothing random happens in DataLoader workers (every augmentation runs on the training device, from torch's
+    generator there, which is saved), and the loaders' shuffle follows the run's seed and the epoch
+    (`vitlit.data.base.ImageClassificationDataModule.sampler`), so both sources resume alike. It also says so when
+    a resumed run keeps the learning-rate schedule of a run of another length (the checkpoint's).
     """
 
     def state_dict(self) -> dict[str, Any]:
