@@ -54,6 +54,7 @@ def test_a_fit_writes_its_card_and_a_test_of_its_checkpoint_completes_it(digits_
         "mean": data.mean, "std": data.std, "statistics": "the data's own", "crop_pct": 1.0,
         "interpolation": "bilinear", "planned_steps": 8, "warmup_steps": 0, "seed": 42,  # the tests' runs: no warmup
     }  # fmt: skip
+    assert '# resolved source: "memory"' in (run / "config.yaml").read_text()  # the saved config says it too
     markdown = (run / "run_card.md").read_text()
     assert "| exit_reason | finished |" in markdown and f"| best_val_acc | {card['best_val_acc']} |" in markdown
 

@@ -30,6 +30,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from vitlit.cli import VitLitCLI
 from vitlit.errors import TrainingHalted
 from vitlit.run_dir import LOCK, Placed, allocate_version
+from vitlit.runtime import STOP
 
 
 @pytest.fixture(scope="module")
@@ -269,7 +270,7 @@ def _stopped(err: BaseException, signal_name: str | None, run: Path | None = Non
     cli = VitLitCLI.__new__(VitLitCLI)  # the method alone: a CLI whose run stopped
     cli.run = Placed(run, None, (run,)) if run is not None else None
     cli.trainer = SimpleNamespace(interrupted=True, current_epoch=2, global_step=30, is_global_zero=True, callbacks=[])
-    VitLitCLI.signal_name = signal_name
+    STOP.signal_name = signal_name
     with pytest.raises(SystemExit) as exit_info:
         cli._stopped(err)
     return exit_info.value.code

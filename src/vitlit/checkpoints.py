@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from vitlit.errors import ConfigError
 
@@ -129,3 +130,41 @@ def check_restorable(
 
         say(f"vitlit: {path} has trained all {epochs} epochs of --trainer.max_epochs {max_epochs}: "
             f"nothing is left to train; give a larger --trainer.max_epochs to train on", error=True)  # fmt: skip
+
+
+#: Hyperparameters that fix the shape of the weights: a checkpoint only fits a model with the same values.
+ARCHITECTURE_KEYS = ("model_name", "num_classes", "img_size", "in_chans", "patch_size")
+
+
+def check_fits(model: Any, checkpoint: dict[str, Any], options: str | None = None, resume: bool = False) -> None:
+    """Raise a one-line `ConfigError` if ``checkpoint`` does not fit ``model`` (a `vitlit.model.ViTClassifier`).
+
+    What `vitlit.model.ViTClassifier.check_checkpoint` asks, here beside the other checks of checkpoints.
+    """
+    saved = checkpoint.get("hyper_parameters") or {}
+    fix = f"use the options it was trained with ({options or 'its run folder keeps them in config.yaml'})."
+    for key in ARCHITECTURE_KEYS:
+        if key in saved and saved[key] != model.hparams[key]:
+            raise ConfigError(
+                f"the checkpoint was trained with {key}={saved[key]!r} but this run has "
+                f"{key}={model.hparams[key]!r}; {fix}"
+            )
+    theirs, ours = saved.get("class_names"), model.hparams.get("class_names")
+    if theirs and ours and list(theirs) != list(ours):
+        i = next(i for i, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b)
+        raise ConfigError(
+            f"the checkpoint's class {i} is {theirs[i]!r} but this data's class {i} is {ours[i]!r}; {fix}"
+        )
+    states = checkpoint.get("optimizer_states") or [{}]
+    groups = states[0].get("param_groups") if resume and isinstance(states[0], dict) else None
+    try:  # the saved settings loaded into a probe of the configured optimizer, which adds what it defaults
+        probe = model.optimizer_factory([{"params": [nn.Parameter(torch.zeros(1))]}])
+        probe.load_state_dict({"state": {}, "param_groups": [{**groups[0], "params": [0]}]})
+    except Exception:  # no state to compare, or an optimizer that cannot be probed on the CPU: Lightning decides
+        return
+    missing = sorted(set(probe.defaults) - set(probe.param_groups[0]))
+    if missing:
+        raise ConfigError(
+            f"the checkpoint's optimizer state has no {', '.join(missing)}, which {type(probe).__name__} needs: "
+            f"it was trained with another optimizer; {fix}"
+        )

@@ -12,15 +12,13 @@ before the run starts, and a stopped fit's last line with the command that resum
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import shutil
 import signal
 import sys
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, NoReturn
+from typing import Any, NoReturn
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import BatchSizeFinder
@@ -33,8 +31,9 @@ from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import CheckFailed, ConfigError, TrainingHalted
 from vitlit.memory import check_activations
 from vitlit.run_dir import Placed, place_run, resolve_checkpoint, run_of_checkpoint, saved_config, unlock
+from vitlit.runtime import STOP, interrupts_stop_the_fit, quiet
 from vitlit.streams import stream_gone, tell
-from vitlit.text import clean, say
+from vitlit.text import say
 
 PROG = "vitlit"
 #: Subcommands beside LightningCLI's four: name -> the function whose typed, documented arguments are its flags. A
@@ -49,18 +48,6 @@ TOOLS = {
 }
 TOOLS = {name: to for name, to in TOOLS.items()
          if Path(__file__).parent.joinpath(*to.split(":")[0].split(".")[1:]).with_suffix(".py").is_file()}  # fmt: skip
-#: Lightning's log lines a vitlit user cannot act on (advertisements, what the resume line says better, the seed that
-#: the run card keeps), and the loggers they come from.
-QUIET = ("💡 Tip:", " was raised with message: ", "Received SIGTERM", "attempting graceful shutdown", "Seed set to")
-QUIET_LOGGERS = [
-    f"lightning.{name}"
-    for name in (
-        "pytorch.utilities.rank_zero",
-        "pytorch.trainer.call",
-        "pytorch.trainer.connectors.signal_connector",
-        "fabric.utilities.seed",
-    )
-]
 
 
 def _exit(text: object, status: int = 2) -> NoReturn:
@@ -108,8 +95,6 @@ class VitLitArgumentParser(LightningArgumentParser):
 
 class VitLitCLI(LightningCLI):
     """LightningCLI with the data-to-model links, checks before anything is built, and the run's folder."""
-
-    signal_name: ClassVar[str | None] = None  # the signal that stopped a fit (`interrupts_stop_the_fit`)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.run: Placed | None = None  # the run's folder, once placed
@@ -247,7 +232,7 @@ class VitLitCLI(LightningCLI):
             reason = " ".join(str(err).split())[:160] or type(err).__name__
             line, status = f"{PROG}: error: {type(logger).__name__} failed during the run ({reason})", 1
         elif trainer is not None and (isinstance(err, SIGTERMException) or trainer.interrupted):
-            name = VitLitCLI.signal_name or ("SIGTERM" if isinstance(err, SIGTERMException) else "SIGINT")
+            name = STOP.signal_name or ("SIGTERM" if isinstance(err, SIGTERMException) else "SIGINT")
             line = f"{PROG}: interrupted by {name} at epoch {trainer.current_epoch}, step {trainer.global_step}"
             status = 128 + signal.Signals[name].value  # the shell's convention
         else:
@@ -261,80 +246,6 @@ class VitLitCLI(LightningCLI):
         if trainer is None or trainer.is_global_zero:  # one line, not one per DDP process
             tell(line)
         raise SystemExit(status) from None
-
-
-@contextlib.contextmanager
-def interrupts_stop_the_fit() -> Iterator[None]:
-    """While a fit runs, the first Ctrl-C (or SIGHUP, or Ctrl-Break: `stop_signals`) stops it at the next step.
-
-    Python raises KeyboardInterrupt wherever the main thread happens to be (inside an optimizer step, or swallowed in a
-    finaliser); Lightning's SIGTERM handling stops between steps and saves ``last.ckpt`` on the way out, so the signal
-    becomes a SIGTERM raised in this process (``raise_signal``: Windows' ``os.kill`` would end it at once). Before
-    Lightning listens (data setup), and at a second Ctrl-C, it stops at once. Main thread only.
-    """
-    VitLitCLI.signal_name = None
-
-    def stop(signum: int, frame: Any) -> None:
-        listening = signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None)  # Lightning's handler is in
-        if VitLitCLI.signal_name is not None and signal.Signals(signum).name == "SIGHUP":
-            return  # a hangup does not insist: a closed terminal is met by the kernel's signal and the bar's writes
-        if VitLitCLI.signal_name is not None or not listening:
-            raise KeyboardInterrupt
-        VitLitCLI.signal_name = signal.Signals(signum).name
-        tell(f"{PROG}: stopping at the next step; Ctrl-C again to stop at once")
-        signal.raise_signal(signal.SIGTERM)
-
-    handled = stop_signals() if _main_thread() else ()
-    previous = {s: signal.signal(s, stop) for s in handled}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
-def stop_signals() -> tuple[signal.Signals, ...]:
-    """What stops a fit at the next step: Ctrl-C, and SIGHUP (POSIX) or Ctrl-Break (Windows) where they exist."""
-    return tuple(getattr(signal, name) for name in ("SIGINT", "SIGHUP", "SIGBREAK") if hasattr(signal, name))
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
-
-
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    """Leave out Lightning's notes and warnings a user cannot act on, while the CLI runs (`QUIET`); clean the rest.
-
-    Cleaning (`vitlit.text.clean`) shows escapes and redacts credentials, in vitlit's own ``rank_zero_info`` lines
-    too. Every entry is listed, with its reason, in docs/training.md: "What the command line leaves out of the log".
-    """
-
-    def note(record: logging.LogRecord) -> bool:  # a callable is a filter too
-        record.msg, record.args = clean(record.getMessage()), None
-        return not any(text in record.msg for text in QUIET)
-
-    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
-    for logger in loggers:
-        logger.addFilter(note)
-    with warnings.catch_warnings():
-        for message in ("LightningCLI's args parameter is intended",  # main(args) from Python: a notebook, pytest
-                        r"Precision .* is not supported by the model summary", "The dirpath has changed from",
-                        r"`isinstance\(treespec, LeafSpec\)` is deprecated",  # Lightning's own, of torch's API
-                        # A resume writes into its own run's folder; a mid-epoch one is said in vitlit's words
-                        # (`vitlit.runs.resume.RNGStateCheckpoint`: not bit-identical, end-of-epoch ones are).
-                        r"Checkpoint directory .* exists and is not empty", r".*resuming from a checkpoint that ended",
-                        r"(?s).*was deprecated in v4",  # jsonargparse's, of what Lightning calls
-                        # LitData's streams are sharded per worker by LitData itself, which Lightning cannot know.
-                        r"Your `IterableDataset` has `__len__` defined"):  # fmt: skip
-            warnings.filterwarnings("ignore", message=message)
-        try:
-            yield
-        finally:
-            for logger in loggers:
-                logger.removeFilter(note)
 
 
 def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) -> VitLitCLI:

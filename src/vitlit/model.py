@@ -19,9 +19,6 @@ from vitlit.schedule import total_steps
 from vitlit.text import say
 from vitlit.types import Fraction, PositiveInt, Rate, as_builtin
 
-# Hyperparameters that fix the shape of the weights: a checkpoint only fits a model with the same values.
-_ARCHITECTURE_KEYS = ("model_name", "num_classes", "img_size", "in_chans", "patch_size")
-
 
 class ViTClassifier(LightningModule):
     """Image classification with a timm Vision Transformer.
@@ -326,30 +323,6 @@ class ViTClassifier(LightningModule):
             options: Where the options it was trained with are (``--config <run>/config.yaml``), for the message.
             resume: Whether a fit continues from it (evaluations restore no optimizer).
         """
-        saved = checkpoint.get("hyper_parameters") or {}
-        fix = f"use the options it was trained with ({options or 'its run folder keeps them in config.yaml'})."
-        for key in _ARCHITECTURE_KEYS:
-            if key in saved and saved[key] != self.hparams[key]:
-                raise ConfigError(
-                    f"the checkpoint was trained with {key}={saved[key]!r} but this run has "
-                    f"{key}={self.hparams[key]!r}; {fix}"
-                )
-        theirs, ours = saved.get("class_names"), self.hparams.get("class_names")
-        if theirs and ours and list(theirs) != list(ours):
-            i = next(i for i, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b)
-            raise ConfigError(
-                f"the checkpoint's class {i} is {theirs[i]!r} but this data's class {i} is {ours[i]!r}; {fix}"
-            )
-        states = checkpoint.get("optimizer_states") or [{}]
-        groups = states[0].get("param_groups") if resume and isinstance(states[0], dict) else None
-        try:  # the saved settings loaded into a probe of the configured optimizer, which adds what it defaults
-            probe = self.optimizer_factory([{"params": [nn.Parameter(torch.zeros(1))]}])
-            probe.load_state_dict({"state": {}, "param_groups": [{**groups[0], "params": [0]}]})
-        except Exception:  # no state to compare, or an optimizer that cannot be probed on the CPU: Lightning decides
-            return
-        missing = sorted(set(probe.defaults) - set(probe.param_groups[0]))
-        if missing:
-            raise ConfigError(
-                f"the checkpoint's optimizer state has no {', '.join(missing)}, which {type(probe).__name__} needs: "
-                f"it was trained with another optimizer; {fix}"
-            )
+        from vitlit.checkpoints import check_fits  # runs from a checkpoint only
+
+        check_fits(self, checkpoint, options, resume)

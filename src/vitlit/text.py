@@ -7,7 +7,7 @@ HTML. Each destination gets its own form: `shown` for terminals and line-based f
 quoting (JSON, YAML written by a YAML library) need none of these.
 
 Every line vitlit prints leaves through `clean`: `say` prints vitlit's lines, and the command line's log filter
-(`vitlit.cli.quiet`) cleans Lightning's and vitlit's own ``rank_zero_info``: escapes shown, credentials redacted
+(`vitlit.runtime.quiet`) cleans Lightning's and vitlit's own ``rank_zero_info``: escapes shown, credentials redacted
 wherever they stand, a library's quoted message included.
 """
 

@@ -29,6 +29,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 import vitlit
 from vitlit.atomic import write_atomically
+from vitlit.run_dir import saved_config
 from vitlit.schedule import planned_steps, schedule_of
 from vitlit.streams import tell
 from vitlit.text import markdown
@@ -107,6 +108,10 @@ class RunCard(Callback):
             "resolved": {**getattr(trainer.datamodule, "resolved", dict)(), "planned_steps": planned_steps(trainer),
                          "warmup_steps": getattr(schedule_of(trainer), "warmup_steps", None), "seed": _seed()},
         }  # fmt: skip
+        config = saved_config(trainer, self.run_dir)
+        if config.is_file():  # the saved config says what its options left to the run, as comments (YAML reads on)
+            with config.open("a", encoding="utf-8") as f:
+                f.writelines(f"# resolved {k}: {json.dumps(v)}\n" for k, v in self.card["resolved"].items())
         if self.card["effective_batch"] != batch:  # the learning rate depends on it
             parts = f"{batch} per device x {trainer.accumulate_grad_batches} accumulated x {trainer.world_size} procs"
             rank_zero_info(f"vitlit: effective batch {self.card['effective_batch']} ({parts})")
@@ -138,9 +143,9 @@ class RunCard(Callback):
         if self.card:
             self.card["exit_reason"] = type(exception).__name__
             if isinstance(exception, SIGTERMException):  # which one: a closed terminal leaves no line to read it in
-                from vitlit.cli import VitLitCLI
+                from vitlit.runtime import STOP
 
-                self.card["signal"] = VitLitCLI.signal_name or "SIGTERM"
+                self.card["signal"] = STOP.signal_name or "SIGTERM"
             self._write(trainer)
 
     @rank_zero_only
@@ -191,7 +196,6 @@ def summary(card: dict[str, Any], trainer: Trainer) -> list[str]:
     if last.is_file():
         lines.append(f"  last        {_short(last)}")
     from vitlit.cli import TOOLS  # the subcommands this copy of vitlit has (a fork may have deleted tools/)
-    from vitlit.run_dir import saved_config
 
     config = f"--config {_short(saved_config(trainer, run))} --ckpt_path {_short(pick)}"
 
