@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers.cli import CPU, DIGITS_CONFIG, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
+from helpers.cli import CPU, DIGITS_CONFIG, ROOT, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
 
 import vitlit
 from vitlit import ImageFolderDataModule
@@ -109,6 +109,12 @@ def test_a_short_run_of_a_recipe_warms_up_for_its_share(
                 "--data.root", str(few), "--data.num_workers", "0", "--trainer.max_epochs", "3",
                 "--trainer.default_root_dir", str(tmp_path / "own")])  # fmt: skip
     assert fit.trainer.global_step == 3 and fit.model.lr_schedulers().warmup_steps == 0
+    # Issue 55, 6: the offline own-images line, MobileViT-XXS from scratch, trains on the same folder as shipped
+    # (its accuracy over seeds: benchmarks/small_data.py, RESULTS.md "Few images, from scratch").
+    scratch = main(["fit", "--config", str(ROOT / "configs" / "own_images_scratch.yaml"), "--data.root", str(few),
+                    "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", "--trainer.default_root_dir",
+                    str(tmp_path / "scratch")])  # fmt: skip
+    assert scratch.trainer.global_step == 2 and scratch.model.hparams.model_name == "mobilevit_xxs"
 
 
 def test_workers_are_capped_at_the_cores(digits_dir: Path) -> None:
