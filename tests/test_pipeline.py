@@ -323,7 +323,7 @@ def test_the_224_px_recipes_hold_cifar_in_memory_at_32_px(monkeypatch: pytest.Mo
         data.setup("fit")
         splits = [data.train_set, data.val_set]
         assert sources_module.keep_in_memory(splits, data.native_size, False, data.device(), None) is held
-        assert data.stored_size(train=True) == (None if native else 224)
+        assert data.stored_size(train=True) == (native or 224)
 
 
 def test_holding_the_images_in_memory_is_refused_where_they_cannot_fit(

@@ -7,7 +7,6 @@ checked before anything of their size is allocated.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ import torch
 from torch import nn
 
 from vitlit.checkpoints import check_weights, read_checkpoint
-from vitlit.data.augment import Augment
+from vitlit.data.augment import Augment, resized_side
 from vitlit.data.images import PIL_MODES, ImageFiles
 from vitlit.data.sources import Decode
 from vitlit.errors import CheckFailed, ConfigError
@@ -43,7 +42,7 @@ class ModelCard:
         In the same two steps as evaluation in training, so the pixels are the same: stored as an evaluation split
         is (`vitlit.data.base.ImageClassificationDataModule.stored_size`), then cropped as its batches are.
         """
-        decode = Decode(self.in_chans, math.floor(self.img_size / self.crop_pct), self.interpolation)
+        decode = Decode(self.in_chans, resized_side(self.img_size, self.crop_pct), self.interpolation)
         crop = Augment(self.img_size, self.mean, self.std, crop_pct=self.crop_pct, interpolation=self.interpolation)
         return lambda image: crop(decode(image)[None])[0]
 

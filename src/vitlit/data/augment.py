@@ -42,6 +42,11 @@ Magnitude = restricted_number_type("Magnitude", int, [(">=", 0), ("<=", 30)])
 ALL = slice(None)
 
 
+def resized_side(size: int, crop_pct: float) -> int:
+    """The side the shorter side is resized to before a ``size`` centre crop keeps ``crop_pct`` (timm's rule)."""
+    return math.floor(size / crop_pct)
+
+
 def resize_uint8(
     images: torch.Tensor, size: int, crop_pct: float = 1.0, interpolation: Interpolation = "bilinear"
 ) -> torch.Tensor:
@@ -51,7 +56,7 @@ def resize_uint8(
     torchvision's antialiased resize on the uint8 tensor: the one resize of vitlit (the sources' stored geometry,
     this batched pipeline, exports and servers), so every path gives the same pixels.
     """
-    side = math.floor(size / crop_pct)
+    side = resized_side(size, crop_pct)
     if min(images.shape[-2:]) != side:
         images = resize(images, [side], interpolation=InterpolationMode(interpolation), antialias=True)
     return images if images.shape[-2:] == (size, size) else center_crop(images, [size])

@@ -12,7 +12,6 @@ workers) hands over uint8 batches of one size, and `on_after_batch_transfer` run
 
 from __future__ import annotations
 
-import math
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler
 
 import vitlit.data.sources as sources
-from vitlit.data.augment import Augment, Crop, Interpolation, Magnitude, Policy, channel_statistics
+from vitlit.data.augment import Augment, Crop, Interpolation, Magnitude, Policy, channel_statistics, resized_side
 from vitlit.data.images import channels_of, predict_files, readable_images
 from vitlit.data.sources import TransformedSubset
 from vitlit.data.split import class_balanced_sampler, split_indices
@@ -337,15 +336,15 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """Whether ``dataset`` is ``predict_dir``'s images (vitlit's own, not one of the subclass's datasets)."""
         return self.predict_dir is not None and dataset is getattr(self, "_predict_folder", None)
 
-    def stored_size(self, train: bool) -> int | None:
-        """The side a split's images are handed over at by either source; ``None``: as they are (``native_size``).
+    def stored_size(self, train: bool) -> int:
+        """The side a split's images are handed over at by either source: ``native_size`` where they share one.
 
-        Training splits are stored at ``store_size`` (``None``: ``img_size``) for the device's crops; evaluation splits
-        at ``floor(img_size / crop_pct)``, timm's resize before the centre crop, as exports and servers resize.
+        Else training splits are stored at ``store_size`` (``None``: ``img_size``) for the device's crops, evaluation
+        splits at ``floor(img_size / crop_pct)``, timm's resize before the centre crop, as exports and servers resize.
         """
         if self.native_size:
-            return None
-        return self.store_size or self.img_size if train else math.floor(self.img_size / self.crop_pct)
+            return self.native_size
+        return self.store_size or self.img_size if train else resized_side(self.img_size, self.crop_pct)
 
     def resolved(self) -> dict[str, Any]:
         """What the run took where its options leave a choice (the run card's ``resolved``, once the loaders exist).
@@ -354,8 +353,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         sizes, and the normalisation and evaluation geometry in use: given (a pretrained model's, filled in by the
         CLI) or the data's.
         """
-        memory, sizes = bool(self._in_memory), {split: self.stored_size(split == "train") or self.native_size
-                                                for split in ("train", "eval")}  # fmt: skip
+        memory, sizes = bool(self._in_memory), {"train": self.stored_size(True), "eval": self.stored_size(False)}
         return {"source": "memory" if memory else "workers", "source_option": self.source, "stored_size": sizes,
                 "workers": 0 if memory else self.workers, "mean": self.mean, "std": self.std,
                 "statistics": "given" if self._mean else "the data's own", "crop_pct": self.crop_pct,
@@ -372,7 +370,10 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
 
         ``predict_dir``'s files may have any size: they are stored as evaluation stores images of many sizes.
         """
-        size = math.floor(self.img_size / self.crop_pct) if self.is_predict_folder(dataset) else self.stored_size(train)
+        if self.is_predict_folder(dataset):
+            size = resized_side(self.img_size, self.crop_pct)
+        else:  # images that share one size are kept as they are
+            size = None if self.native_size else self.stored_size(train)
         return TransformedSubset(dataset, indices, sources.Decode(self.in_chans, size, self.interpolation))
 
     def hold_out_test(self, n: int, said: str | None = None) -> tuple[list[int], list[int]]:
@@ -509,7 +510,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         sampler = self.sampler(split, train)
         if self._in_memory:
             images = None if self.is_predict_folder(split.dataset) else self.uint8_images_of(split.dataset)
-            held = sources.in_memory(split, images, self.targets_of(split.dataset), self.device())
+            targets = None if images is None else self.targets_of(split.dataset)  # decoded items bring their own
+            held = sources.in_memory(split, images, targets, self.device())
             dataset, workers, collate = held, 0, sources.whole_batch
         else:
             dataset, workers, collate = split, self.workers, None

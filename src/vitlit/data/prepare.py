@@ -123,7 +123,7 @@ def _write(
     if data.has_test_split:
         data.setup("test")
         splits["test"] = data.test_set
-    size = data.stored_size(True) or data.native_size  # raw: every split as training stores it
+    size = data.stored_size(True)  # raw: every split as training stores it
     counts, indexes = {}, {}
     for name in SPLITS:
         split = splits.get(name)

@@ -110,7 +110,7 @@ def whole_batch(batch: Any) -> Any:
 
 
 def in_memory(
-    split: TransformedSubset, images: torch.Tensor | None, targets: Sequence[int], device: torch.device
+    split: TransformedSubset, images: torch.Tensor | None, targets: Sequence[int] | None, device: torch.device
 ) -> InMemory:
     """The items of ``split`` held on ``device``, decoded once.
 
@@ -118,17 +118,19 @@ def in_memory(
         split: A view of a data module's dataset.
         images: The whole dataset as one uint8 array, where the data module holds it so (its ``uint8_images_of``),
             taken as it is; ``None``: the split's items decoded here by its own `Decode`, as the workers do.
-        targets: The class index of every item of the dataset.
+        targets: With ``images``, the class index of every item of the dataset; decoded items bring their own.
         device: The training device.
     """
     index, expected = torch.as_tensor(split.indices, dtype=torch.long), (len(split.dataset), split.transform.in_chans)
-    if images is None:
+    if images is None:  # each item once, as a worker reads it: the image at the stored size, and its label
         rank_zero_info(f"vitlit: decoding {len(split)} images once to hold them in memory")
+        items = [split[i] for i in range(len(split))]
+        images, targets = torch.stack([image for image, _ in items]), torch.as_tensor([int(t) for _, t in items])
     elif images.dtype != torch.uint8 or images.ndim != 4 or images.shape[:2] != expected:
         raise ValueError(f"uint8_images_of returned {images.dtype} images of shape {tuple(images.shape)}; it must "
                          f"return uint8 of shape ({', '.join(map(str, expected))}, H, W).")  # fmt: skip
-    images = torch.stack([split[i][0] for i in range(len(split))]) if images is None else images[index]
-    targets = torch.as_tensor(targets, dtype=torch.long)[index]
+    else:
+        images, targets = images[index], torch.as_tensor(targets, dtype=torch.long)[index]
     # Channels first in memory too (an array taken as it is may be channels last): every batch op runs faster so.
     return InMemory(images.to(device).contiguous(), targets.to(device))
 
