@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import csv
+import os
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from helpers.cli import DIGITS_CONFIG, refused, run_cli
-from helpers.hf import write_parquet, write_saved
+from helpers.cli import DIGITS_CONFIG, refused, run_cli, vitlit_command
+from helpers.hf import write_hub_cache, write_parquet, write_saved
 
 pytest.importorskip("datasets")
 
@@ -74,7 +76,7 @@ def test_a_bad_row_is_named_and_skip_trains_without_it(tmp_path: Path, capsys: p
 @pytest.mark.parametrize(
     ("case", "said"),
     [("float", "holds float32 values, not class labels"), ("column", "has no column 'picture'"),
-     ("hub", "a hub name needs the network: HF_HUB_OFFLINE is set"), ("missing", "matches no file")],
+     ("hub", "a hub name needs the network (HF_HUB_OFFLINE is set)"), ("missing", "matches no file")],
 )  # fmt: skip
 def test_what_cannot_be_a_data_set_is_one_line_before_anything_runs(
     case: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
@@ -102,6 +104,26 @@ def test_an_unreachable_hub_is_said_within_seconds(monkeypatch: pytest.MonkeyPat
     started = time.monotonic()
     assert "127.0.0.1 cannot be reached" in _hub_reachable(timeout=2)
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.slow
+def test_a_hub_data_set_in_the_local_cache_trains_offline(tmp_path: Path) -> None:
+    """Issue 53: without the network, a hub name that an earlier load cached trains from the cache, at once."""
+    write_hub_cache(tmp_path / "hf" / "datasets", "someone/some-digits", n=400)
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": "https://127.0.0.1"}  # no hub answers here
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        env.pop(name, None)
+    started = time.monotonic()
+    done = subprocess.run(vitlit_command("fit", "--config", DIGITS_CONFIG, *HF, "--data.path", "someone/some-digits",
+                                         "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1",
+                                         "--trainer.default_root_dir", tmp_path / "runs"),
+                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert time.monotonic() - started < 120 and (tmp_path / "runs").exists()  # no half minute of retries per call
+    done = subprocess.run(vitlit_command("fit", "--config", DIGITS_CONFIG, *HF, "--data.path", "someone/other",
+                                         "--trainer.default_root_dir", tmp_path / "other"),
+                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2 and "needs the network (127.0.0.1 cannot be reached" in done.stderr.splitlines()[-1]
 
 
 def _hub_layout(folder: Path, labels: dict[str, int]) -> Path:

@@ -83,3 +83,14 @@ def write_rows(file: Path, images: list[dict], targets: list[int]) -> Path:
     file.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table({"image": column, "label": pa.array(targets, pa.int64())}, schema=schema), file)
     return file
+
+
+def write_hub_cache(cache: Path, repo_id: str, n: int | None = None) -> None:
+    """The digits as ``datasets`` caches a hub data set it loaded once (``<cache>/<user>___<name>/default/...``)."""
+    from datasets.packaged_modules.parquet.parquet import Parquet
+
+    parquet, (user, name) = write_parquet(cache.parent / "hub-source", n=n), repo_id.split("/")
+    files = {split: str(parquet / f"{split}-00000-of-00001.parquet") for split in ("train", "test")}
+    builder = Parquet(cache_dir=str(cache), dataset_name=name, config_id="default", data_files=files, hash="0")
+    builder.download_and_prepare()
+    (cache / name).rename(cache / f"{user}___{name}")  # where a load by the hub name put it

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
@@ -35,7 +36,11 @@ SPLIT_NAMES = {
 }
 
 
-def _datasets() -> Any:
+def _datasets(offline: bool = False) -> Any:
+    if offline and "datasets" not in sys.modules:
+        # datasets reads this variable when imported, and vitlit imports it only here: a hub name then loads from
+        # the local cache at once, or fails at once, instead of after half a minute of retries
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     try:
         import datasets
     except ImportError:
@@ -61,12 +66,15 @@ def load_splits(path: str) -> dict[str, Any]:
     """The data set's splits by their own names, from a ``save_to_disk`` folder, Parquet files or a hub name.
 
     Parquet files are a folder of them (the file names name the splits), a file or a glob. A hub name without the
-    network is one line, said within seconds.
+    network loads from the ``datasets`` cache, or is one line said within seconds.
 
     Raises:
         ConfigError: For a path that is none of these, or a hub name that cannot be read.
     """
-    datasets, local = _datasets(), Path(path).expanduser()
+    local = Path(path).expanduser()
+    hub = not (local.is_dir() or local.is_file() or glob.has_magic(path))
+    offline = _hub_reachable() if hub else None  # checked first: datasets would retry for half a minute
+    datasets = _datasets(offline is not None)
     try:
         if local.is_dir() and ((local / "dataset_dict.json").is_file() or (local / "state.json").is_file()):
             check_saved(local)
@@ -75,7 +83,7 @@ def load_splits(path: str) -> dict[str, Any]:
             except IndexError:  # datasets' own error for a split saved without rows
                 raise ConfigError(f"--data.path {path} has no training rows; give a data set with images in its "
                                   f"train split.") from None  # fmt: skip
-        elif local.is_dir() or local.is_file() or glob.has_magic(path):
+        elif not hub:
             files = sorted(glob.glob(str(local / "**" / "*.parquet"), recursive=True)) if local.is_dir() else None
             if local.is_dir() and not files:
                 raise ConfigError(f"--data.path {path} holds neither a save_to_disk data set nor Parquet files; give "
@@ -90,12 +98,15 @@ def load_splits(path: str) -> dict[str, Any]:
             loaded = datasets.load_dataset("parquet", data_dir=str(local) if files else None,
                                            data_files=None if files else str(local))  # fmt: skip
         else:
-            offline = _hub_reachable()  # checked first: datasets would retry for half a minute
-            if offline is not None:
-                raise ConfigError(f"--data.path {path} is no local folder or file, and a hub name needs the network: "
-                                  f"{offline}; save it where there is one (datasets.load_dataset(name)."
-                                  f"save_to_disk(folder)) and pass the folder.")  # fmt: skip
-            loaded = datasets.load_dataset(path)
+            try:
+                if offline is not None and not datasets.config.HF_HUB_OFFLINE:
+                    raise ConnectionError  # datasets was imported online before vitlit: it would retry
+                loaded = datasets.load_dataset(path)  # offline, from the datasets cache if it is there
+            except ConnectionError:
+                raise ConfigError(f"--data.path {path} is no local folder or file, and a hub name needs the network "
+                                  f"({offline or 'the hub did not answer'}) or a copy in the datasets cache; save it "
+                                  f"where there is one (datasets.load_dataset(name).save_to_disk(folder)) and pass "
+                                  f"the folder.") from None  # fmt: skip
     except ConfigError:
         raise
     except Exception as err:  # Arrow/Parquet errors for files that are not what they claim
