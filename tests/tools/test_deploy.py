@@ -130,13 +130,40 @@ def test_the_server_answers_predictions_and_refuses_bad_uploads(trained, tmp_pat
     ckpt, test_dir = trained
     with _serving(ckpt, tmp_path, "--max_upload_mb", "1", cwd=tmp_path) as (server, port):
         url = f"http://127.0.0.1:{port}"
+        processes = _processes(server.pid)
         try:
             _answers_and_refuses(url, test_dir)
         finally:
             server.terminate()  # SIGTERM: vitlit serve shuts LitServe down as on Ctrl-C, worker processes included
             server.wait(timeout=60)
     assert "Traceback" not in (tmp_path / "server.log").read_text()
-    assert os.name != "posix" or not _alive(server.pid), "a process of the server outlived it"  # groups: POSIX
+    assert not _outlived(processes), "a process of the server outlived it"
+
+
+@pytest.mark.slow
+@pytest.mark.posix  # process groups and /proc
+def test_sigterm_to_the_servers_group_stops_it_once_within_its_drain_time(trained, tmp_path: Path) -> None:
+    """Hostile round 6, class 7: a group's SIGTERM (systemd, kill -- -PGID) with a client still sending: LitServe's
+    monitor said a worker died (or crashed with a traceback) and the server stayed up 30 s."""
+    with _serving(trained[0], tmp_path, "--shutdown_timeout", "2") as (server, port):
+        processes = _processes(server.pid)
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            client.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" + b"x" * 100)
+            time.sleep(1)  # the request is in progress: uvicorn drains it, then closes it
+            started = time.monotonic()
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                assert server.wait(timeout=60) == 0
+            finally:
+                stopped = time.monotonic() - started
+                outlived = _outlived(processes)
+            client.settimeout(5)
+            answer = client.recv(4096)
+    log = (tmp_path / "server.log").read_text()
+    assert stopped < 2 + 10, f"the server took {stopped:.0f} s to stop"  # drain 2 s, then LitServe's own stop
+    assert "Traceback" not in log and "died" not in log and "Forcibly" not in log, log[-3000:]
+    assert answer.startswith(b"HTTP/1.1 503") and b"the server is stopping" in answer
+    assert not outlived, "a process of the server outlived it"
 
 
 def _answers_and_refuses(url: str, test_dir: Path) -> None:
@@ -209,14 +236,14 @@ def _png(image: Image.Image) -> bytes:
 @pytest.mark.posix  # SIGKILL, process groups, preexec_fn or /proc
 def test_the_servers_processes_end_with_it_even_when_it_is_killed(trained, tmp_path: Path) -> None:
     with _serving(trained[0], tmp_path) as (server, port):
+        processes = _processes(server.pid)
         try:
-            children = _descendants(server.pid)
-            assert children, "LitServe started no process of its own"
+            assert len(processes) > 1, "LitServe started no process of its own"
             os.kill(server.pid, signal.SIGKILL)  # no handler runs: the children must notice by themselves
             server.wait(timeout=10)
         finally:
-            alive = _alive(server.pid)
-    assert not alive, f"processes outlived the killed server: {_descendants(server.pid)}"
+            outlived = _outlived(processes)
+    assert not outlived, f"processes outlived the killed server: {outlived}"
     with socket.socket() as again:  # a new server can take the port (bound as servers bind: TIME_WAIT is no conflict)
         again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         again.bind(("127.0.0.1", port))
@@ -228,18 +255,19 @@ def test_the_servers_processes_end_with_it_even_when_it_is_killed(trained, tmp_p
 def test_ctrl_c_in_a_terminal_ends_every_process_of_the_server_without_a_traceback(trained, tmp_path: Path) -> None:
     """Issue 36, stumble 11: a terminal's Ctrl-C (SIGINT to the whole group) printed ~60 lines of tracebacks."""
     with _serving(trained[0], tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as (server, _):
+        processes = _processes(server.pid)
         try:
             os.killpg(server.pid, signal.SIGINT)  # what the terminal sends: to every process of the group
             assert server.wait(timeout=60) == 0
         finally:
-            alive = _alive(server.pid)
-    assert not alive, f"processes outlived the server: {_descendants(server.pid)}"
+            outlived = _outlived(processes)
+    assert not outlived, f"processes outlived the server: {outlived}"
     assert "Traceback" not in (tmp_path / "server.log").read_text()
 
 
-def _descendants(pid: int) -> list[int]:
-    """The processes below ``pid`` (Linux's /proc), children first."""
-    found, todo = [], [pid]
+def _processes(pid: int) -> list[int]:
+    """The process ``pid`` and those below it (Linux's /proc; only ``pid`` elsewhere), children after parents."""
+    found, todo = [pid], [pid]
     while todo:
         parent = todo.pop()
         for task in Path(f"/proc/{parent}/task").glob("*"):
@@ -249,17 +277,23 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _alive(group: int, grace: float = 20.0) -> bool:
-    """Whether a process of the group ``group`` (the server and the workers it started) outlives ``grace`` seconds."""
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(group, 0)
-        except ProcessLookupError:
-            return False
-        time.sleep(0.5)
-    os.killpg(group, signal.SIGKILL)  # leave nothing behind for the next tests
-    return True
+def _outlived(processes: list[int], grace: float = 20.0) -> list[int]:
+    """Those of ``processes`` still running after ``grace`` seconds (then killed: nothing is left for later tests)."""
+    deadline, alive = time.monotonic() + grace, list(processes)
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in alive if Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)]
+        time.sleep(0.5) if alive else None
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return alive
+
+
+def _state(pid: int) -> str:
+    """The process's state letter from /proc (``Z``: a zombie, ended but not yet reaped)."""
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return "Z"
 
 
 def test_export_never_overwrites_the_checkpoint_or_an_existing_file(

@@ -46,7 +46,7 @@ from vitlit.data.images import MAX_PIXELS, PIL_MODES, RASTER_FORMATS, ImageTooLa
 from vitlit.errors import ConfigError
 from vitlit.text import say
 from vitlit.trained import ModelCard, load_classifier
-from vitlit.types import PositiveFloat, PositiveInt
+from vitlit.types import NonNegativeInt, PositiveFloat, PositiveInt
 
 #: Parts a multipart upload may have: the one ``image`` field, and a few a client library may add.
 MAX_FORM_PARTS = 8
@@ -123,6 +123,9 @@ class RequestCheck:
                 message = await receive()
             except HTTPException as err:  # LitServe's size limit, raised while the body arrives
                 await JSONResponse({"detail": err.detail}, status_code=err.status_code)(scope, receive, send)
+                return
+            except asyncio.CancelledError:  # the server stops and --shutdown_timeout is over: an answer, no traceback
+                await JSONResponse({"detail": "the server is stopping"}, status_code=503)(scope, receive, send)
                 return
             if message["type"] == "http.disconnect":
                 return
@@ -224,6 +227,8 @@ class ViTClassifierAPI(ls.LitAPI):
         die_with(self.owner)  # a worker process, started by the server: it must not outlive it
         if os.getpid() != self.owner:  # a terminal's Ctrl-C reaches every process; the server stops this one itself
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            if hasattr(os, "setpgid"):  # and a SIGTERM to the server's group (kill -- -PGID) must not end it first:
+                os.setpgid(0, 0)  # LitServe's monitor said "Worker inference-worker died" and shut down twice
         net, card = load_classifier(self.ckpt_path, self.weights_only)
         self.net, self.card, self.device = net.to(device), card, device
         self.transform = card.preprocess()
@@ -270,6 +275,7 @@ def serve(
     top_k: PositiveInt = 3,
     accelerator: Literal["auto", "cpu", "cuda"] = "auto",
     weights_only: bool = True,
+    shutdown_timeout: NonNegativeInt = 5,
 ) -> None:
     """Serve a checkpoint over HTTP until interrupted: ``POST /predict`` (one image), ``GET /health``.
 
@@ -285,6 +291,9 @@ def serve(
         top_k: Classes in each answer, most probable first.
         accelerator: Device of the model: ``auto`` (a GPU when there is one), ``cpu`` or ``cuda``.
         weights_only: ``false`` reads checkpoints that hold Python objects; only for files you trust.
+        shutdown_timeout: Seconds the requests in progress may take to finish once the server is told to stop
+            (SIGTERM, Ctrl-C); then their connections are closed (uvicorn's ``timeout_graceful_shutdown``), so a
+            slow or idle client cannot hold the server up. Keep it under your service manager's kill timeout.
     """
     if not 1 <= port <= 65535:
         raise ConfigError(f"port={port} is not a TCP port; give one from 1 to 65535, e.g. 8000.")
@@ -310,6 +319,9 @@ def serve(
         middlewares=[(RequestCheck, {"max_size": limit, "card": card, "max_pixels": int(max_pixels)})],
     )  # fmt: skip
     describe_predict(server.app, int(top_k))
+    # LitServer's uvicorn_graceful_timeout (30 s) is read twice: for uvicorn's drain when the server starts, and
+    # for how long LitServe then waits for uvicorn's process to end; the stop gives that wait a margin.
+    server.uvicorn_graceful_timeout = int(shutdown_timeout)
     # Processes LitServe forks (its API servers, its manager) end with this one, even when it is killed outright
     # (SIGKILL, the OOM killer), instead of holding the port; its spawned model workers do the same in `setup`.
     owner = os.getpid()
@@ -317,12 +329,14 @@ def serve(
         os.register_at_fork(after_in_child=lambda: die_with(owner))
     # SIGTERM (systemd, docker stop, kill) shuts down like Ctrl-C: LitServe then stops its worker processes,
     # which a plain SIGTERM to this process would leave running.
-    previous = signal.signal(signal.SIGTERM, _interrupt_in(owner))
+    stop = _interrupt_in(owner, lambda: setattr(server, "uvicorn_graceful_timeout", int(shutdown_timeout) + 10))
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     _say_when_ready(f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{int(port)}")
     try:
         server.run(host=host, port=int(port), generate_client_file=False)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _say_when_ready(url: str, wait: float = 0.5, within: float = 3600.0) -> None:
@@ -422,13 +436,17 @@ def die_with(parent: int) -> None:
     threading.Thread(target=watch, name="vitlit-die-with-parent", daemon=True).start()
 
 
-def _interrupt_in(owner: int) -> Any:
-    """A SIGTERM handler that is Ctrl-C in process ``owner``, and the default (exit) in the processes it forks."""
+def _interrupt_in(owner: int, stopping: Any) -> Any:
+    """A SIGINT/SIGTERM handler: ``stopping()`` and Ctrl-C in process ``owner``, ignored in the processes it forks.
+
+    A SIGTERM to the server's group reaches every process at once; LitServe's forked manager then died first and
+    crashed LitServe's worker monitor with a traceback. The server stops its helpers in order (and they end with
+    it whatever happens, `die_with`); its HTTP processes put uvicorn's own handlers in place of this one.
+    """
 
     def handler(signum: int, frame: object) -> None:
         if os.getpid() == owner:
+            stopping()
             raise KeyboardInterrupt
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked server process: LitServe stops it this way
-        signal.raise_signal(signal.SIGTERM)
 
     return handler
