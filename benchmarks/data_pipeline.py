@@ -17,6 +17,10 @@ centre crop, normalise per image; what timm's train.py feeds with ``--no-aug``) 
 best of ``--repeats``. Last line: ``timm cost ratio=<vitlit ms per batch / timm ms per batch>`` (goal <= 1).
 
 ``--policy-device cuda`` times the batched AutoAugment alone on that device, at 32 and 224 px.
+
+``--many-sizes N`` times the photo case: N JPEG files of 150-500 px a side (random shapes, three class folders) read
+by ``ImageFolderDataModule`` at ``--img-size`` (224) with ``crop: resized`` and flips, from each source. Run it with
+``PYTHONPATH`` at an older ``src`` to compare code (the option is ``on_device`` before 0.6.0; taken either way).
 """
 
 from __future__ import annotations
@@ -82,16 +86,20 @@ def training(data: ImageClassificationDataModule) -> ImageClassificationDataModu
     return data
 
 
-def images_per_second(data: ImageClassificationDataModule, epochs: int) -> float:
-    """One warm-up pass (workers start, caches fill), then ``epochs`` timed passes through loader and pipeline."""
+def images_per_second(data: ImageClassificationDataModule, epochs: int, device_half: bool = True) -> float:
+    """One warm-up pass (workers start, caches fill), then ``epochs`` timed passes through loader and pipeline.
+
+    ``device_half=False`` times the loader alone (the workers' half), without ``on_after_batch_transfer``.
+    """
     loader = data.train_dataloader()
+    step = data.on_after_batch_transfer if device_half else (lambda batch, _: batch)
     for batch in loader:
-        data.on_after_batch_transfer(batch, 0)
+        step(batch, 0)
     count, start = 0, time.perf_counter()
     for epoch in range(epochs):
         loader.sampler.set_epoch(epoch)
         for batch in loader:
-            count += len(data.on_after_batch_transfer(batch, 0)[0])
+            count += len(step(batch, 0)[0])
     return count / (time.perf_counter() - start)
 
 
@@ -144,6 +152,33 @@ def against_timm(repeats: int) -> tuple[float, float]:
     return min(times["vitlit"]), min(times["timm"])
 
 
+def many_sizes(n: int, img_size: int, batch_size: int, workers: int, epochs: int) -> dict[str, float]:
+    """Images/s of training batches of ``n`` JPEGs of many sizes at ``img_size`` px, from memory and from workers."""
+    import tempfile
+
+    from vitlit.data import ImageFolderDataModule
+
+    rng, speeds = np.random.default_rng(0), {}
+    with tempfile.TemporaryDirectory() as folder:
+        for i in range(n):
+            side = rng.integers(150, 501, 2)
+            path = Path(folder) / "train" / f"c{i % 3}" / f"{i}.jpg"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(rng.integers(0, 256, (side[0], side[1], 3), dtype=np.uint8)).save(path, quality=90)
+        for source, on_device in (("memory", True), ("workers", False)):
+            common = {"root": folder, "img_size": img_size, "batch_size": batch_size, "crop": "resized",
+                      "num_workers": workers, "val_size": 0.05}  # fmt: skip
+            try:
+                data = ImageFolderDataModule(source=source, **common)
+            except TypeError:  # vitlit before 0.6.0
+                data = ImageFolderDataModule(on_device=on_device, **common)
+            speeds[source] = images_per_second(training(data), epochs)
+            if source == "workers":  # the workers' half alone: what a GPU's fast device half leaves as the limit
+                speeds["workers, loader alone"] = images_per_second(data, epochs, device_half=False)
+            del data
+    return speeds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=20_000)
@@ -153,7 +188,15 @@ def main() -> None:
     parser.add_argument("--policy-device", help="only time the batched AutoAugment on this device, 32 and 224 px")
     parser.add_argument("--against-timm", action="store_true", help="only time the streamed source against timm's")
     parser.add_argument("--repeats", type=int, default=5, help="--against-timm: passes over the data per pipeline")
+    parser.add_argument("--many-sizes", type=int, default=0, help="only time N JPEGs of many sizes from each source")
+    parser.add_argument("--img-size", type=int, default=224, help="--many-sizes: the model's input size")
     args = parser.parse_args()
+    if args.many_sizes:
+        speeds = many_sizes(args.many_sizes, args.img_size, args.batch_size, args.workers, args.epochs)
+        print(f"{args.many_sizes} JPEGs of 150-500 px at {args.img_size} px, crop resized, batch {args.batch_size}")
+        for source, rate in speeds.items():
+            print(f"{source}: {rate:,.0f} img/s")
+        return
     if args.against_timm:
         ours, theirs = against_timm(args.repeats)
         print(f"training batch of 64, digits PNG files at 32 px: vitlit {ours:.2f} ms, timm {theirs:.2f} ms")
