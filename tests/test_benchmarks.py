@@ -97,3 +97,16 @@ def test_model_choice_prints_a_row_per_choice_and_the_table() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
     assert lines[-1].startswith("| vit_tiny, 32 px, patch 8 | 17 | 5.6 M |"), lines  # (32/8)^2 + 1 tokens, timm's size
+
+
+@pytest.mark.slow  # a benchmark, not the package: with the other benchmarks' smoke runs
+def test_data_pipeline_times_photos_of_many_sizes_from_each_source(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = "--many-sizes 60 --img-size 32 --batch-size 8 --workers 0 --epochs 1".split()
+    monkeypatch.setattr(sys, "argv", ["data_pipeline.py", *args])
+    runpy.run_path(str(ROOT / "benchmarks" / "data_pipeline.py"), run_name="__main__")
+    lines = capsys.readouterr().out.strip().splitlines()[-3:]
+    said = [re.fullmatch(r"(memory|workers|workers, loader alone): ([\d,]+) img/s", line) for line in lines]
+    rates = dict(match.groups() for match in said if match)
+    assert set(rates) == {"memory", "workers", "workers, loader alone"} and all(rates.values()), lines
