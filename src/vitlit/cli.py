@@ -12,26 +12,23 @@ before the run starts, and a stopped fit's last line with the command that resum
 from __future__ import annotations
 
 import contextlib
-import math
-import shutil
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.callbacks import BatchSizeFinder
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit import __version__
 from vitlit import config as cfg
+from vitlit.checks import check_callbacks, check_metrics
 from vitlit.data import ImageClassificationDataModule
-from vitlit.errors import CheckFailed, ConfigError, TrainingHalted
+from vitlit.errors import CheckFailed, TrainingHalted
 from vitlit.memory import check_activations
-from vitlit.run_dir import Placed, place_run, resolve_checkpoint, run_of_checkpoint, saved_config, unlock
-from vitlit.runtime import STOP, interrupts_stop_the_fit, quiet
+from vitlit.run_dir import Placed, discard, place_run, resolve_checkpoint, run_of_checkpoint, unlock
+from vitlit.runtime import interrupts_stop_the_fit, quiet
 from vitlit.streams import stream_gone, tell
 from vitlit.text import say
 
@@ -104,19 +101,12 @@ class VitLitCLI(LightningCLI):
             self._stopped(err)
             raise
         except Exception as err:
-            # A user error found once the folder was made (an image that cannot be read, met at the data's setup):
-            # the folder this run made goes again, as long as it holds no checkpoint, so a refused run leaves none.
             from vitlit.messages import failed_logger, one_line_error
 
-            users = bool(one_line_error(err))
-            if not users and failed_logger(err) is not None:
-                self._stopped(err)  # a logger's service went away mid-run: one line, with the resume command
-            placed = self.run
-            if placed and placed.made and users and not any(placed.run_dir.rglob("*.ckpt")):
-                shutil.rmtree(placed.run_dir, ignore_errors=True)
-                for folder in placed.made[1:]:  # lightning_logs/ and the root, where this run made them
-                    with contextlib.suppress(OSError):  # not empty: another run wrote there meanwhile
-                        folder.rmdir()
+            if one_line_error(err):  # a user error found once the folder was made: a refused run leaves none
+                discard(self.run)
+            elif failed_logger(err) is not None:  # a logger's service went away: one line, with the resume command
+                self._stopped(err)
             raise
         finally:
             if self.run is not None and self.run.lock is not None:
@@ -162,19 +152,7 @@ class VitLitCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """Lightning's Trainer, once no two stateful callbacks share a state key (a checkpoint keeps one state each)."""
         given = (self.config_init[self.subcommand] if self.subcommand else self.config_init)["trainer"]["callbacks"]
-        callbacks = given if isinstance(given, list) else [given] if given else []
-        if any(type(cb) is BatchSizeFinder for cb in callbacks):  # a batch without its learning rate or config
-            raise ConfigError(
-                "BatchSizeFinder changes the batch but not the learning rate, the schedule's length or "
-                "the saved config; use --trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch."
-            )
-        keys = [cb.state_key for cb in callbacks if type(cb).state_dict is not Callback.state_dict]
-        twice = next((cb for cb in callbacks if keys.count(cb.state_key) > 1), None)
-        if twice is not None:
-            raise ConfigError(f"two {type(twice).__name__} callbacks have the same settings ({twice.state_key}), and "
-                              f"a checkpoint keeps one state per setting: change the one src/vitlit/defaults.yaml "
-                              f"already has (--trainer.callbacks in --print_config) or give yours another monitor, "
-                              f"mode or every_n_epochs.")  # fmt: skip
+        check_callbacks(given if isinstance(given, list) else [given] if given else [])
         return super().instantiate_trainer(**kwargs)
 
     def before_instantiate_classes(self) -> None:
@@ -209,43 +187,21 @@ class VitLitCLI(LightningCLI):
     before_fit = before_validate = before_test = before_predict = _start  # LightningCLI's hooks before each subcommand
 
     def _metrics_are_numbers(self) -> None:
-        """A validate or test whose loss or accuracy is NaN or infinite fails (status 1) rather than exiting 0."""
-        metrics = self.trainer.callback_metrics.items()
-        bad = [f"{k} {float(v)}" for k, v in metrics if v.numel() == 1 and not math.isfinite(float(v))]
-        if bad:
-            raise CheckFailed(
-                f"{self.subcommand} gave {', '.join(bad)}: the model's outputs are not finite numbers; evaluate an "
-                f"earlier checkpoint of the run (its checkpoints/ folder) or one trained with --trainer.precision 32"
-            )
+        check_metrics(self.subcommand, self.trainer.callback_metrics)
 
     after_validate = after_test = _metrics_are_numbers  # LightningCLI's hooks after each subcommand
 
     def _stopped(self, err: BaseException) -> None:
         """End a fit stopped by a signal or a guard in one line with the command that resumes it, and its status."""
-        trainer = getattr(self, "trainer", None)
-        from vitlit.messages import failed_logger  # the end of a run only
+        from vitlit.messages import stopped_line  # the end of a run only
 
-        logger = failed_logger(err) if isinstance(err, Exception) else None  # not an interrupt met inside a logger
-        if isinstance(err, TrainingHalted):
-            line, status = f"{PROG}: error: {err}", 1
-        elif logger is not None:  # before `interrupted`, which Lightning sets for any exception
-            reason = " ".join(str(err).split())[:160] or type(err).__name__
-            line, status = f"{PROG}: error: {type(logger).__name__} failed during the run ({reason})", 1
-        elif trainer is not None and (isinstance(err, SIGTERMException) or trainer.interrupted):
-            name = STOP.signal_name or ("SIGTERM" if isinstance(err, SIGTERMException) else "SIGINT")
-            line = f"{PROG}: interrupted by {name} at epoch {trainer.current_epoch}, step {trainer.global_step}"
-            status = 128 + signal.Signals[name].value  # the shell's convention
-        else:
+        trainer = getattr(self, "trainer", None)
+        stopped = stopped_line(err, trainer, self.run.run_dir if self.run is not None else None)
+        if stopped is None:
             return
-        last = self.run.run_dir / "checkpoints" / "last.ckpt" if self.run is not None else None
-        if last is not None and last.is_file():
-            config = saved_config(trainer, self.run.run_dir)
-            line += f"; resume with: python -m {PROG} fit --config {config} --ckpt_path {last}"
-        elif trainer is None or trainer.is_global_zero:
-            line += "; no checkpoint was written, so there is nothing to resume"
         if trainer is None or trainer.is_global_zero:  # one line, not one per DDP process
-            tell(line)
-        raise SystemExit(status) from None
+            tell(stopped[0])
+        raise SystemExit(stopped[1]) from None
 
 
 def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) -> VitLitCLI:

@@ -1,4 +1,6 @@
-"""Every user error as one line: what the CLI prints when something stops, imported on that path only.
+"""Every user error as one line, and a stopped fit's last line: what the CLI prints when something stops.
+
+Imported on that path only.
 
 A `ConfigError` is printed as it is; a jsonargparse report is condensed into one line (it names the key and the
 value); a full disk, a file-size limit or a path the system refuses is named with the path; a configured class whose
@@ -9,13 +11,18 @@ from __future__ import annotations
 
 import errno
 import re
+import signal
 import traceback
 from pathlib import Path
+from typing import Any
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.loggers import Logger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from vitlit.errors import ConfigError
+from vitlit.errors import ConfigError, TrainingHalted
+from vitlit.run_dir import saved_config
+from vitlit.runtime import STOP
 
 #: Options renamed for what they are, and what to write instead (scripts/upgrade_config.py rewrites saved configs).
 RENAMED = {"on_device": "--data.source memory|workers|auto (on_device true|false|auto before vitlit 0.6)"}
@@ -125,3 +132,28 @@ def failed_logger(err: BaseException | None) -> Logger | None:
                 return frame.f_locals["self"]
         err = err.__cause__ or err.__context__
     return None
+
+
+def stopped_line(err: BaseException, trainer: Any, run_dir: Path | None) -> tuple[str, int] | None:
+    """The last line and exit status of a fit stopped by a signal, a guard or a logger's service; ``None`` otherwise.
+
+    The line names what stopped it and the command that resumes from ``last.ckpt`` (or that there is none).
+    """
+    logger = failed_logger(err) if isinstance(err, Exception) else None  # not an interrupt met inside a logger
+    if isinstance(err, TrainingHalted):
+        line, status = f"vitlit: error: {err}", 1
+    elif logger is not None:  # before `interrupted`, which Lightning sets for any exception
+        reason = " ".join(str(err).split())[:160] or type(err).__name__
+        line, status = f"vitlit: error: {type(logger).__name__} failed during the run ({reason})", 1
+    elif trainer is not None and (isinstance(err, SIGTERMException) or trainer.interrupted):
+        name = STOP.signal_name or ("SIGTERM" if isinstance(err, SIGTERMException) else "SIGINT")
+        line = f"vitlit: interrupted by {name} at epoch {trainer.current_epoch}, step {trainer.global_step}"
+        status = 128 + signal.Signals[name].value  # the shell's convention
+    else:
+        return None
+    last = run_dir / "checkpoints" / "last.ckpt" if run_dir is not None else None
+    if last is not None and last.is_file():
+        line += f"; resume with: python -m vitlit fit --config {saved_config(trainer, run_dir)} --ckpt_path {last}"
+    else:
+        line += "; no checkpoint was written, so there is nothing to resume"
+    return line, status

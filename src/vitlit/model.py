@@ -12,11 +12,11 @@ from torch import nn
 from torchmetrics import MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
+from vitlit.checks import check_architecture
 from vitlit.clipping import clip_true_gradients
 from vitlit.errors import ConfigError
 from vitlit.optim import WarmupCosineLR, apply_lr_scale, check_factories, param_groups
-from vitlit.schedule import total_steps
-from vitlit.text import say
+from vitlit.schedule import fit_to_run
 from vitlit.types import Fraction, PositiveInt, Rate, as_builtin
 
 
@@ -157,32 +157,9 @@ class ViTClassifier(LightningModule):
         return kwargs
 
     def _create_net(self) -> nn.Module:
-        """Check the architecture options, then build the timm model (loading pretrained weights if asked)."""
-        hp = self.hparams
-        if not timm.is_model(hp.model_name):
-            raise ConfigError(
-                f"model_name={hp.model_name!r} is not a timm model; pick one of timm.list_models('*vit*'), "
-                f"e.g. vit_tiny_patch16_224."
-            )
-        if hp.class_names is not None and len(hp.class_names) != hp.num_classes:
-            raise ConfigError(f"class_names has {len(hp.class_names)} names for num_classes={hp.num_classes}.")
-        kwargs = self.net_kwargs()
-        # Build once on the meta device (no memory, no download) to validate the geometry before any real work.
-        try:
-            with torch.device("meta"):
-                probe = timm.create_model(hp.model_name, pretrained=False, **kwargs)
-        except TypeError as err:
-            raise ConfigError(
-                f"model_name={hp.model_name!r} does not take img_size/patch_size ({err}); ViTClassifier needs a "
-                f"Vision Transformer such as vit_tiny_patch16_224."
-            ) from None
-        patch = getattr(getattr(probe, "patch_embed", None), "patch_size", None)
-        patch = patch[0] if isinstance(patch, tuple) else patch
-        if patch and hp.img_size % patch:
-            raise ConfigError(
-                f"img_size={hp.img_size} is not divisible by the patch size {patch} of {hp.model_name}; "
-                f"change --data.img_size or --model.patch_size."
-            )
+        """Check the architecture options (`vitlit.checks`), then build the timm model, pretrained if asked."""
+        hp, kwargs = self.hparams, self.net_kwargs()
+        probe = check_architecture(hp, kwargs)
         if hp.pretrained_file is not None or hp.pretrained:
             from vitlit.pretrained import create_pretrained  # runs from pretrained weights only
 
@@ -267,22 +244,7 @@ class ViTClassifier(LightningModule):
         optimizer = self.optimizer_factory(self.param_groups())
         apply_lr_scale(optimizer)
         scheduler = self.scheduler_factory(optimizer)
-        if getattr(scheduler, "total_steps", 0) is None:
-            total = total_steps(self.trainer)
-            if total is None:
-                raise ConfigError(
-                    f"the learning-rate schedule needs the run's length, but max_epochs={self.trainer.max_epochs} and "
-                    f"max_steps={self.trainer.max_steps} set no end (-1 means no limit); give --trainer.max_epochs or "
-                    f"--trainer.max_steps a positive value."
-                )
-            set_total = getattr(scheduler, "set_total_steps", None)
-            # A fast_dev_run (a batch or a few) checks that the code runs, not that it learns: no warmup refused.
-            note = set_total(total) if callable(set_total) and not self.trainer.fast_dev_run else None
-            if not callable(set_total) or self.trainer.fast_dev_run:
-                scheduler.total_steps = total
-            # A resumed run's schedule is replaced by the checkpoint's (the runs part says so if its length differs).
-            if note and self.trainer.is_global_zero and self.trainer.ckpt_path is None:
-                say(f"vitlit: {note}", error=True)
+        fit_to_run(scheduler, self.trainer)  # a schedule of the run's length (`vitlit.schedule`)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def configure_gradient_clipping(

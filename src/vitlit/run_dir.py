@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -193,3 +194,17 @@ def saved_config(trainer: Trainer, run_dir: Path) -> Path:
     """The config a run saved in ``run_dir``: ``config.yaml``, or a resume's ``config.resume-K.yaml`` (`place_run`)."""
     saver = next((cb for cb in trainer.callbacks if isinstance(cb, SaveConfigCallback)), None)
     return run_dir / (saver.config_filename if saver is not None else "config.yaml")
+
+
+def discard(placed: Placed | None) -> None:
+    """Remove the folders a refused run made (its run folder, and ``lightning_logs/`` and the root where it made them).
+
+    For a user error found once the folder was made (an image that cannot be read, met at the data's setup), so a
+    refused run leaves nothing; a folder that holds a checkpoint, or another run's files meanwhile, is kept.
+    """
+    if placed is None or not placed.made or any(placed.run_dir.rglob("*.ckpt")):
+        return
+    shutil.rmtree(placed.run_dir, ignore_errors=True)
+    for folder in placed.made[1:]:
+        with contextlib.suppress(OSError):  # not empty: another run wrote there meanwhile
+            folder.rmdir()
