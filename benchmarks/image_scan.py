@@ -1,9 +1,9 @@
 """What the start-up check of an image folder costs, against one training epoch over the same folder.
 
 Writes ``--images`` random 32x32 PNG files into 10 class folders (CIFAR's shape and count by default), then times:
-listing them (`vitlit.data.images.image_files`), checking each file's header and ending (`check_images`, what
-ImageFolderDataModule does before training), and one epoch of the training DataLoader over the folder (decode,
-crop, flip, normalise; ``--workers`` processes, batch 128). The figure is the check's share of that epoch.
+listing them (`vitlit.data.images.image_files`), checking each file's header and ending (`image_problem`, what the
+item table of ImageFolderDataModule does before training), and one epoch of the training DataLoader over the folder
+(decode, crop, flip, normalise; ``--workers`` processes, batch 128). The figure is the check's share of that epoch.
 
     python benchmarks/image_scan.py                  # 50,000 images; last line: scan fraction=<check / epoch>
     python benchmarks/image_scan.py --images 2000    # quick
@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image
 
 from vitlit.data import ImageFolderDataModule
-from vitlit.data.images import check_images, image_files
+from vitlit.data.images import image_files, image_problem
 
 
 def write_folder(root: Path, images: int) -> None:
@@ -43,7 +43,7 @@ def main() -> None:
         files = [p for class_dir in sorted((root / "train").iterdir()) for p in image_files(class_dir)]
         listed = time.perf_counter() - start
         start = time.perf_counter()
-        bad = check_images(files)
+        bad = [f for f in files if image_problem(f) is not None]
         checked = time.perf_counter() - start
         assert not bad and len(files) == args.images
         data = ImageFolderDataModule(

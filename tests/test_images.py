@@ -259,12 +259,12 @@ def test_class_folders_without_train_are_split_seeded_and_said(
     assert data.class_names == ["a", "b"]
     assert "(class folders, 2 classes) has no test split: 8 of 40 images held out for test" in caplog.text
     data.setup("fit")
-    train = {path for path, _ in data._files["train"]}
-    test = {path for path, _ in data._files["test"]}
+    train = {path for path, _ in data.train_dataset().samples}
+    test = {path for path, _ in data.test_dataset().samples}
     assert len(train) == 32 and len(test) == 8 and not train & test and len(data.test_dataset()) == 8
     assert len(data.train_set) + len(data.val_set) == 32 and len(data.val_set) == 4
     again = ImageFolderDataModule(flat, img_size=16, num_workers=0, val_size=4, test_size=0.2)
-    assert again._files == data._files  # seeded: the same split every time
+    assert again.test_dataset().samples == data.test_dataset().samples  # seeded: the same split every time
 
 
 def test_a_deep_image_gets_fewer_pixels_to_decode_than_an_8_bit_one(tmp_path: Path) -> None:

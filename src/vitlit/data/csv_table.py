@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from vitlit.data.folder import SPLITS, ImageFolderDataModule
 from vitlit.data.images import inside
-from vitlit.data.split import validation_count
+from vitlit.data.table import Scan
 from vitlit.errors import ConfigError
 
 
@@ -48,16 +48,12 @@ class CSVImageDataModule(ImageFolderDataModule):
         split_column: str = "split",
         **kwargs: Any,
     ) -> None:
-        self.table = table  # read by _scan, which the parent's __init__ calls
+        self.table = table  # read by `scan`, which the table's __init__ calls
         self.columns = {"filename": filename_column, "label": label_column, "split": split_column}
         super().__init__(root=root, val_size=val_size, bad_images=bad_images, **kwargs)
 
-    def _scan(self) -> list[str]:
-        """Read and check the table row by row, stopping at the first bad one, before any work starts.
-
-        Returns:
-            The class names.
-        """
+    def scan(self) -> Scan:
+        """Read and check the table row by row, stopping at the first bad one, before any work starts."""
         path, root = self.root / self.table, self.root.resolve()
         if not path.is_file():
             what = "is not a regular file" if path.exists() else "does not exist"
@@ -90,15 +86,15 @@ class CSVImageDataModule(ImageFolderDataModule):
         classes = sorted({label for _, label in found["train"]})
         if len(classes) < 2:
             raise ConfigError(f"{path} has {len(classes)} label(s) in its training rows; a classifier needs 2 or more.")
+        splits = {}
         for split, items in found.items():
             unknown = sorted({label for _, label in items} - set(classes))
             if unknown:
                 raise ConfigError(f"{path}: {split} rows have labels no training row has: {', '.join(unknown[:5])}.")
             if items:
-                self._files[split] = [(file, classes.index(label)) for file, label in items]
-        if "val" not in self._files:
-            validation_count(len(self._files["train"]), self.val_size)  # fail now, not after the run folder exists
-        return classes
+                pairs = [(file, classes.index(label)) for file, label in items]
+                splits[split] = self.files(pairs, classes, f"the {split} rows of {self.table}")
+        return Scan(splits, classes)
 
     def _row(self, path: Path, n: int, row: dict, root: Path) -> tuple[str, Path, str]:
         """One row's split, file (resolved, inside ``root``) and label, or a `ConfigError` naming its line."""
@@ -114,8 +110,6 @@ class CSVImageDataModule(ImageFolderDataModule):
             raise ConfigError(f"{path} line {n}: {row.get(name)!r} is not a file inside {self.root}.")
         return split, file, label
 
-    def test_dataset(self) -> Any:
-        """The images of the ``test`` rows."""
-        if "test" not in self._files:
-            raise ConfigError(f"{self.root / self.table} has no test rows; test and predict need rows of split test.")
-        return super().test_dataset()
+    def no_test_split(self) -> str:
+        """Test and predict need rows of split ``test``."""
+        return f"{self.root / self.table} has no test rows; test and predict need rows of split test."

@@ -9,6 +9,7 @@ allow-list of raster formats the image folders use too, after the same start-up 
 
 from __future__ import annotations
 
+import copy
 import glob
 import io
 import json
@@ -22,9 +23,8 @@ from urllib.parse import urlparse
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import Dataset
 
-from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.images import PIL_MODES, image_problem, inside, open_image
-from vitlit.data.split import validation_count
+from vitlit.data.table import ItemTableDataModule, Scan
 from vitlit.errors import ConfigError
 from vitlit.text import shown
 
@@ -162,6 +162,8 @@ def _json(path: Path) -> dict[str, Any]:
 class HFImages(Dataset):
     """``(PIL image, class index)`` of rows of a Hugging Face data set, decoded with `open_image`.
 
+    A split of the item table (`vitlit.data.table`), its items named ``<path> <split> row <n>``.
+
     Args:
         table: The split, its image column read as encoded bytes (``Image(decode=False)``) or raw bytes.
         rows: The rows of ``table`` this view holds.
@@ -173,6 +175,9 @@ class HFImages(Dataset):
         root: The only folder whose files a row's ``path`` may name (`root_of`); ``None``: embedded bytes only.
     """
 
+    #: How messages name an item, from its name in ``samples``.
+    ITEM = "{}: the image"
+
     def __init__(self, table: Any, rows: list[int], targets: list[int], image_column: str, where: str, mode: str,
                  img_size: int, root: Path | None) -> None:  # fmt: skip
         self.table, self.rows, self.targets = table.select_columns([image_column]), rows, targets
@@ -180,6 +185,24 @@ class HFImages(Dataset):
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    @property
+    def samples(self) -> list[tuple[str, int]]:
+        """Each row's name and class index (the names ``predictions.csv`` gives as the source)."""
+        return [(f"{self.where} row {row}", target) for row, target in zip(self.rows, self.targets, strict=True)]
+
+    def problem(self, i: int) -> str | None:
+        """Why row ``i``'s image cannot be read (`image_problem` of its bytes), or ``None``."""
+        data, named = self.encoded(i), self.value(i)[1]
+        if data is None and named:
+            return f"a file outside the data set's folder ({shown(named)!r}), which is never read"
+        return image_problem(data, self.img_size) if data is not None else "no image"
+
+    def keep(self, indices: list[int]) -> HFImages:
+        """The rows at ``indices`` only."""
+        kept = copy.copy(self)
+        kept.rows, kept.targets = [self.rows[i] for i in indices], [self.targets[i] for i in indices]
+        return kept
 
     def value(self, i: int) -> tuple[bytes | None, str | None]:
         """Item ``i``'s embedded bytes and the ``path`` its row names (either may be ``None``), as the row has them."""
@@ -211,7 +234,7 @@ class HFImages(Dataset):
                               f"replace the row.") from None  # fmt: skip
 
 
-class HFDataModule(ImageClassificationDataModule):
+class HFDataModule(ItemTableDataModule):
     """A Hugging Face data set of images and class labels: ``save_to_disk`` folder, Parquet shards or hub name.
 
     The data set's own splits are used by their usual names (``train``; ``validation``, ``valid``, ``val`` or
@@ -248,32 +271,32 @@ class HFDataModule(ImageClassificationDataModule):
         bad_images: Literal["error", "skip"] = "error",
         **kwargs: Any,
     ) -> None:
-        super().__init__(val_size=val_size, test_size=test_size, **kwargs)
-        if self.in_chans not in PIL_MODES:
-            raise ConfigError(f"in_chans={self.in_chans}: images are read with 1, 3 or 4 channels.")
-        self.path, self.bad_images, self.skipped = str(path), bad_images, []
+        self.path, self.image_column, self.label_column = str(path), image_column, label_column  # for `scan`
+        super().__init__(val_size=val_size, test_size=test_size, bad_images=bad_images, **kwargs)
+
+    def scan(self) -> Scan:
+        """Read the data set's splits, columns and labels before any work starts."""
         found = load_splits(self.path)
         train = next((found[name] for name in found if name.lower() in SPLIT_NAMES["train"]), None)
         features = getattr(train, "features", {}) or {}
-        self.image_column = image_column or self._column(features, "Image", "image", "image_column")
-        self.label_column = label_column or self._column(features, "ClassLabel", "label", "label_column")
+        self.image_column = self.image_column or self._column(features, "Image", "image", "image_column")
+        self.label_column = self.label_column or self._column(features, "ClassLabel", "label", "label_column")
         self._tables = self._by_role(found)
         train = self._tables["train"]
         for flag, column in (("image_column", self.image_column), ("label_column", self.label_column)):
             if column not in train.column_names:
                 raise ConfigError(f"{self.path} has no column {column!r} (it has {', '.join(train.column_names)}); "
                                   f"name yours with --data.{flag}.")  # fmt: skip
-        self._classes, self._index = self._classes_of(train)
-        self._rows = {role: list(range(len(table))) for role, table in self._tables.items()}
-        self._targets = {role: self._labels(role) for role in self._tables}
-        if len(set(self._targets["train"])) < 2:  # ClassLabel names many, but the rows hold one
-            only = self._classes[self._targets["train"][0]]
-            raise ConfigError(f"{self.path}: every training row has the label {only!r}; a classifier needs rows of "
-                              f"at least 2 of its {len(self._classes)} classes.")  # fmt: skip
-        if "test" not in self._tables:
-            self._hold_out_test()
-        if "val" not in self._tables:
-            validation_count(len(self._rows["train"]), self.val_size)  # fail now, not after the run folder exists
+        classes, self._index = self._classes_of(train)
+        targets = {role: self._labels(role, classes) for role in self._tables}
+        if len(set(targets["train"])) < 2:  # ClassLabel names many, but the rows hold one
+            raise ConfigError(f"{self.path}: every training row has the label {classes[targets['train'][0]]!r}; a "
+                              f"classifier needs rows of at least 2 of its {len(classes)} classes.")  # fmt: skip
+        mode, root = PIL_MODES[self.in_chans], root_of(self.path)
+        splits = {role: HFImages(table, list(range(len(table))), targets[role], self.image_column,
+                                 f"{self.path} {role}", mode, self.img_size, root)
+                  for role, table in self._tables.items()}  # fmt: skip
+        return Scan(splits, classes, hold_out_test=self.path)
 
     # -- reading the data set ------------------------------------------------------------------------------------
 
@@ -339,78 +362,18 @@ class HFDataModule(ImageClassificationDataModule):
                           f"not class labels (ClassLabel, strings or integers); name another with "
                           f"--data.label_column.")  # fmt: skip
 
-    def _labels(self, role: str) -> list[int]:
+    def _labels(self, role: str, classes: list[str]) -> list[int]:
         """The class index of every row of a split; a label training does not have is refused, naming its row."""
         labels = self._tables[role][self.label_column]
         unknown = next(((row, v) for row, v in enumerate(labels) if v not in self._index), None)
         if unknown is not None:
             raise ConfigError(f"{self.path} {role} row {unknown[0]}: label {unknown[1]!r} is none of the "
-                              f"{len(self._classes)} classes of the training rows.")  # fmt: skip
+                              f"{len(classes)} classes of the training rows.")  # fmt: skip
         return [self._index[v] for v in labels]
 
-    def _hold_out_test(self) -> None:
-        rows, targets = self._rows["train"], self._targets["train"]
-        keep, held = self.hold_out_test(len(rows), str(self.path))
-        self._tables["test"] = self._tables["train"]
-        self._rows["test"], self._targets["test"] = [rows[i] for i in held], [targets[i] for i in held]
-        self._rows["train"], self._targets["train"] = [rows[i] for i in keep], [targets[i] for i in keep]
-
-    def _images(self, role: str) -> HFImages | None:
-        """A split's rows after the start-up check of every image (bad rows stop the run, or are left out)."""
-        if role not in self._tables:
-            return None
-        where = f"{self.path} {role}"
-        images = HFImages(self._tables[role], self._rows[role], self._targets[role], self.image_column, where,
-                          PIL_MODES[self.in_chans], self.img_size, root_of(self.path))  # fmt: skip
-        bad = []
-        for i in range(len(images)):
-            data = images.encoded(i)
-            named = images.value(i)[1]
-            if data is None and named:
-                problem = f"a file outside the data set's folder ({shown(named)!r}), which is never read"
-            else:
-                problem = image_problem(data, self.img_size) if data is not None else "no image"
-            if problem is not None:
-                bad.append((i, problem))
-        if bad and self.bad_images == "error":
-            more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-            raise ConfigError(f"{where} row {images.rows[bad[0][0]]}: the image is {bad[0][1]}{more}; remove or "
-                              f"replace the row, or pass --data.bad_images skip.")  # fmt: skip
-        if bad:
-            from vitlit.data.images import BadImage
-
-            self.skipped += [BadImage(Path(f"{where} row {images.rows[i]}"), problem) for i, problem in bad]
-            rank_zero_info(f"vitlit: skipping {len(bad)} unreadable image(s) of {where} (--data.bad_images skip)")
-            kept = [i for i in range(len(images)) if i not in {b for b, _ in bad}]
-            images.rows, images.targets = [images.rows[i] for i in kept], [images.targets[i] for i in kept]
-        return images
-
     # -- the contract ----------------------------------------------------------------------------------------------
-
-    @property
-    def class_names(self) -> list[str]:
-        """The ClassLabel names, or the labels of the training rows in sorted order."""
-        return list(self._classes)
 
     @property
     def description(self) -> str:
         """What the run card records as the data."""
         return f"Hugging Face data set {self.path} (splits {', '.join(sorted(self._tables))})"
-
-    def train_dataset(self) -> HFImages:
-        """The training rows."""
-        return self._images("train")
-
-    def val_dataset(self) -> HFImages | None:
-        """The validation split, or ``None`` (carved from training)."""
-        return self._images("val")
-
-    def test_dataset(self) -> HFImages:
-        """The test split, or the rows held out of training for it."""
-        return self._images("test")
-
-    def files_of(self, dataset: Dataset) -> list[str] | None:
-        """The file each row was read from where the data set kept it, else ``<path> <split> row <n>``."""
-        if not isinstance(dataset, HFImages):
-            return super().files_of(dataset)
-        return [dataset.value(i)[1] or f"{dataset.where} row {row}" for i, row in enumerate(dataset.rows)]

@@ -17,6 +17,7 @@ blow up to billions of pixels.
 
 from __future__ import annotations
 
+import copy
 import io
 import os
 import stat
@@ -253,38 +254,27 @@ class BadImage:
     problem: str
 
 
-def check_images(paths: Sequence[Path], img_size: int | None = None, decode: bool = False) -> list[BadImage]:
-    """The files of ``paths`` that cannot be read (see `image_problem`, which takes ``img_size`` and ``decode``)."""
-    return [BadImage(p, problem) for p in paths if (problem := image_problem(p, img_size, decode)) is not None]
-
-
-def without_bad(samples: Sequence[tuple[Path, int]], bad: Sequence[BadImage]) -> list[tuple[str, int]]:
-    """``(path, class index)`` samples for `ImageFiles`, leaving out the files of ``bad``."""
-    skip = {b.path for b in bad}
-    return [(str(path), target) for path, target in samples if path not in skip]
-
-
 class ImageFiles(Dataset):
     """``(PIL image, class index)`` for a list of ``(path, class index)``, decoded with `open_image`.
 
     Shaped like torchvision's ImageFolder (``samples``, ``targets``, ``classes``), so the data modules' default
-    hooks read its targets and file names without decoding.
+    hooks read its targets and file names without decoding; an item table's split (`vitlit.data.table`).
 
     Args:
         samples: ``(path, class index)`` per image.
         classes: Class names in index order.
         mode: PIL mode every image is converted to (``L``, ``RGB`` or ``RGBA``).
         img_size: The side images are resized to afterwards, for `MAX_PIXELS`'s bound on the resized image.
+        where: How messages name the split (``train/``).
     """
 
-    def __init__(
-        self, samples: list[tuple[str, int]], classes: list[str], mode: str = "RGB", img_size: int | None = None
-    ) -> None:
-        self.samples = samples
-        self.targets = [target for _, target in samples]
-        self.classes = classes
-        self.mode = mode
-        self.img_size = img_size
+    #: How messages name an item, from its name in ``samples``.
+    ITEM = "image {}"
+
+    def __init__(self, samples: list[tuple[str, int]], classes: list[str], mode: str = "RGB",
+                 img_size: int | None = None, where: str = "") -> None:  # fmt: skip
+        self.samples, self.targets = samples, [target for _, target in samples]
+        self.classes, self.mode, self.img_size, self.where = classes, mode, img_size, where
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -295,6 +285,17 @@ class ImageFiles(Dataset):
             return open_image(path, self.mode, self.img_size), target
         except (OSError, SyntaxError, ValueError) as err:  # what the start-up check cannot see without decoding
             raise ConfigError(f"image {path} cannot be decoded ({err}); remove or replace the file.") from None
+
+    def problem(self, i: int, decode: bool = False) -> str | None:
+        """Why item ``i`` cannot be read (`image_problem`, from its header), or ``None``."""
+        return image_problem(Path(self.samples[i][0]), self.img_size, decode)
+
+    def keep(self, indices: Sequence[int]) -> ImageFiles:
+        """The items at ``indices`` only."""
+        kept = copy.copy(self)
+        kept.samples = [self.samples[i] for i in indices]
+        kept.targets = [target for _, target in kept.samples]
+        return kept
 
 
 def predict_files(folder: Path, in_chans: int) -> list[Path]:
@@ -318,13 +319,13 @@ def readable_images(
 
     Decoded in full: these files are read once, and damage inside a file must not stop the whole predict.
     """
-    bad = check_images(files, img_size, decode=True)
-    for image in bad if speak else []:  # one line each, as vitlit's other notes, not a warning with a traceback line
-        print(f"vitlit: skipping {shown(image.path)}: {shown(image.problem)}", file=sys.stderr)
-    kept = without_bad([(path, -1) for path in files], bad)
-    if not kept:
+    images = ImageFiles([(str(path), -1) for path in files], classes, PIL_MODES[in_chans], img_size)
+    bad = {i: problem for i in range(len(images)) if (problem := images.problem(i, decode=True)) is not None}
+    for i, problem in bad.items() if speak else ():  # one line each, as vitlit's other notes, not a warning
+        print(f"vitlit: skipping {shown(files[i])}: {shown(problem)}", file=sys.stderr)
+    if len(bad) == len(files):
         raise ConfigError(f"predict_dir={folder} holds no readable image; all {len(bad)} were skipped.")
-    return ImageFiles(kept, classes, PIL_MODES[in_chans], img_size)
+    return images.keep([i for i in range(len(images)) if i not in bad])
 
 
 def channels_of(image: Image.Image | torch.Tensor) -> int:
