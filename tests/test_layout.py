@@ -17,6 +17,7 @@ from helpers.cli import DIGITS_CONFIG, ROOT
 PACKAGE = ROOT / "src" / "vitlit"
 sys.path.insert(0, str(ROOT / "scripts"))
 import code_size  # noqa: E402
+import guard_lines  # noqa: E402
 
 PARTS = code_size.PARTS
 #: The bound of issue 34 (2,400), raised in issues 45-46 to what their guards added (see RESULTS.md).
@@ -78,6 +79,17 @@ def _fork(copy: Path, removed: tuple[str, ...]) -> Path:
     kept = [line for line in settings.read_text().splitlines() if not any(f"vitlit.{p}." in line for p in removed)]
     settings.write_text("\n".join(kept) + "\n")
     return copy
+
+
+def test_the_guard_count_takes_refusals_and_leaves_the_work(tmp_path: Path) -> None:
+    """scripts/guard_lines.py (issue 54's measure): if-raise blocks, raising handlers and check_* functions only."""
+    module = tmp_path / "m.py"
+    module.write_text(
+        '"""Doc."""\n\n\ndef work(x):\n    """Doc."""\n    if x:\n        x += 1\n    return x\n\n\n'
+        "def check_x(x):\n    return x\n\n\ndef run(x):\n    if x < 0:  # refused\n        raise ValueError(x)\n"
+        "    try:\n        x = int(x)\n    except TypeError:\n        raise ValueError(x) from None\n    return x\n"
+    )
+    assert guard_lines.guard_lines(module) == (2 + 2 + 2, 14)  # check_x, the if-raise, the handler; of 14
 
 
 @pytest.mark.slow  # fresh processes and a short fit: about 40 s
