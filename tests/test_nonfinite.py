@@ -12,9 +12,9 @@ from helpers.faults import PoisonBatch
 from vitlit.runs.nonfinite import NonFiniteGuard
 
 
-def _fit(cifar_dir: Path, root: Path, *extra: object):
+def _fit(cifar_dir: Path, root: Path, *extra: object, poison: str = "PoisonBatch"):
     # The shared defaults (runs/defaults.yaml) list a NonFiniteGuard; the poisoned batch is appended to the callbacks.
-    poison = ["--trainer.callbacks+=helpers.faults.PoisonBatch", "--trainer.callbacks.init_args.step", "3"]
+    poison = [f"--trainer.callbacks+=helpers.faults.{poison}", "--trainer.callbacks.init_args.step", "3"]
     return tiny_cifar_fit(cifar_dir, root, "--trainer.max_epochs", "1", *extra, *poison)
 
 
@@ -40,12 +40,18 @@ def test_stop_skips_the_update_and_halts_with_a_resumable_checkpoint(
 
 
 @pytest.mark.parametrize(
-    ("fused", "precision"),
-    [("true", "32-true"), ("false", "32-true"), ("true", "bf16-mixed")],
-    ids=["fused-on-device", "foreach-with-sync", "fused-bf16-clipped"],
+    ("fused", "precision", "poison"),
+    [
+        ("true", "32-true", "PoisonBatch"),
+        ("false", "32-true", "PoisonBatch"),
+        ("true", "bf16-mixed", "PoisonBatch"),
+        ("true", "32-true", "PoisonGradients"),
+        ("false", "32-true", "PoisonGradients"),
+    ],
+    ids=["fused-on-device", "foreach-with-sync", "fused-bf16-clipped", "fused-nan-gradient", "foreach-nan-gradient"],
 )
 def test_skip_drops_the_step_counts_it_and_trains_on(
-    fused: str, precision: str, tmp_path: Path, cifar_dir: Path
+    fused: str, precision: str, poison: str, tmp_path: Path, cifar_dir: Path
 ) -> None:
     cli = _fit(
         cifar_dir,
@@ -57,11 +63,13 @@ def test_skip_drops_the_step_counts_it_and_trains_on(
         fused,
         "--trainer.precision",
         precision,
+        poison=poison,
     )
     assert cli.trainer.precision == precision and cli.trainer.gradient_clip_val == 1.0
     [guard] = [cb for cb in cli.trainer.callbacks if isinstance(cb, NonFiniteGuard) and cb.active]  # one acts
     assert guard.action == "skip"
-    poison = next(cb for cb in cli.trainer.callbacks if isinstance(cb, PoisonBatch))
+    poison = next(cb for cb in cli.trainer.callbacks if isinstance(cb, PoisonBatch))  # PoisonGradients too
+    assert poison.poisoned
     assert guard.action == "skip" and guard.skipped == 1
     assert cli.trainer.global_step == 8  # the whole epoch ran
     for name, before in poison.before.items():  # the poisoned step changed nothing

@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.plugins.precision import Precision
 from torch.optim import Optimizer
 
-from vitlit.private import unscales_internally
+from vitlit.private import add_to_skip_flag, unscales_internally
 
 
 def clip_true_gradients(
@@ -47,9 +47,10 @@ def clip_true_gradients(
     params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
     if not params:
         return None
-    if clip_val and algorithm != "value":  # Lightning passes a GradClipAlgorithmType, a str enum equal to its value
-        return torch.nn.utils.clip_grad_norm_(params, clip_val)  # returns the norm before clipping
     norm = torch.nn.utils.get_total_norm([p.grad for p in params])
-    if clip_val:
+    add_to_skip_flag(optimizer, norm)  # a step whose gradients are not finite is skipped where a guard asks for it
+    if clip_val and algorithm != "value":  # Lightning passes a GradClipAlgorithmType, a str enum equal to its value
+        torch.nn.utils.clip_grads_with_norm_(params, clip_val, norm)
+    elif clip_val:
         torch.nn.utils.clip_grad_value_(params, clip_val)
     return norm

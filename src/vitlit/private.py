@@ -17,3 +17,14 @@ def unscales_internally(optimizer: torch.optim.Optimizer) -> bool:
     PyTorch marks such optimizers with ``_step_supports_amp_scaling``; the GradScaler reads the same flag.
     """
     return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+
+
+def add_to_skip_flag(optimizer: torch.optim.Optimizer, norm: torch.Tensor) -> None:
+    """Make a fused optimizer's step skip also for a gradient ``norm`` that is not finite, where it has a skip flag.
+
+    The flag is GradScaler's ``found_inf``, which `vitlit.runs.nonfinite.NonFiniteGuard` sets for a NaN loss; so the
+    one gradient norm of a step serves the clipping, its log and the guard. On the device, no sync.
+    """
+    flag = vars(optimizer).get("found_inf")
+    if flag is not None:
+        optimizer.found_inf = torch.maximum(flag, (~torch.isfinite(norm)).float())

@@ -35,6 +35,22 @@ class PoisonBatch(Callback):
             self.after = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
 
 
+class PoisonGradients(PoisonBatch):
+    """Set one weight's gradient to NaN after the backward pass of step ``step``: a finite loss, a NaN gradient.
+
+    What an overflow inside the backward pass leaves; the loss check cannot see it, only the gradients' norm.
+    """
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == self.step and not self.before:
+            self.before = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+
+    def on_after_backward(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.global_step == self.step and not self.poisoned:
+            self.poisoned = True
+            next(p for p in pl_module.parameters() if p.grad is not None).grad.view(-1)[0] = float("nan")
+
+
 class DyingLogger(Logger):
     """A tracking service that stops answering after ``calls`` metric writes, as an MLflow server that died mid-run.
 

@@ -21,7 +21,7 @@ from torch.optim import Optimizer
 
 from vitlit.errors import TrainingHalted
 from vitlit.private import unscales_internally
-from vitlit.runs.private import clear_skip_flags, skip_next_step_if, state_key
+from vitlit.runs.private import clear_skip_flags, skip_flag, skip_next_step_if, state_key
 from vitlit.types import PositiveInt
 
 
@@ -59,6 +59,7 @@ class NonFiniteGuard(Callback):
         self.skipped = 0  # skipped steps over the whole run (restored on resume), as of the last check
         self._reported = 0
         self._pending: torch.Tensor | None = None  # bad micro-batches of the step being accumulated
+        self._deferred = False  # this step's flag is completed by the model's clipping and counted after the step
         self._counts: torch.Tensor | None = None  # on the device: [skipped, first bad step, run of bad steps, longest]
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -88,27 +89,40 @@ class NonFiniteGuard(Callback):
         if bad is None or self._counts is None:
             return
         plugin = trainer.precision_plugin
-        scaled = isinstance(plugin, MixedPrecision) and plugin.scaler is not None
-        if not scaled:
-            grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-            if grads:
-                bad = bad | ~torch.isfinite(torch.nn.utils.get_total_norm(grads))  # one fused kernel
-        counts = self._counts
-        first = torch.where((counts[1] < 0) & bad, trainer.global_step, counts[1])
-        run = (counts[2] + 1) * bad
-        self._counts = torch.stack([counts[0] + bad, first, run, torch.maximum(counts[3], run)])
-        if scaled:
-            return  # the GradScaler skips a step whose gradients are not finite, as a NaN loss makes them
+        if isinstance(plugin, MixedPrecision) and plugin.scaler is not None:
+            self._count(bad, trainer.global_step)  # the GradScaler skips a step whose gradients are not finite
+            return
+        if _is_fused(optimizer) and _clips_with_vitlit(pl_module):
+            # The model's clipping adds its gradient norm's finiteness to the flag (`vitlit.clipping`): the step's one
+            # norm. The flag the step used is counted after it, in `on_train_batch_end`.
+            skip_next_step_if(optimizer, bad)
+            self._deferred = True
+            return
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if grads:
+            bad = bad | ~torch.isfinite(torch.nn.utils.get_total_norm(grads))  # one fused kernel
+        self._count(bad, trainer.global_step)
         if _is_fused(optimizer):
             skip_next_step_if(optimizer, bad)  # the GradScaler's mechanism; cleared after the step
         elif bool(bad):  # the one host sync, for optimizers that cannot skip on the device
             optimizer.zero_grad(set_to_none=True)  # torch's optimizers leave parameters without a gradient alone
 
+    def _count(self, bad: torch.Tensor, step: int) -> None:
+        """Add one optimizer step, bad or not, to the device-side counts (no host sync)."""
+        counts = self._counts
+        first = torch.where((counts[1] < 0) & bad, step, counts[1])
+        run = (counts[2] + 1) * bad
+        self._counts = torch.stack([counts[0] + bad, first, run, torch.maximum(counts[3], run)])
+
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
-        for optimizer in trainer.optimizers:
-            clear_skip_flags(optimizer)
-        if self._counts is None:
+        if self._counts is None:  # not the guard that acts (only the last one does): its flags are not these
             return
+        for optimizer in trainer.optimizers:
+            flag = skip_flag(optimizer)
+            if self._deferred and flag is not None:
+                self._count(flag > 0, trainer.global_step - 1)  # the step just taken
+            clear_skip_flags(optimizer)
+        self._deferred = False
         # A device tensor: Lightning reads it only when it writes the logs.
         pl_module.log("train/nonfinite_steps", self._counts[0].float(), on_step=True, on_epoch=False)
         if trainer.global_step % self.check_every_n_steps == 0:
@@ -148,3 +162,11 @@ class NonFiniteGuard(Callback):
 
 def _is_fused(optimizer: Optimizer) -> bool:
     return unscales_internally(optimizer) and all(group.get("fused") for group in optimizer.param_groups)
+
+
+def _clips_with_vitlit(pl_module: LightningModule) -> bool:
+    """Whether the model clips with `vitlit.clipping` (ViTClassifier's own hook), which completes the skip flag."""
+    from vitlit.model import ViTClassifier
+
+    hook = type(pl_module).configure_gradient_clipping
+    return isinstance(pl_module, ViTClassifier) and hook is ViTClassifier.configure_gradient_clipping

@@ -66,6 +66,11 @@ def skip_next_step_if(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor)
     optimizer.grad_scale = None
 
 
+def skip_flag(optimizer: torch.optim.Optimizer) -> torch.Tensor | None:
+    """The ``found_inf`` flag the optimizer's last step was given (`skip_next_step_if`, then the clipping), or None."""
+    return vars(optimizer).get("found_inf")
+
+
 def clear_skip_flags(optimizer: torch.optim.Optimizer) -> None:
     """Remove what `skip_next_step_if` set, so that the next step is an ordinary one."""
     for name in _SKIP_FLAGS:
