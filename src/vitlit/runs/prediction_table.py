@@ -1,4 +1,7 @@
-"""The rows of ``predictions.csv`` (`vitlit.runs.predictions.PredictionWriter`): written whole, text made safe."""
+"""``predictions.csv`` (`vitlit.runs.predictions.PredictionWriter`): gathered, checked, written whole, text made safe.
+
+Loaded by ``predict`` only.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +10,54 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_info
 
 from vitlit.atomic import replacing
+from vitlit.data import ImageClassificationDataModule
+from vitlit.errors import CheckFailed
 from vitlit.text import cell
+
+
+def write_predictions(
+    trainer: Trainer, pl_module: LightningModule, probs: torch.Tensor, filename: str, top_k: int, probabilities: bool
+) -> None:
+    """Check this process's class probabilities, gather every process's in data order, and write the CSV.
+
+    Args:
+        trainer: The ``predict`` run's Trainer (its log folder, processes and data module).
+        pl_module: The model (its class names, from its checkpoint).
+        probs: This process's probabilities, one row per image, in its shard's order.
+        filename: The CSV's name in the run's log folder.
+        top_k: How many of the most probable classes each row names.
+        probabilities: Also one ``p_<class>`` column per class.
+    """
+    if trainer.world_size > 1:  # each process predicted its shard: back in data order (collectives: all call)
+        from vitlit.runs.ddp import all_gather_objects, interleave
+
+        probs = interleave(all_gather_objects(probs, trainer))
+    path = Path(trainer.log_dir or trainer.default_root_dir) / filename
+    broken = int((~torch.isfinite(probs).all(dim=1)).sum())
+    if broken:  # on every process: a row of NaN would still name a class (argmax), and look like a prediction
+        raise CheckFailed(
+            f"the model gave {broken} of {len(probs)} images probabilities that are not finite numbers (NaN or "
+            f"infinity); nothing was written to {path}; predict with an earlier checkpoint of the run"
+        )
+    if not trainer.is_global_zero:
+        return
+    data = trainer.datamodule
+    files = data.predict_files() if isinstance(data, ImageClassificationDataModule) else None
+    sources = files if files is not None and len(files) == len(probs) else [""] * len(probs)
+    write_table(path, probs, _class_names(trainer, pl_module, probs.shape[1]), sources, top_k, probabilities)
+    rank_zero_info(f"vitlit: wrote {len(probs)} predictions to {path}")
+
+
+def _class_names(trainer: Trainer, pl_module: LightningModule, n: int) -> list[str]:
+    """The model's class names (from its checkpoint), else the data module's, else the class indices."""
+    names = getattr(pl_module, "hparams", {}).get("class_names")
+    if not names and isinstance(trainer.datamodule, ImageClassificationDataModule):
+        names = trainer.datamodule.class_names
+    return list(names) if names and len(names) == n else [str(i) for i in range(n)]
 
 
 def write_table(
