@@ -129,6 +129,12 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     default_std: Sequence[float] = IMAGENET_STD
     #: Side of the stored images when they all share one; at that ``img_size`` nothing is resized.
     native_size: int | None = None
+    #: What the parts read off a data module, declared here once. ``skipped``: the images ``--data.bad_images skip``
+    #: left out (`vitlit.data.images.BadImage`; the item table fills it, `vitlit.runs.logs.SkippedImages` lists it);
+    #: ``resumes_in_place``: a stream resumed mid-epoch goes on from where it stopped (LitData's), so a resume skips
+    #: no batches of its own (`vitlit.runs.resume`); ``description`` (below): the data in the run card's words.
+    skipped: Sequence[Any] = ()
+    resumes_in_place: bool = False
 
     def __init__(
         self,
@@ -294,6 +300,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         return None if samples is None else [str(path) for path, _ in samples]
 
     # -- derived from the contract -------------------------------------------------------------------------------
+
+    @property
+    def description(self) -> str:
+        """What the run card records as the data: the class's name, or a subclass's own words (where it is read)."""
+        return type(self).__name__
 
     @property
     def num_classes(self) -> int:
