@@ -110,3 +110,19 @@ def test_data_pipeline_times_photos_of_many_sizes_from_each_source(
     said = [re.fullmatch(r"(memory|workers|workers, loader alone): ([\d,]+) img/s", line) for line in lines]
     rates = dict(match.groups() for match in said if match)
     assert set(rates) == {"memory", "workers", "workers, loader alone"} and all(rates.values()), lines
+
+
+@pytest.mark.parametrize("source", ["memory", "workers"])
+def test_the_timm_comparison_runs_vitlit_with_options_it_takes(
+    source: str, digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """benchmarks/timm_train.py's vitlit command parses (0.6.0's rename of --data.on_device broke it unnoticed)."""
+    from helpers.cli import run_cli
+
+    script = runpy.run_path(str(ROOT / "benchmarks" / "timm_train.py"), run_name="benchmark")
+    command = script["vitlit_command"](digits_dir, tmp_path / "out", 2, 0, source)
+    assert command[1:4] == ["-m", "vitlit", "fit"]
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(*command[3:], "--print_config")
+    assert exit_info.value.code == 0
+    assert f"source: {source}" in capsys.readouterr().out
