@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, S
 
 import vitlit.data.sources as sources
 from vitlit.data.augment import Augment, Crop, Interpolation, Magnitude, Policy, channel_statistics, resized_side
-from vitlit.data.images import channels_of, predict_files, readable_images
+from vitlit.data.images import channels_of
 from vitlit.data.sources import TransformedSubset
 from vitlit.data.split import class_balanced_sampler, split_indices
 from vitlit.errors import ConfigError
@@ -215,7 +215,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self._in_memory: bool | None = None  # decided at the first loader (`vitlit.data.sources.keep_in_memory`)
         self._augments: dict[bool, Augment] = {}  # the device half of the pipeline: training (True) and evaluation
         self.predict_dir = None if predict_dir is None else Path(predict_dir).expanduser()
-        self._predict_images = [] if self.predict_dir is None else predict_files(self.predict_dir, self.in_chans)
+        self._predict_images = []
+        if self.predict_dir is not None:  # found now, before any work starts
+            from vitlit.data.predict_folder import predict_files
+
+            self._predict_images = predict_files(self.predict_dir, self.in_chans)
         self.train_set: TransformedSubset | None = None
         self._said_test_split = False  # `hold_out_test` says the carved split once, for fit and test alike
         self.val_set: TransformedSubset | None = None
@@ -266,6 +270,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         if self.predict_dir is None:
             return self.test_dataset()
         speak = self.trainer is None or self.trainer.is_global_zero
+        from vitlit.data.predict_folder import readable_images  # runs with a predict_dir only
+
         self._predict_folder = readable_images(
             self._predict_images, self.predict_dir, self.class_names, self.in_chans, self.img_size, speak
         )
