@@ -21,10 +21,18 @@ from vitlit.model import ViTClassifier
 from vitlit.runs.flops import flops_per_image
 
 
-def _run(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> str:
+def _lines(
+    script: str, args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> list[str]:
+    """What ``benchmarks/<script> *args`` prints, line by line, run in this process."""
     monkeypatch.setattr(sys, "argv", [script, *args])
     runpy.run_path(str(ROOT / "benchmarks" / script), run_name="__main__")
-    return capsys.readouterr().out.strip().splitlines()[-1]
+    return capsys.readouterr().out.strip().splitlines()
+
+
+def _run(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> str:
+    """The last line ``benchmarks/<script> *args`` prints (`_lines`)."""
+    return _lines(script, args, monkeypatch, capsys)[-1]
 
 
 @pytest.mark.slow  # a benchmark, not the package: with the other benchmarks' smoke runs
@@ -41,9 +49,7 @@ def test_data_pipeline_prints_each_sources_speed(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = "--images 1024 --batch-size 256 --workers 0 --epochs 1".split()
-    monkeypatch.setattr(sys, "argv", ["data_pipeline.py", *args])
-    runpy.run_path(str(ROOT / "benchmarks" / "data_pipeline.py"), run_name="__main__")
-    *_, plain, policy = capsys.readouterr().out.strip().splitlines()
+    *_, plain, policy = _lines("data_pipeline.py", args, monkeypatch, capsys)
     assert re.fullmatch(r"source ratio=\d+\.\d", plain), plain
     assert re.fullmatch(r"source ratio with autoaugment=\d+\.\d", policy), policy
     # Held in memory, a batch is one gather; streamed, every image is decoded from PIL: the first is the faster one
@@ -54,9 +60,7 @@ def test_data_pipeline_prints_each_sources_speed(
 def test_data_pipeline_times_the_streamed_source_against_timm(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(sys, "argv", ["data_pipeline.py", "--against-timm", "--repeats", "1"])
-    runpy.run_path(str(ROOT / "benchmarks" / "data_pipeline.py"), run_name="__main__")
-    *_, times, ratio = capsys.readouterr().out.strip().splitlines()
+    *_, times, ratio = _lines("data_pipeline.py", ["--against-timm", "--repeats", "1"], monkeypatch, capsys)
     assert re.fullmatch(r"training batch of 64, .*: vitlit \d+\.\d\d ms, timm \d+\.\d\d ms", times), times
     assert re.fullmatch(r"timm cost ratio=\d+\.\d\d", ratio), ratio
     assert float(ratio.split("=")[1]) < 2, ratio  # 0.58-0.63 at full size; twice timm's would be a regression
@@ -104,9 +108,7 @@ def test_data_pipeline_times_photos_of_many_sizes_from_each_source(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = "--many-sizes 60 --img-size 32 --batch-size 8 --workers 0 --epochs 1".split()
-    monkeypatch.setattr(sys, "argv", ["data_pipeline.py", *args])
-    runpy.run_path(str(ROOT / "benchmarks" / "data_pipeline.py"), run_name="__main__")
-    lines = capsys.readouterr().out.strip().splitlines()[-3:]
+    lines = _lines("data_pipeline.py", args, monkeypatch, capsys)[-3:]
     said = [re.fullmatch(r"(memory|workers|workers, loader alone): ([\d,]+) img/s", line) for line in lines]
     rates = dict(match.groups() for match in said if match)
     assert set(rates) == {"memory", "workers", "workers, loader alone"} and all(rates.values()), lines

@@ -22,7 +22,7 @@ from vitlit.text import cell
 def write_predictions(
     trainer: Trainer, pl_module: LightningModule, probs: torch.Tensor, filename: str, top_k: int, probabilities: bool
 ) -> None:
-    """Check this process's class probabilities, gather every process's in data order, and write the CSV.
+    """Gather every process's class probabilities in data order, refuse any that are not finite, write the CSV.
 
     Args:
         trainer: The ``predict`` run's Trainer (its log folder, processes and data module).
