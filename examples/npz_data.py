@@ -47,13 +47,9 @@ class NPZDataModule(ImageClassificationDataModule):
         return self.names
 
     def train_dataset(self) -> TensorDataset:
-        """Every image of the file: vitlit holds out the test and validation images from it."""
+        """Every image of the file: vitlit holds out the test and validation images from it.
+
+        A ``TensorDataset`` of uint8 images and labels: the base class takes both as they are (no image decoded for
+        the label check or ``class_balanced``; the in-memory source holds the images as they are).
+        """
         return self.data
-
-    def targets_of(self, dataset: TensorDataset) -> list[int]:
-        """The labels, without touching an image (for ``class_balanced`` and the label check)."""
-        return dataset.tensors[1].tolist()
-
-    def uint8_images_of(self, dataset: TensorDataset) -> torch.Tensor:
-        """The images as they are (held in memory: nothing to decode)."""
-        return dataset.tensors[0]

@@ -23,7 +23,7 @@ from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.utilities import rank_zero_info
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler, TensorDataset
 
 import vitlit.data.sources as sources
 from vitlit.data.augment import Augment, Crop, Interpolation, Magnitude, Policy, channel_statistics, resized_side
@@ -280,10 +280,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     def targets_of(self, dataset: Dataset) -> Sequence[int]:
         """The class index of every item of ``dataset``, ideally without decoding an image.
 
-        The default reads a ``targets`` attribute (torchvision's CIFAR, MNIST and ImageFolder keep one) and
-        otherwise decodes every item once. Override it for data that stores its labels elsewhere (SVHN: ``labels``).
+        The default reads a ``targets`` attribute (torchvision's CIFAR, MNIST and ImageFolder keep one) or a
+        ``TensorDataset``'s last tensor, and otherwise decodes every item once. Override it for data that stores its
+        labels elsewhere (SVHN: ``labels``).
         """
-        targets = getattr(dataset, "targets", None)
+        targets = dataset.tensors[-1] if isinstance(dataset, TensorDataset) else getattr(dataset, "targets", None)
         if targets is not None and len(targets) == len(dataset):
             return [int(t) for t in targets]
         return [int(dataset[i][1]) for i in range(len(dataset))]
@@ -291,11 +292,13 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     def uint8_images_of(self, dataset: Dataset) -> torch.Tensor | None:
         """All images of ``dataset`` as one (N, in_chans, H, W) uint8 tensor, to hold in memory; ``None`` decodes.
 
-        Override it where the data already sits in one array (CIFAR, SVHN): taking it costs nothing, while decoding
-        runs every image through PIL once (seconds to minutes for a large folder). Images of another size than
-        ``img_size`` are resized on the device, batch by batch; set ``native_size`` to their size.
+        The default takes a ``TensorDataset``'s uint8 images as they are. Override it where the data already sits in
+        one array otherwise (CIFAR, SVHN): taking it costs nothing, while decoding runs every image through PIL once
+        (seconds to minutes for a large folder). Images of another size than ``img_size`` are resized on the device,
+        batch by batch; set ``native_size`` to their size.
         """
-        return None
+        images = dataset.tensors[0] if isinstance(dataset, TensorDataset) else None
+        return images if images is not None and images.dtype == torch.uint8 and images.ndim == 4 else None
 
     def files_of(self, dataset: Dataset) -> Sequence[str] | None:
         """The file each item of ``dataset`` was read from, for ``predictions.csv``; ``None`` where there are none.
@@ -437,11 +440,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     def _check_labels(self, dataset: Dataset, split: str = "training") -> Dataset:
         """Return ``dataset``, or refuse a label that is no class index (``targets_of``), naming the item.
 
-        Only where the labels are read without decoding an image (a ``targets`` attribute, or the subclass's own
-        ``targets_of``); elsewhere the loss meets a bad label in training.
+        Only where the labels are read without decoding an image (a ``targets`` attribute, a ``TensorDataset``, or
+        the subclass's own ``targets_of``); elsewhere the loss meets a bad label in training.
         """
         own = type(self).targets_of is not ImageClassificationDataModule.targets_of
-        if getattr(dataset, "targets", None) is None and not own:
+        if getattr(dataset, "targets", None) is None and not isinstance(dataset, TensorDataset) and not own:
             return dataset
         bad = next(((i, t) for i, t in enumerate(self.targets_of(dataset)) if not 0 <= t < self.num_classes), None)
         if bad is not None:
