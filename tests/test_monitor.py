@@ -35,6 +35,9 @@ def test_throughput_is_logged_at_logging_steps(tmp_path: Path, cifar_dir: Path) 
     assert monitor.flops_per_image is None and "perf/tflops_per_sec" not in scalars and "perf/mfu" not in scalars
     card = (Path(cli.trainer.log_dir) / "run_card.json").read_text()
     assert f'"images_per_sec": {round(monitor.average_images_per_sec, 1)}' in card
+    # The training accuracy is computed once an epoch, at its end (issue 56: no per-step logging work for it).
+    assert len(scalars["train/acc"]) == 2 and all(0.0 <= v <= 1.0 for _, v in scalars["train/acc"])
+    assert len(scalars["train/loss"]) == 8  # the loss at every logging step of 2 x 8 steps
 
 
 def test_mfu_denominator_knows_the_h200(monkeypatch: pytest.MonkeyPatch) -> None:

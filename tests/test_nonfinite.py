@@ -63,6 +63,8 @@ def test_skip_drops_the_step_counts_it_and_trains_on(
         fused,
         "--trainer.precision",
         precision,
+        "--trainer.log_every_n_steps",  # train/nonfinite_steps is logged at the logging steps: the last is step 8
+        "4",
         poison=poison,
     )
     assert cli.trainer.precision == precision and cli.trainer.gradient_clip_val == 1.0

@@ -16,7 +16,7 @@ from vitlit.checks import check_architecture
 from vitlit.clipping import clip_true_gradients
 from vitlit.errors import ConfigError
 from vitlit.optim import WarmupCosineLR, apply_lr_scale, check_factories, param_groups
-from vitlit.schedule import fit_to_run
+from vitlit.schedule import fit_to_run, logging_step
 from vitlit.types import Fraction, PositiveInt, Rate, as_builtin
 
 
@@ -178,18 +178,17 @@ class ViTClassifier(LightningModule):
         return self.criterion(output, targets)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        """One optimizer step's loss (`training_loss`), logged as ``train/loss``; accuracy as ``train/acc``."""
+        """One optimizer step's loss (`training_loss`), logged as ``train/loss``; accuracy counted for ``train/acc``."""
         images, targets = batch
         output = self(images)
         loss = self.training_loss(output, images, targets)
         logits = (output[0] + output[1]) / 2 if isinstance(output, tuple) else output  # DeiT: both heads, as in eval
         # With soft targets, accuracy counts the dominant class of each mixed image.
         hard = targets.argmax(dim=-1) if targets.is_floating_point() else targets
-        self.train_metrics.update(logits.detach(), hard)
+        self.train_metrics.update(logits.detach(), hard)  # computed and logged once, at the epoch's end
         # Not prog_bar=True: Lightning would turn it into a number after every batch, a GPU sync per step;
         # vitlit.runs.progress.ProgressBar shows it at the logging steps instead.
         self.log("train/loss", loss, batch_size=len(images))
-        self.log_dict(self.train_metrics, on_step=False, on_epoch=True, batch_size=len(images))
         return loss
 
     def _evaluate(
@@ -213,6 +212,10 @@ class ViTClassifier(LightningModule):
             else:
                 self.log_dict({f"{name}/{names[i]}": v for i, v in enumerate(value.flatten())})
         metrics.reset()
+
+    def on_train_epoch_end(self) -> None:
+        if any(metric.update_count for metric in self.train_metrics.values()):  # an epoch a resume skipped: no step
+            self._log_metrics(self.train_metrics)
 
     def on_validation_epoch_end(self) -> None:
         self._log_metrics(self.val_metrics)
@@ -257,14 +260,14 @@ class ViTClassifier(LightningModule):
 
         Lightning's default refuses fused optimizers under 16-/bf16-mixed; `vitlit.clipping` explains why it can.
         Logs ``train/grad_norm``, the global gradient norm before clipping: the curve that shows a learning rate too
-        high (spikes) or a warmup too short. Logged every step as a tensor; Lightning reads it back only at its logging
-        steps, so no step waits for it. Beside it, at those steps only, ``train/weight_norm`` (the trainable weights'
-        global L2 norm before the step): growth that weight decay does not hold, or a collapse.
+        high (spikes) or a warmup too short. Logged as a tensor at Lightning's logging steps only (the steps whose
+        values it writes), so no step waits for it; beside it ``train/weight_norm`` (the trainable weights' global L2
+        norm before the step): growth that weight decay does not hold, or a collapse.
         """
         norm = clip_true_gradients(optimizer, self.trainer.precision_plugin, gradient_clip_val, gradient_clip_algorithm)
-        if norm is not None:
-            self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
-        if (self.trainer.global_step + 1) % self.trainer.log_every_n_steps == 0:  # Lightning's logging steps
+        if logging_step(self.trainer, stepped=False):
+            if norm is not None:
+                self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
             weights = [p.detach() for p in self.parameters() if p.requires_grad]
             self.log("train/weight_norm", torch.nn.utils.get_total_norm(weights), on_step=True, on_epoch=False)
 

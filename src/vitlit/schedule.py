@@ -38,6 +38,15 @@ def training_progress(trainer: Trainer) -> float:
     return 0.0 if total is None else min(1.0, trainer.global_step / max(1, total))
 
 
+def logging_step(trainer: Trainer, stepped: bool = True) -> bool:
+    """Whether Lightning writes this optimizer step's logged values (every ``--trainer.log_every_n_steps`` steps).
+
+    ``stepped``: asked after the step (``on_train_batch_end``), else before it (clipping). A value logged on the
+    other steps is dropped unread, so a per-step value that costs work is logged at these steps only.
+    """
+    return (trainer.global_step + (not stepped)) % trainer.log_every_n_steps == 0
+
+
 def fit_to_run(scheduler: Any, trainer: Trainer) -> None:
     """Give a schedule whose ``total_steps`` is ``None`` the run's length, or refuse a run that sets no end.
 

@@ -22,6 +22,7 @@ from torch.optim import Optimizer
 from vitlit.errors import TrainingHalted
 from vitlit.private import unscales_internally
 from vitlit.runs.private import clear_skip_flags, skip_flag, skip_next_step_if, state_key
+from vitlit.schedule import logging_step
 from vitlit.types import PositiveInt
 
 
@@ -123,8 +124,8 @@ class NonFiniteGuard(Callback):
                 self._count(flag > 0, trainer.global_step - 1)  # the step just taken
             clear_skip_flags(optimizer)
         self._deferred = False
-        # A device tensor: Lightning reads it only when it writes the logs.
-        pl_module.log("train/nonfinite_steps", self._counts[0].float(), on_step=True, on_epoch=False)
+        if logging_step(trainer):  # a device tensor, read by Lightning when it writes the logs
+            pl_module.log("train/nonfinite_steps", self._counts[0].float(), on_step=True, on_epoch=False)
         if trainer.global_step % self.check_every_n_steps == 0:
             self._check(trainer)
 

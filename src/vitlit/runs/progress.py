@@ -25,6 +25,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 
+from vitlit.schedule import logging_step
 from vitlit.streams import stream_gone
 from vitlit.text import say
 
@@ -49,7 +50,7 @@ class ProgressBar(RichProgressBar):
         step = trainer.global_step
         loss = trainer.callback_metrics.get("train/loss")
         # At logging steps and once at the start; a step of several accumulated batches is read once.
-        due = self._loss is None or (step % trainer.log_every_n_steps == 0 and step != self._read_at_step)
+        due = self._loss is None or (logging_step(trainer) and step != self._read_at_step)
         if trainer.training and loss is not None and due:
             self._read_at_step = step
             self._loss = float(loss)  # the one sync, on a step where the logger syncs too
