@@ -19,7 +19,7 @@ from pathlib import Path
 from vitlit.cli import main
 from vitlit.data.digits import write_digits_folder
 
-EMA = "--trainer.callbacks+=EMAWeightAveraging --trainer.callbacks.decay 0.998"  # horizon ~500 steps ~ 26 epochs
+EMA = "--trainer.callbacks+=vitlit.runs.ema.EMA --trainer.callbacks.decay 0.998"  # horizon ~500 steps ~ 26 epochs
 RANDAUGMENT = "--data.augment randaugment --data.randaugment_num_ops 1 --data.randaugment_magnitude 5"
 MIX_ERASE_DROP = """
     --data.batch_augment vitlit.data.BatchAugment --data.batch_augment.mixup_alpha 0.2

@@ -40,7 +40,7 @@ def vitlit_command(data: Path, out: Path, epochs: int, workers: int, source: str
     return [sys.executable, "-m", "vitlit", "fit", "--config", str(ROOT / "configs" / "digits.yaml"),
             "--data.root", str(data), "--trainer.max_epochs", str(epochs), "--data.augment", "randaugment",
             "--data.randaugment_num_ops", "1", "--data.randaugment_magnitude", "5",
-            "--trainer.callbacks+=EMAWeightAveraging", "--trainer.callbacks.decay", "0.998",
+            "--trainer.callbacks+=vitlit.runs.ema.EMA", "--trainer.callbacks.decay", "0.998",
             "--data.source", source, "--data.num_workers", str(workers),
             "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(out)]  # fmt: skip
 

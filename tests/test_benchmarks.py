@@ -128,3 +128,13 @@ def test_the_timm_comparison_runs_vitlit_with_options_it_takes(
         run_cli(*command[3:], "--print_config")
     assert exit_info.value.code == 0
     assert f"source: {source}" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # a benchmark, not the package: with the other benchmarks' smoke runs
+def test_ema_prints_both_updates(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = _lines("ema.py", ["--repeats", "3"], monkeypatch, capsys)
+    pattern = r"(\S+): Lightning's EMAWeightAveraging (\d+\.\d\d) ms an update, vitlit's EMA (\d+\.\d\d) ms \((\d+\.\d)x\)"
+    rows = {m.group(1): float(m.group(4)) for m in (re.fullmatch(pattern, line) for line in lines) if m}
+    assert set(rows) == {"test_vit", "vit_small_patch16_224"}, lines
+    # ViT-S/16's 150 tensors: one foreach kernel against three per tensor is 12x on two cores; slower is a regression.
+    assert rows["vit_small_patch16_224"] > 2.0, lines
