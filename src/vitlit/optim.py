@@ -176,20 +176,14 @@ def check_factories(optimizer_factory: Any, scheduler_factory: Any) -> None:
     torch's optimizers check their arguments (a negative learning rate, betas outside [0, 1)) only when they are
     built, which Lightning does after the run's folder exists and the data is loaded.
     """
-    probe = nn.Parameter(torch.zeros(1))
+    built = "optimizer"  # what is being built: the one that refused, in the message
     try:
-        optimizer = optimizer_factory([{"params": [probe], "name": "probe"}])
-    except ConfigError:
-        raise
-    except ValueError as err:
-        raise ConfigError(f"the optimizer refused its settings ({err}); fix --model.optimizer.init_args.") from None
-    except Exception:  # e.g. an optimizer that only accepts GPU parameters: it is checked when it is built
-        return
-    try:
+        optimizer = optimizer_factory([{"params": [nn.Parameter(torch.zeros(1))], "name": "probe"}])
+        built = "scheduler"
         scheduler_factory(optimizer)
     except ConfigError:
         raise
     except ValueError as err:
-        raise ConfigError(f"the scheduler refused its settings ({err}); fix --model.scheduler.init_args.") from None
-    except Exception:
+        raise ConfigError(f"the {built} refused its settings ({err}); fix --model.{built}.init_args.") from None
+    except Exception:  # e.g. an optimizer that only accepts GPU parameters: it is checked when it is built
         return

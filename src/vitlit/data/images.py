@@ -226,23 +226,16 @@ def image_problem(path: Path | bytes, img_size: int | None = None, decode: bool 
             tail = f.read()
             if not (tail.endswith(b"IEND\xaeB`\x82") if image.format == "PNG" else b"\xff\xd9" in tail):
                 return f"a truncated {image.format} file"
-        if image.format == "WEBP" and int.from_bytes(_head(f, 8)[4:], "little") + 8 > size:  # RIFF's own length
-            return "a truncated WEBP file"
+        if image.format == "WEBP":
+            f.seek(0)
+            if int.from_bytes(f.read(8)[4:], "little") + 8 > size:  # RIFF's own length
+                return "a truncated WEBP file"
     if decode or image.format not in ("PNG", "JPEG", "WEBP"):  # BMP, GIF, TIFF, PPM: no end marker, so decoded
         try:
             open_image(io.BytesIO(path) if isinstance(path, (bytes, bytearray)) else path, "RGB", img_size)
-        except (OSError, SyntaxError, ValueError) as err:
-            return f"damaged: PIL cannot decode it ({_first_line(err)})"
+        except (OSError, SyntaxError, ValueError) as err:  # PIL's message, its first line
+            return f"damaged: PIL cannot decode it ({(str(err).strip().splitlines() or [type(err).__name__])[0][:120]})"
     return None
-
-
-def _head(f: BinaryIO, n: int) -> bytes:
-    f.seek(0)
-    return f.read(n)
-
-
-def _first_line(err: BaseException) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0][:120]
 
 
 @dataclass
