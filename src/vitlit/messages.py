@@ -5,6 +5,18 @@ Imported on that path only.
 A `ConfigError` is printed as it is; a jsonargparse report is condensed into one line (it names the key and the
 value); a full disk, a file-size limit or a path the system refuses is named with the path; a configured class whose
 constructor refused its arguments is named with its error. Anything else is a bug, whose traceback is wanted.
+
+Four places here read what another library offers only as text or frames; each stays, and why:
+
+- `one_line` reads jsonargparse's report: its ``ArgumentError`` carries the message alone (no key, value or cause
+  as attributes), and its wording is what names the key and the value. Where the wording changes, the report is
+  printed whole, on one line: less tidy, never wrong.
+- `one_line_error` takes the last line of an error raised in a DataLoader worker: PyTorch re-raises it in the main
+  process as the same type with the worker's traceback as its text (``ExceptionWrapper``), and keeps nothing else.
+- `refused_arguments` walks the traceback of a class's constructor to name the class: jsonargparse wraps the
+  constructor's error in its own without saying which class it was building.
+- `failed_logger` walks the traceback to find the logger whose method raised: Lightning calls the loggers without
+  marking which one failed, and a logger's service going away must not read as a bug.
 """
 
 from __future__ import annotations
