@@ -6,8 +6,11 @@ label smoothing 0.1, RandAugment with one operation at magnitude 5, a weight EMA
 every epoch. timm's ``train.py`` is not part of the timm package: give its path (a checkout of
 github.com/huggingface/pytorch-image-models). Its nearest flags: ``--aa rand-n1-m5`` (timm's own RandAugment),
 ``--model-ema`` (which validates the model and its EMA every epoch), ``--scale 1 1 --ratio 1 1`` (its crop with
-nothing cut: a resize; vitlit's digits recipe pads and crops by 4 px instead), CPU, no prefetcher. Each run is a fresh
-process with ``--threads`` torch threads; the arms alternate over ``--repeats``.
+nothing cut: a resize; vitlit's digits recipe pads and crops by 4 px instead), CPU, no prefetcher. ``--recipe
+plain`` is the same without augmentation or EMA, 40 epochs (timm: no RandAugment, no colour jitter; vitlit: no crop,
+no policy). Each run is a fresh process with ``--threads`` torch threads; the arms alternate over ``--repeats``, repeat
+``k`` with seed ``k`` in all three. Beside each time, the run's best validation accuracy (the EMA's where there is
+one; timm's ``summary.csv``, vitlit's run card), on the same 143 validation images.
 
     python benchmarks/timm_train.py --timm-train ~/pytorch-image-models/train.py --workers 2
     # last line: streamed/timm time ratio=<vitlit through workers / timm train.py> (goal <= 1)
@@ -16,6 +19,8 @@ process with ``--threads`` torch threads; the arms alternate over ``--repeats``.
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import os
 import subprocess
 import sys
@@ -26,23 +31,43 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def timm_command(train_py: Path, data: Path, out: Path, epochs: int, workers: int) -> list[str]:
+#: Each recipe's own flags, timm's and vitlit's: RandAugment n1 m5 and a weight EMA, or no augmentation at all.
+RECIPES = {
+    "ema_randaugment": (["--aa", "rand-n1-m5", "--model-ema", "--model-ema-decay", "0.998"],
+                        ["--data.augment", "randaugment", "--data.randaugment_num_ops", "1",
+                         "--data.randaugment_magnitude", "5", "--trainer.callbacks+=vitlit.runs.ema.EMA",
+                         "--trainer.callbacks.decay", "0.998"]),
+    "plain": (["--color-jitter", "0"], ["--data.crop", "none"]),
+}  # fmt: skip
+
+
+def timm_command(train_py: Path, data: Path, out: Path, epochs: int, workers: int, recipe: str = "ema_randaugment",
+                 seed: int = 42) -> list[str]:  # fmt: skip
     return [sys.executable, str(train_py), "--data-dir", str(data), "--train-split", "train", "--val-split", "val",
             "--model", "test_vit", "--model-kwargs", "img_size=32", "patch_size=8", "--img-size", "32",
             "--num-classes", "10", "--batch-size", "64", "--epochs", str(epochs), "--opt", "adamw", "--lr", "2e-3",
-            "--weight-decay", "0.05", "--warmup-epochs", "5", "--smoothing", "0.1", "--aa", "rand-n1-m5",
-            "--model-ema", "--model-ema-decay", "0.998", "--scale", "1", "1", "--ratio", "1", "1", "--hflip", "0",
+            "--weight-decay", "0.05", "--warmup-epochs", "5", "--smoothing", "0.1", *RECIPES[recipe][0],
+            "--scale", "1", "1", "--ratio", "1", "1", "--hflip", "0", "--seed", str(seed),
             "--device", "cpu", "--no-prefetcher", "-j", str(workers), "--output", str(out), "--checkpoint-hist", "1",
             "--log-interval", "50"]  # fmt: skip
 
 
-def vitlit_command(data: Path, out: Path, epochs: int, workers: int, source: str) -> list[str]:
+def vitlit_command(data: Path, out: Path, epochs: int, workers: int, source: str, recipe: str = "ema_randaugment",
+                   seed: int = 42) -> list[str]:  # fmt: skip
     return [sys.executable, "-m", "vitlit", "fit", "--config", str(ROOT / "configs" / "digits.yaml"),
-            "--data.root", str(data), "--trainer.max_epochs", str(epochs), "--data.augment", "randaugment",
-            "--data.randaugment_num_ops", "1", "--data.randaugment_magnitude", "5",
-            "--trainer.callbacks+=vitlit.runs.ema.EMA", "--trainer.callbacks.decay", "0.998",
-            "--data.source", source, "--data.num_workers", str(workers),
+            "--data.root", str(data), "--trainer.max_epochs", str(epochs), *RECIPES[recipe][1],
+            "--seed_everything", str(seed), "--data.source", source, "--data.num_workers", str(workers),
             "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(out)]  # fmt: skip
+
+
+def best_accuracy(out: Path) -> float | None:
+    """The best validation accuracy of the run written to ``out``: timm's ``summary.csv`` or vitlit's run card."""
+    for summary in out.glob("*/summary.csv"):
+        with summary.open() as f:
+            return max(float(row["eval_top1"]) for row in csv.DictReader(f)) / 100
+    for card in out.glob("lightning_logs/*/run_card.json"):
+        return json.loads(card.read_text())["best_val_acc"]
+    return None
 
 
 def seconds(command: list[str], threads: int) -> float:
@@ -57,29 +82,37 @@ def seconds(command: list[str], threads: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timm-train", type=Path, required=True, help="timm's train.py (pytorch-image-models)")
-    parser.add_argument("--epochs", type=int, default=120)
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default="ema_randaugment")
+    parser.add_argument("--epochs", type=int, default=None, help="default: 120, the plain recipe 40")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers of both")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     from vitlit.data.digits import write_digits_folder
 
+    epochs = args.epochs or (40 if args.recipe == "plain" else 120)
     times: dict[str, list[float]] = {"timm": [], "streamed": [], "in memory": []}
+    accuracies: dict[str, list[float]] = {name: [] for name in times}
     with tempfile.TemporaryDirectory() as tmp:
         data = write_digits_folder(Path(tmp) / "digits", val_fraction=0.08)
-        for repeat in range(args.repeats):
-            out = Path(tmp) / f"run{repeat}"
+        for seed in range(args.repeats):
+            out = Path(tmp) / f"run{seed}"
             arms = {
-                "timm": timm_command(args.timm_train, data, out / "timm", args.epochs, args.workers),
-                "streamed": vitlit_command(data, out / "streamed", args.epochs, args.workers, source="workers"),
-                "in memory": vitlit_command(data, out / "memory", args.epochs, 0, source="memory"),
+                "timm": timm_command(args.timm_train, data, out / "timm", epochs, args.workers, args.recipe, seed),
+                "streamed": vitlit_command(data, out / "streamed", epochs, args.workers, "workers", args.recipe, seed),
+                "in memory": vitlit_command(data, out / "memory", epochs, 0, "memory", args.recipe, seed),
             }
             for name, command in arms.items():
                 times[name].append(seconds(command, args.threads))
-                print(f"{name}: {times[name][-1]:.1f} s", flush=True)
+                folder = {"timm": "timm", "streamed": "streamed", "in memory": "memory"}[name]
+                accuracy = best_accuracy(out / folder)
+                accuracies[name].append(accuracy if accuracy is not None else float("nan"))
+                print(f"{name} (seed {seed}): {times[name][-1]:.1f} s, best val acc {accuracies[name][-1]:.4f}",
+                      flush=True)  # fmt: skip
     best = {name: min(values) for name, values in times.items()}
-    print(f"{args.epochs} epochs, {args.workers} workers, {args.threads} threads: " +
+    print(f"{args.recipe}, {epochs} epochs, {args.workers} workers, {args.threads} threads: " +
           ", ".join(f"{name} {value:.1f} s" for name, value in best.items()))  # fmt: skip
+    print("mean best val acc: " + ", ".join(f"{name} {sum(v) / len(v):.4f}" for name, v in accuracies.items()))
     print(f"in memory/timm time ratio={best['in memory'] / best['timm']:.2f}")
     print(f"streamed/timm time ratio={best['streamed'] / best['timm']:.2f}")
 
