@@ -18,6 +18,11 @@ best of ``--repeats``. Last line: ``timm cost ratio=<vitlit ms per batch / timm 
 
 ``--policy-device cuda`` times the batched AutoAugment alone on that device, at 32 and 224 px.
 
+``--pipeline-device cuda`` times the training device's whole half at 224 px from CIFAR stored at 32 px, as the
+224 px CIFAR recipes run it: RandomResizedCrop (the box resampled to 224 px), flip, TrivialAugmentWide and
+normalisation, batched, through the data module's ``on_after_batch_transfer``. Beside the model's training images/s
+at 224 px (``benchmarks/gpu.py``), it says whether the pipeline can keep up.
+
 ``--many-sizes N`` times the photo case: N JPEG files of 150-500 px a side (random shapes, three class folders) read
 by ``ImageFolderDataModule`` at ``--img-size`` (224) with ``crop: resized`` and flips, from each source. Run it with
 ``PYTHONPATH`` at an older ``src`` to compare code (the option is ``on_device`` before 0.6.0; taken either way).
@@ -119,6 +124,25 @@ def policy_alone(device: str, size: int, batch_size: int, steps: int = 20) -> fl
     return steps * batch_size / (time.perf_counter() - start)
 
 
+def pipeline_alone(device: str, batch_size: int, steps: int = 20) -> float:
+    """Images/s of the device half at 224 px (resized crop, flip, TrivialAugmentWide) of 32 px images on ``device``."""
+    data = FakeCIFARData(n=64, img_size=224, crop="resized", augment="trivialaugment", val_size=16)
+    data.trainer = SimpleNamespace(training=True, global_rank=0, world_size=1)
+    batch = (torch.randint(0, 256, (batch_size, 3, 32, 32), dtype=torch.uint8, device=device),
+             torch.zeros(batch_size, dtype=torch.long, device=device))  # fmt: skip
+    for _ in range(3):
+        data.on_after_batch_transfer(batch, 0)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        images, _ = data.on_after_batch_transfer(batch, 0)
+    assert images.shape == (batch_size, 3, 224, 224) and images.dtype == torch.float32
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return steps * batch_size / (time.perf_counter() - start)
+
+
 def ms_per_batch(batches: object, step: object = None) -> float:
     """Milliseconds per batch of one pass (no workers: the pipeline's own cost in this process)."""
     start, count = time.perf_counter(), 0
@@ -186,6 +210,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="DataLoader workers (streamed)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--policy-device", help="only time the batched AutoAugment on this device, 32 and 224 px")
+    parser.add_argument("--pipeline-device", help="only time the device half at 224 px from 32 px on this device")
     parser.add_argument("--against-timm", action="store_true", help="only time the streamed source against timm's")
     parser.add_argument("--repeats", type=int, default=5, help="--against-timm: passes over the data per pipeline")
     parser.add_argument("--many-sizes", type=int, default=0, help="only time N JPEGs of many sizes from each source")
@@ -201,6 +226,11 @@ def main() -> None:
         ours, theirs = against_timm(args.repeats)
         print(f"training batch of 64, digits PNG files at 32 px: vitlit {ours:.2f} ms, timm {theirs:.2f} ms")
         print(f"timm cost ratio={ours / theirs:.2f}")
+        return
+    if args.pipeline_device:
+        rate = pipeline_alone(args.pipeline_device, args.batch_size)
+        print(f"224 px pipeline from 32 px (resized crop, flip, TrivialAugmentWide, normalise) on "
+              f"{args.pipeline_device}, batch {args.batch_size}: {rate:,.0f} img/s")  # fmt: skip
         return
     if args.policy_device:
         for size in (32, 224):

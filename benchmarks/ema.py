@@ -19,7 +19,10 @@ import timm
 import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_avg_fn, get_ema_multi_avg_fn
 
-MODELS = {"test_vit": {"img_size": 32, "patch_size": 8, "num_classes": 10}, "vit_small_patch16_224": {"num_classes": 10}}
+MODELS = {
+    "test_vit": {"img_size": 32, "patch_size": 8, "num_classes": 10},  # the digits recipe's
+    "vit_small_patch16_224": {"num_classes": 10},
+}
 
 
 def update_ms(averaged: AveragedModel, model: torch.nn.Module, repeats: int, device: torch.device) -> float:

@@ -7,7 +7,9 @@
 #      (benchmarks/gpu.py);
 #   3. vitlit's per-step overhead against a plain PyTorch loop on the GPU (benchmarks/overhead.py), with and without
 #      the configs' callbacks, and a count of host syncs per step with their source;
-#   4. the batched AutoAugment's own images/s at 32 and 224 px (benchmarks/data_pipeline.py --policy-device cuda).
+#   4. the batched AutoAugment's own images/s at 32 and 224 px (benchmarks/data_pipeline.py --policy-device cuda), and
+#      the whole device half at 224 px from CIFAR's 32 px (resized crop, flip, TrivialAugmentWide; --pipeline-device),
+#      to read beside step 2's ViT-B/16 images/s at 224 px.
 # A failing step does not stop the later ones (one GPU session should bring back every figure it can); the exit
 # status is that of the first failure. Logs and JSON go to ${OUT:-benchmarks/results}/; copy the figures into
 # benchmarks/RESULTS.md with the date and the machine.
@@ -49,4 +51,6 @@ step overhead_gpu_bare 60 "$py" benchmarks/overhead.py "${vit_s[@]}" --batches 9
 step sync_debug 40 "$py" benchmarks/overhead.py "${vit_s[@]}" --batches 20 --epochs 2 --sync-debug
 # The batched AutoAugment alone, batch 512, at 32 and 224 px (issue 16: at least 5x the model's training images/s).
 step policy_gpu 40 "$py" benchmarks/data_pipeline.py --policy-device cuda --batch-size 512
+# The one pipeline at 224 px as the CIFAR-100 ViT-B/16 recipes run it (issue 53: its img/s beside the model's).
+step pipeline_gpu 40 "$py" benchmarks/data_pipeline.py --pipeline-device cuda --batch-size 256
 exit "$status"

@@ -133,8 +133,17 @@ def test_the_timm_comparison_runs_vitlit_with_options_it_takes(
 @pytest.mark.slow  # a benchmark, not the package: with the other benchmarks' smoke runs
 def test_ema_prints_both_updates(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     lines = _lines("ema.py", ["--repeats", "3"], monkeypatch, capsys)
-    pattern = r"(\S+): Lightning's EMAWeightAveraging (\d+\.\d\d) ms an update, vitlit's EMA (\d+\.\d\d) ms \((\d+\.\d)x\)"
-    rows = {m.group(1): float(m.group(4)) for m in (re.fullmatch(pattern, line) for line in lines) if m}
+    number = r"\d+\.\d\d"
+    pattern = rf"(\S+): Lightning's EMAWeightAveraging {number} ms an update, vitlit's EMA {number} ms \((\d+\.\d)x\)"
+    rows = {m.group(1): float(m.group(2)) for m in (re.fullmatch(pattern, line) for line in lines) if m}
     assert set(rows) == {"test_vit", "vit_small_patch16_224"}, lines
     # ViT-S/16's 150 tensors: one foreach kernel against three per tensor is 12x on two cores; slower is a regression.
     assert rows["vit_small_patch16_224"] > 2.0, lines
+
+
+def test_pipeline_device_times_the_224_px_device_half(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    last = _run("data_pipeline.py", ["--pipeline-device", "cpu", "--batch-size", "4"], monkeypatch, capsys)
+    match = re.fullmatch(r"224 px pipeline from 32 px \(.*\) on cpu, batch 4: ([\d,]+) img/s", last)
+    assert match and float(match.group(1).replace(",", "")) > 0, last
