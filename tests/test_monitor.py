@@ -77,3 +77,25 @@ def test_gradient_norm_curve_and_weight_histograms_reach_tensorboard(tmp_path: P
     events.Reload()
     tags = events.Tags()["histograms"]
     assert "weights/net.blocks.0.attn.qkv.weight" in tags and not any(t.endswith(".bias") for t in tags)
+
+
+@pytest.mark.slow  # a fit of its own; the default suite keeps within its five minutes
+def test_between_logging_steps_only_the_loss_is_logged(
+    tmp_path: Path, cifar_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 56: a value logged on a step Lightning does not write is work for nothing; only train/loss is."""
+    logged: dict[int, set[str]] = {}
+    original = ViTClassifier.log
+
+    def counting(self: ViTClassifier, name: str, *args: object, **kwargs: object) -> None:
+        if self.trainer.training:
+            logged.setdefault(self.trainer.global_step, set()).add(name)
+        original(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(ViTClassifier, "log", counting)
+    tiny_cifar_fit(cifar_dir, tmp_path, "--trainer.max_steps", "8", "--trainer.log_every_n_steps", "4")
+    # A name's step is the optimizer's count when it was logged: before the step (the loss, the clipping's norms)
+    # or after it (the guard's count); Lightning writes at steps 4 and 8 (counted after the step).
+    quiet = {step: names for step, names in logged.items() if step not in (3, 4, 7, 8)}
+    assert quiet and all(names == {"train/loss"} for names in quiet.values()), logged
+    assert {"train/grad_norm", "train/weight_norm"} <= logged[3] and "train/nonfinite_steps" in logged[4], logged
