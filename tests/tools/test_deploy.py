@@ -849,3 +849,21 @@ def test_export_overwrite_replaces_only_the_files_an_export_wrote_and_keeps_the_
                    folder)  # fmt: skip
     assert "README.md (changed)" in line and (folder / "README.md").read_text() == "edited by hand"
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".vit.") and p.name != ".vit.replaced"]
+
+
+def test_a_stopping_server_leaves_out_only_its_managers_lost_link() -> None:
+    """LitServe's monitor may ask its manager once more after the stop shut it down: noise on an orderly stop only."""
+    import logging
+
+    from vitlit.tools.serve import ManagerGone
+
+    def record(error: BaseException | None) -> logging.LogRecord:
+        exc_info = (type(error), error, None) if error is not None else None
+        return logging.LogRecord("litserve.server", logging.ERROR, __file__, 1, "crashed", None, exc_info)
+
+    gone = ManagerGone()
+    lost = [ConnectionResetError(104, "Connection reset by peer"), BrokenPipeError(32, "Broken pipe"), EOFError()]
+    assert all(gone.filter(record(error)) for error in lost)  # while serving, every error is told
+    gone.active = True
+    assert not any(gone.filter(record(error)) for error in lost)
+    assert gone.filter(record(ValueError("a bug"))) and gone.filter(record(None))  # anything else still is

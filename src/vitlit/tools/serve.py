@@ -22,6 +22,7 @@ import contextlib
 import ctypes
 import io
 import json
+import logging
 import os
 import signal
 import socket
@@ -329,7 +330,14 @@ def serve(
         os.register_at_fork(after_in_child=lambda: die_with(owner))
     # SIGTERM (systemd, docker stop, kill) shuts down like Ctrl-C: LitServe then stops its worker processes,
     # which a plain SIGTERM to this process would leave running.
-    stop = _interrupt_in(owner, lambda: setattr(server, "uvicorn_graceful_timeout", int(shutdown_timeout) + 10))
+    stopping = ManagerGone()
+    logging.getLogger("litserve.server").addFilter(stopping)
+
+    def on_stop() -> None:
+        server.uvicorn_graceful_timeout = int(shutdown_timeout) + 10
+        stopping.active = True
+
+    stop = _interrupt_in(owner, on_stop)
     previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     _say_when_ready(f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{int(port)}")
     try:
@@ -337,6 +345,25 @@ def serve(
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        logging.getLogger("litserve.server").removeFilter(stopping)
+
+
+class ManagerGone(logging.Filter):
+    """Leave out, once the server is stopping, LitServe's records of an error from its process manager's lost link.
+
+    LitServe's stop shuts its manager down last, while its worker monitor (a thread) may still ask the manager
+    whether to stop: that question then fails (``ConnectionResetError``, ``BrokenPipeError``, ``EOFError``) and
+    LitServe logs it as "Monitoring worker crashed" with a traceback, by chance, on an orderly stop. Only records
+    carrying such an exception are left out, and only after the stop began (``active``).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.active = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (self.active and isinstance(error, (ConnectionError, EOFError)))
 
 
 def _say_when_ready(url: str, wait: float = 0.5, within: float = 3600.0) -> None:
