@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -108,39 +109,36 @@ def images_per_second(data: ImageClassificationDataModule, epochs: int, device_h
     return count / (time.perf_counter() - start)
 
 
-def policy_alone(device: str, size: int, batch_size: int, steps: int = 20) -> float:
-    """Images/s of `BatchPolicy` (AutoAugment) alone on ``device`` at ``size`` px: the policy's own ceiling."""
-    images = torch.randint(0, 256, (batch_size, 3, size, size), dtype=torch.uint8, device=device)
-    policy = BatchPolicy("autoaugment")
+def device_rate(step: Callable[[], object], device: str, batch_size: int, steps: int = 20) -> float:
+    """Images/s of ``step`` (one batch of ``batch_size``) after three warm-up calls, synchronised on CUDA."""
     for _ in range(3):
-        policy(images)
+        step()
     if device == "cuda":
         torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(steps):
-        policy(images)
+        step()
     if device == "cuda":
         torch.cuda.synchronize()
     return steps * batch_size / (time.perf_counter() - start)
 
 
-def pipeline_alone(device: str, batch_size: int, steps: int = 20) -> float:
+def policy_alone(device: str, size: int, batch_size: int) -> float:
+    """Images/s of `BatchPolicy` (AutoAugment) alone on ``device`` at ``size`` px: the policy's own ceiling."""
+    images = torch.randint(0, 256, (batch_size, 3, size, size), dtype=torch.uint8, device=device)
+    policy = BatchPolicy("autoaugment")
+    return device_rate(lambda: policy(images), device, batch_size)
+
+
+def pipeline_alone(device: str, batch_size: int) -> float:
     """Images/s of the device half at 224 px (resized crop, flip, TrivialAugmentWide) of 32 px images on ``device``."""
     data = FakeCIFARData(n=64, img_size=224, crop="resized", augment="trivialaugment", val_size=16)
     data.trainer = SimpleNamespace(training=True, global_rank=0, world_size=1)
     batch = (torch.randint(0, 256, (batch_size, 3, 32, 32), dtype=torch.uint8, device=device),
              torch.zeros(batch_size, dtype=torch.long, device=device))  # fmt: skip
-    for _ in range(3):
-        data.on_after_batch_transfer(batch, 0)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        images, _ = data.on_after_batch_transfer(batch, 0)
+    images, _ = data.on_after_batch_transfer(batch, 0)
     assert images.shape == (batch_size, 3, 224, 224) and images.dtype == torch.float32
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return steps * batch_size / (time.perf_counter() - start)
+    return device_rate(lambda: data.on_after_batch_transfer(batch, 0), device, batch_size)
 
 
 def ms_per_batch(batches: object, step: object = None) -> float:

@@ -96,16 +96,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data = write_digits_folder(Path(tmp) / "digits", val_fraction=0.08)
         for seed in range(args.repeats):
-            out = Path(tmp) / f"run{seed}"
+            folders = {name: Path(tmp) / f"run{seed}" / name.replace(" ", "_") for name in times}
             arms = {
-                "timm": timm_command(args.timm_train, data, out / "timm", epochs, args.workers, args.recipe, seed),
-                "streamed": vitlit_command(data, out / "streamed", epochs, args.workers, "workers", args.recipe, seed),
-                "in memory": vitlit_command(data, out / "memory", epochs, 0, "memory", args.recipe, seed),
-            }
+                "timm": timm_command(args.timm_train, data, folders["timm"], epochs, args.workers, args.recipe, seed),
+                "streamed": vitlit_command(data, folders["streamed"], epochs, args.workers, "workers", args.recipe,
+                                           seed),
+                "in memory": vitlit_command(data, folders["in memory"], epochs, 0, "memory", args.recipe, seed),
+            }  # fmt: skip
             for name, command in arms.items():
                 times[name].append(seconds(command, args.threads))
-                folder = {"timm": "timm", "streamed": "streamed", "in memory": "memory"}[name]
-                accuracy = best_accuracy(out / folder)
+                accuracy = best_accuracy(folders[name])
                 accuracies[name].append(accuracy if accuracy is not None else float("nan"))
                 print(f"{name} (seed {seed}): {times[name][-1]:.1f} s, best val acc {accuracies[name][-1]:.4f}",
                       flush=True)  # fmt: skip

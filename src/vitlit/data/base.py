@@ -286,7 +286,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """
         targets = dataset.tensors[-1] if isinstance(dataset, TensorDataset) else getattr(dataset, "targets", None)
         if targets is not None and len(targets) == len(dataset):
-            return [int(t) for t in targets]
+            return torch.as_tensor(targets).long().flatten().tolist()  # one conversion, not one per item
         return [int(dataset[i][1]) for i in range(len(dataset))]
 
     def uint8_images_of(self, dataset: Dataset) -> torch.Tensor | None:
@@ -553,9 +553,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
 
     def rank_and_world_size(self) -> tuple[int, int]:
         """This process's global rank and the number of data-parallel processes (``(0, 1)`` outside a Trainer)."""
-        if self.trainer is None:
-            return 0, 1
-        return self.trainer.global_rank, self.trainer.world_size
+        return (0, 1) if self.trainer is None else (self.trainer.global_rank, self.trainer.world_size)
 
     @property
     def workers(self) -> int:

@@ -234,7 +234,8 @@ def image_problem(path: Path | bytes, img_size: int | None = None, decode: bool 
         try:
             open_image(io.BytesIO(path) if isinstance(path, (bytes, bytearray)) else path, "RGB", img_size)
         except (OSError, SyntaxError, ValueError) as err:  # PIL's message, its first line
-            return f"damaged: PIL cannot decode it ({(str(err).strip().splitlines() or [type(err).__name__])[0][:120]})"
+            first_line = next(iter(str(err).strip().splitlines()), type(err).__name__)
+            return f"damaged: PIL cannot decode it ({first_line[:120]})"
     return None
 
 

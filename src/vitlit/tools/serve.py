@@ -330,8 +330,8 @@ def serve(
         os.register_at_fork(after_in_child=lambda: die_with(owner))
     # SIGTERM (systemd, docker stop, kill) shuts down like Ctrl-C: LitServe then stops its worker processes,
     # which a plain SIGTERM to this process would leave running.
-    stopping = ManagerGone()
-    logging.getLogger("litserve.server").addFilter(stopping)
+    stopping, server_log = ManagerGone(), logging.getLogger("litserve.server")
+    server_log.addFilter(stopping)
 
     def on_stop() -> None:
         server.uvicorn_graceful_timeout = int(shutdown_timeout) + 10
@@ -345,7 +345,7 @@ def serve(
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        logging.getLogger("litserve.server").removeFilter(stopping)
+        server_log.removeFilter(stopping)
 
 
 class ManagerGone(logging.Filter):
