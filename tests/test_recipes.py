@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, cifar_args, no_warmup, run_cli
+from helpers.cli import ALL_CONFIGS, CPU, TINY_CONFIG, TINY_MODEL, cifar_args, no_warmup, run_cli
 from PIL import Image
 from timm.data.random_erasing import RandomErasing
 
@@ -17,6 +17,7 @@ from vitlit.cli import main
 from vitlit.data.augment import Policy
 from vitlit.data.policies import BatchPolicy
 from vitlit.regularize.batch_augment import BatchAugment, random_erasing
+from vitlit.runs.stopping import EarlyStop
 
 
 @pytest.mark.parametrize("policy", [p for p in Policy.__args__ if p != "none"])
@@ -216,5 +217,16 @@ def test_the_from_scratch_vit_b_recipe_is_the_write_up_as_written(capsys: pytest
     assert (erasing["random_erasing"], erasing["random_erasing_end"]) == (0.4, 0.2)
     assert data["batch_size"] * trainer["accumulate_grad_batches"] == 64
     callbacks = {c["class_path"].rpartition(".")[2]: c.get("init_args", {}) for c in trainer["callbacks"]}
-    assert callbacks["EarlyStopping"].items() >= {"monitor": "val/loss", "patience": 10}.items()
+    assert callbacks["EarlyStop"].items() >= {"monitor": "val/loss", "patience": 10}.items()
     assert callbacks["Snapshots"]["every_fraction"] == 0.2 and "TimeBudget" in callbacks
+
+
+def test_recipes_that_stop_early_name_only_their_own_settings() -> None:
+    """Issue 54: the shared early-stopping settings live in `EarlyStop`, not in a block copied into each recipe."""
+    stop = EarlyStop()
+    assert (stop.monitor, stop.mode, stop.strict) == ("val/acc", "max", False)  # strict: resumable mid-validation
+    stopping = [config for config in ALL_CONFIGS if "EarlyStop" in config.read_text()]
+    assert len(stopping) >= 6
+    for config in stopping:
+        text = config.read_text()
+        assert "class_path: EarlyStopping" not in text and "strict:" not in text, config

@@ -93,8 +93,9 @@ def test_a_resumed_run_carries_its_card_on(digits_dir: Path, tmp_path: Path) -> 
     assert (run / "config.resume-1.yaml").is_file()
 
 
-EARLY_STOP = ["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor", "val/loss",
-              "--trainer.callbacks.stopping_threshold", "100"]  # fmt: skip
+# vitlit's EarlyStop, with one of Lightning's options it passes on.
+EARLY_STOP = ["--trainer.callbacks+=vitlit.runs.stopping.EarlyStop", "--trainer.callbacks.monitor", "val/loss",
+              "--trainer.callbacks.mode", "min", "--trainer.callbacks.stopping_threshold", "100"]  # fmt: skip
 POISON = ["--trainer.callbacks+=helpers.faults.PoisonBatch", "--trainer.callbacks.init_args.step", "2"]
 
 
