@@ -10,7 +10,9 @@ nothing cut: a resize; vitlit's digits recipe pads and crops by 4 px instead), C
 plain`` is the same without augmentation or EMA, 40 epochs (timm: no RandAugment, no colour jitter; vitlit: no crop,
 no policy). Each run is a fresh process with ``--threads`` torch threads; the arms alternate over ``--repeats``, repeat
 ``k`` with seed ``k`` in all three. Beside each time, the run's best validation accuracy (the EMA's where there is
-one; timm's ``summary.csv``, vitlit's run card), on the same 143 validation images.
+one; timm's ``summary.csv``, vitlit's run card), on the same 143 validation images. vitlit's digits recipe runs AdamW
+fused (the same update in one kernel); timm's ``train.py`` runs torch's default, on a CPU a loop over the weights,
+unless ``--timm-opt-kwargs fused=True`` gives it the same kernel.
 
     python benchmarks/timm_train.py --timm-train ~/pytorch-image-models/train.py --workers 2
     # last line: streamed/timm time ratio=<vitlit through workers / timm train.py> (goal <= 1)
@@ -42,14 +44,14 @@ RECIPES = {
 
 
 def timm_command(train_py: Path, data: Path, out: Path, epochs: int, workers: int, recipe: str = "ema_randaugment",
-                 seed: int = 42) -> list[str]:  # fmt: skip
+                 seed: int = 42, opt_kwargs: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
     return [sys.executable, str(train_py), "--data-dir", str(data), "--train-split", "train", "--val-split", "val",
             "--model", "test_vit", "--model-kwargs", "img_size=32", "patch_size=8", "--img-size", "32",
             "--num-classes", "10", "--batch-size", "64", "--epochs", str(epochs), "--opt", "adamw", "--lr", "2e-3",
             "--weight-decay", "0.05", "--warmup-epochs", "5", "--smoothing", "0.1", *RECIPES[recipe][0],
             "--scale", "1", "1", "--ratio", "1", "1", "--hflip", "0", "--seed", str(seed),
             "--device", "cpu", "--no-prefetcher", "-j", str(workers), "--output", str(out), "--checkpoint-hist", "1",
-            "--log-interval", "50"]  # fmt: skip
+            "--log-interval", "50", *(["--opt-kwargs", *opt_kwargs] if opt_kwargs else [])]  # fmt: skip
 
 
 def vitlit_command(data: Path, out: Path, epochs: int, workers: int, source: str, recipe: str = "ema_randaugment",
@@ -87,6 +89,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers of both")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--timm-opt-kwargs", nargs="*", default=[],
+                        help="timm's --opt-kwargs, e.g. fused=True: the fused AdamW kernel vitlit's digits recipe uses")
     args = parser.parse_args()
     from vitlit.data.digits import write_digits_folder
 
@@ -98,7 +102,8 @@ def main() -> None:
         for seed in range(args.repeats):
             folders = {name: Path(tmp) / f"run{seed}" / name.replace(" ", "_") for name in times}
             arms = {
-                "timm": timm_command(args.timm_train, data, folders["timm"], epochs, args.workers, args.recipe, seed),
+                "timm": timm_command(args.timm_train, data, folders["timm"], epochs, args.workers, args.recipe, seed,
+                                     tuple(args.timm_opt_kwargs)),
                 "streamed": vitlit_command(data, folders["streamed"], epochs, args.workers, "workers", args.recipe,
                                            seed),
                 "in memory": vitlit_command(data, folders["in memory"], epochs, 0, "memory", args.recipe, seed),

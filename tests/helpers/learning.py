@@ -81,8 +81,9 @@ CASES: dict[str, LearningCase] = {
     "policy-autoaugment": _policy("autoaugment"),
     "policy-randaugment": _policy("randaugment"),
     "policy-trivialaugment": _policy("trivialaugment"),
-    # Measured (benchmarks/RESULTS.md, 2026-12-01): the last checkpoint's test accuracy 0.86-0.94 (mean 0.91).
-    "deploy": LearningCase(DEPLOY, "last_test_acc", 0.8),
+    # Measured (benchmarks/RESULTS.md, 2026-12-05): the last checkpoint's test accuracy 0.824-0.933 over 20 runs (5
+    # seeds x 1-2 threads, the recipe's fused AdamW and the loop it replaced); 0.86-0.94 on 2026-12-01.
+    "deploy": LearningCase(DEPLOY, "last_test_acc", 0.75),
     # Measured: the best checkpoint's test accuracy 0.90-0.97 (mean 0.94); 0.90 was the threshold before, and one
     # of the 20 runs missed it.
     "quickstart": LearningCase(QUICKSTART, "test_acc", 0.85),
