@@ -81,8 +81,9 @@ def plain_step(epochs: int) -> float:
     data = DigitsDataModule(**{**config["data"]["init_args"], "source": "memory"})
     data.setup("fit")
     model = ViTClassifier("test_vit", num_classes=10, img_size=32, patch_size=8, drop_path_rate=0.0)
-    optimizer = torch.optim.AdamW(param_groups(model.net, skip=model.net.no_weight_decay()),
-                                  **config["model"]["optimizer"]["init_args"])  # the recipe's: lr, decay, fused
+    optimizer = torch.optim.AdamW(
+        param_groups(model.net, skip=model.net.no_weight_decay()), **config["model"]["optimizer"]["init_args"]
+    )  # the recipe's: lr, decay, fused
     loader = data.train_dataloader()
     scheduler = WarmupCosineLR(optimizer, warmup_steps=0.1, total_steps=epochs * len(loader))
     criterion, pipeline, times = nn.CrossEntropyLoss(label_smoothing=0.1), data.pipeline(True), []

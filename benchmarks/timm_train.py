@@ -89,8 +89,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers of both")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--timm-opt-kwargs", nargs="*", default=[],
-                        help="timm's --opt-kwargs, e.g. fused=True: the fused AdamW kernel vitlit's digits recipe uses")
+    parser.add_argument(
+        "--timm-opt-kwargs",
+        nargs="*",
+        default=[],
+        help="timm's --opt-kwargs, e.g. fused=True: the fused AdamW kernel vitlit's digits recipe uses",
+    )
     args = parser.parse_args()
     from vitlit.data.digits import write_digits_folder
 
