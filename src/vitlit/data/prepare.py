@@ -25,7 +25,7 @@ from vitlit.data.streaming import (
     SPLITS,
     StreamingDataModule,
     litdata,
-    own_ctrl_c,
+    optimize,
     read_meta,
     write_meta,
 )
@@ -117,7 +117,7 @@ def _write(
     data: ImageClassificationDataModule, output: str, format: str, chunk_bytes: str, num_workers: int, overwrite: bool
 ) -> dict[str, Any]:
     """Write the splits and vitlit's description into ``output``; return the description."""
-    ld = litdata()
+    litdata()  # missing: one line, before the data is read
     data.setup("fit")
     splits = {"train": data.train_set, "val": data.val_set}
     if data.has_test_split:
@@ -132,10 +132,9 @@ def _write(
         files = data.files_of(split.dataset)
         item = Item(split, data.targets(split), None if files is None else [files[i] for i in split.indices],
                     Decode(data.in_chans, size, data.interpolation) if format == "raw" else None)  # fmt: skip
-        with own_ctrl_c():
-            ld.optimize(fn=item, inputs=list(range(len(split))), output_dir=f"{output}/{name}", chunk_bytes=chunk_bytes,
-                        num_workers=int(num_workers), mode="overwrite" if overwrite else None, keep_data_ordered=True,
-                        verbose=False)  # fmt: skip
+        optimize(fn=item, inputs=list(range(len(split))), output_dir=f"{output}/{name}", chunk_bytes=chunk_bytes,
+                 num_workers=int(num_workers), mode="overwrite" if overwrite else None, keep_data_ordered=True,
+                 verbose=False)  # fmt: skip
         counts[name] = len(split)
         if "://" not in output:  # each split's index as written: a fit refuses a description of other splits
             indexes[name] = digest(Path(output) / name / "index.json")

@@ -14,13 +14,12 @@ source (`vitlit.data.augment`, on the training device).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import io
 import json
 import os
 import signal
-from collections.abc import Iterator
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -284,25 +283,25 @@ def epoch_loader() -> type:
     return EpochLoader
 
 
-@contextlib.contextmanager
-def own_ctrl_c() -> Iterator[None]:
-    """Keep this process's Ctrl-C handler across ``litdata.optimize``, which installs its own and leaves it there.
+def optimize(**kwargs: Any) -> None:
+    """``litdata.optimize(**kwargs)``, keeping this process's Ctrl-C handler and, on Linux, forking its workers.
 
-    A later fit in the same process (a notebook, the tests) would otherwise hand Ctrl-C to LitData's handler instead
-    of stopping at the next step with a checkpoint.
+    LitData installs a Ctrl-C handler of its own and leaves it there: a later fit in the same process (a notebook,
+    the tests) would hand Ctrl-C to it instead of stopping at the next step with a checkpoint. And it spawns its
+    worker processes by default, each importing vitlit, Lightning and torch afresh (seconds each, for every split);
+    forked, as DataLoader's workers are on Linux, they start at once (benchmarks/RESULTS.md#prepare-forked).
     """
     handler = signal.getsignal(signal.SIGINT)
     try:
-        yield
+        litdata().optimize(**kwargs, start_method="fork" if sys.platform == "linux" else None)
     finally:
         signal.signal(signal.SIGINT, handler)
 
 
 def write_meta(output: str, meta: dict[str, Any]) -> None:
     """Write vitlit's description of a prepared data set as a one-item LitData set in ``<output>/vitlit``."""
-    with own_ctrl_c():
-        litdata().optimize(fn=_meta_item, inputs=[json.dumps(meta)], output_dir=f"{output}/{META}",
-                           chunk_bytes="1MB", num_workers=1, mode="overwrite", verbose=False)  # fmt: skip
+    optimize(fn=_meta_item, inputs=[json.dumps(meta)], output_dir=f"{output}/{META}", chunk_bytes="1MB",
+             num_workers=1, mode="overwrite", verbose=False)  # fmt: skip
 
 
 def _meta_item(text: str) -> dict[str, str]:
