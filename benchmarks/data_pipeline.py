@@ -26,6 +26,9 @@ at 224 px (``benchmarks/gpu.py``), it says whether the pipeline can keep up.
 ``--many-sizes N`` times the photo case: N JPEG files of 150-500 px a side (random shapes, three class folders) read
 by ``ImageFolderDataModule`` at ``--img-size`` (224) with ``crop: resized`` and flips, from each source. Run it with
 ``PYTHONPATH`` at an older ``src`` to compare code (the option is ``on_device`` before 0.6.0; taken either way).
+``--model vit_tiny_patch16_224`` adds that timm model's training step (forward, backward, AdamW) after each batch, in
+the same process: what a whole fit on this machine sees, where the workers and the device half share its cores with
+the model.
 """
 
 from __future__ import annotations
@@ -92,21 +95,42 @@ def training(data: ImageClassificationDataModule) -> ImageClassificationDataModu
     return data
 
 
-def images_per_second(data: ImageClassificationDataModule, epochs: int, device_half: bool = True) -> float:
+def images_per_second(
+    data: ImageClassificationDataModule, epochs: int, device_half: bool = True, train: Callable | None = None
+) -> float:
     """One warm-up pass (workers start, caches fill), then ``epochs`` timed passes through loader and pipeline.
 
-    ``device_half=False`` times the loader alone (the workers' half), without ``on_after_batch_transfer``.
+    ``device_half=False`` times the loader alone (the workers' half), without ``on_after_batch_transfer``;
+    ``train`` (`model_step`) is called on each batch the pipeline gives.
     """
     loader = data.train_dataloader()
     step = data.on_after_batch_transfer if device_half else (lambda batch, _: batch)
+    train = train or (lambda batch: None)
     for batch in loader:
-        step(batch, 0)
+        train(step(batch, 0))
     count, start = 0, time.perf_counter()
     for epoch in range(epochs):
         loader.sampler.set_epoch(epoch)
         for batch in loader:
-            count += len(step(batch, 0)[0])
+            batch = step(batch, 0)
+            train(batch)
+            count += len(batch[0])
     return count / (time.perf_counter() - start)
+
+
+def model_step(name: str, img_size: int, num_classes: int) -> Callable[[tuple[torch.Tensor, torch.Tensor]], None]:
+    """One training step of timm's ``name`` on a batch (forward, cross-entropy, backward, AdamW), on the CPU."""
+    import timm
+
+    model = timm.create_model(name, img_size=img_size, num_classes=num_classes)
+    optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+
+    def step(batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+        torch.nn.functional.cross_entropy(model(batch[0]), batch[1]).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
 
 
 def device_rate(step: Callable[[], object], device: str, batch_size: int, steps: int = 20) -> float:
@@ -174,8 +198,13 @@ def against_timm(repeats: int) -> tuple[float, float]:
     return min(times["vitlit"]), min(times["timm"])
 
 
-def many_sizes(n: int, img_size: int, batch_size: int, workers: int, epochs: int) -> dict[str, float]:
-    """Images/s of training batches of ``n`` JPEGs of many sizes at ``img_size`` px, from memory and from workers."""
+def many_sizes(
+    n: int, img_size: int, batch_size: int, workers: int, epochs: int, model: str | None = None
+) -> dict[str, float]:
+    """Images/s of training batches of ``n`` JPEGs of many sizes at ``img_size`` px, from memory and from workers.
+
+    With ``model``, each batch also trains that timm model (`model_step`), and the loader alone is not timed.
+    """
     import tempfile
 
     from vitlit.data import ImageFolderDataModule
@@ -194,8 +223,11 @@ def many_sizes(n: int, img_size: int, batch_size: int, workers: int, epochs: int
                 data = ImageFolderDataModule(source=source, **common)
             except TypeError:  # vitlit before 0.6.0
                 data = ImageFolderDataModule(on_device=on_device, **common)
-            speeds[source] = images_per_second(training(data), epochs)
-            if source == "workers":  # the workers' half alone: what a GPU's fast device half leaves as the limit
+            train = None if model is None else model_step(model, img_size, 3)
+            speeds[source] = images_per_second(training(data), epochs, train=train)
+            if (
+                source == "workers" and model is None
+            ):  # the workers' half alone: what a GPU's fast device half leaves as the limit
                 speeds["workers, loader alone"] = images_per_second(data, epochs, device_half=False)
             del data
     return speeds
@@ -213,12 +245,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="--against-timm: passes over the data per pipeline")
     parser.add_argument("--many-sizes", type=int, default=0, help="only time N JPEGs of many sizes from each source")
     parser.add_argument("--img-size", type=int, default=224, help="--many-sizes: the model's input size")
+    parser.add_argument("--model", help="--many-sizes: also train this timm model on each batch")
     args = parser.parse_args()
     if args.many_sizes:
-        speeds = many_sizes(args.many_sizes, args.img_size, args.batch_size, args.workers, args.epochs)
-        print(f"{args.many_sizes} JPEGs of 150-500 px at {args.img_size} px, crop resized, batch {args.batch_size}")
+        speeds = many_sizes(args.many_sizes, args.img_size, args.batch_size, args.workers, args.epochs, args.model)
+        trained = f", each batch training {args.model}" if args.model else ""
+        print(f"{args.many_sizes} JPEGs of 150-500 px at {args.img_size} px, crop resized, batch {args.batch_size}"
+              f"{trained}")  # fmt: skip
         for source, rate in speeds.items():
-            print(f"{source}: {rate:,.0f} img/s")
+            print(f"{source}: {rate:,.{0 if rate >= 100 else 1}f} img/s")
         return
     if args.against_timm:
         ours, theirs = against_timm(args.repeats)
