@@ -225,9 +225,8 @@ def many_sizes(
                 data = ImageFolderDataModule(on_device=on_device, **common)
             train = None if model is None else model_step(model, img_size, 3)
             speeds[source] = images_per_second(training(data), epochs, train=train)
-            if (
-                source == "workers" and model is None
-            ):  # the workers' half alone: what a GPU's fast device half leaves as the limit
+            # The workers' half alone: what a GPU's fast device half leaves as the limit.
+            if source == "workers" and model is None:
                 speeds["workers, loader alone"] = images_per_second(data, epochs, device_half=False)
             del data
     return speeds
