@@ -397,7 +397,6 @@ def test_images_of_many_sizes_and_modes_give_identical_batches_from_both_sources
             assert kind == kind_s and torch.equal(targets, targets_s) and torch.equal(images, images_s), workers
 
 
-@pytest.mark.slow  # LitData's prepare in processes: tens of seconds; CI's slow run keeps it
 def test_the_streaming_module_stores_images_of_many_sizes_as_memory_does(tmp_path: Path) -> None:
     """Issue 53, under LitData: `prepare --format encoded` keeps the files; streamed, each is decoded at the stored
     size as the in-memory source stores it, and cropped on the device (the workers' RandomResizedCrop is gone)."""

@@ -21,7 +21,7 @@ def _prepare(out: Path, *extra: object):
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The digits as vitlit prepare writes them (about 30 s on two cores: copied, not written again, per test)."""
+    """The digits as vitlit prepare writes them (copied, not written again, per test)."""
     _prepare(out := tmp_path_factory.mktemp("prepared") / "digits")
     return out
 
@@ -31,7 +31,6 @@ def _copy(digits: Path, out: Path) -> Path:
     return out
 
 
-@pytest.mark.slow  # a prepare of its own: about 30 s
 def test_overwrite_refuses_a_planted_index_and_a_users_file_among_prepares(
     digits: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -63,7 +62,6 @@ def test_a_dangling_link_as_output_is_refused_and_its_target_never_made(
     assert "is a symbolic link" in line and not (tmp_path / "target").exists()
 
 
-@pytest.mark.slow  # a prepare of its own: about 30 s
 def test_an_overwrite_killed_midway_leaves_the_earlier_data_set_whole(
     digits: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -151,3 +149,26 @@ def test_a_label_past_the_described_classes_and_a_split_too_small_are_one_line(
     line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *STREAM, "--data.input_dir", digits,
                    "--data.batch_size", "4096", "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
     assert f"{digits}/train leaves process 0 of 1 no batch of 4096" in line and "Dir(" not in line
+
+
+@pytest.mark.posix  # SIGINT to another process
+def test_ctrl_c_while_litdata_writes_stops_with_130_and_leaves_nothing(digits_dir: Path, tmp_path: Path) -> None:
+    """LitData's Ctrl-C handler ends its process with status 0: a prepare interrupted mid-write said nothing, exited
+    0 and left its staged folder. Its writer now runs in a process of its own; this one stops as on any Ctrl-C."""
+    import signal
+    import subprocess
+    import time
+
+    from helpers.cli import vitlit_command
+
+    out = tmp_path / "out"
+    command = vitlit_command("prepare", "--data", "ImageFolderDataModule", "--data.root", digits_dir, "--output", out)
+    prepare = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not any(tmp_path.glob(".out.*.partial/train")) and prepare.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # LitData has begun writing the training split
+    prepare.send_signal(signal.SIGINT)
+    said, _ = prepare.communicate(timeout=60)
+    assert prepare.returncode == 130, said
+    assert "vitlit: interrupted by SIGINT; nothing was saved" in said and "Traceback" not in said
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # neither the output nor its staged folder

@@ -82,7 +82,6 @@ def test_a_credential_is_redacted_wherever_it_appears(monkeypatch: pytest.Monkey
     assert clean("x" * 5000).endswith("(3,000 more)")  # an overlong name is cut
 
 
-@pytest.mark.slow  # a prepare: about 20 s
 def test_prepare_lines_show_escapes(hostile_labels: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("litdata")
     out = tmp_path / "out\x1b[2J\nvitlit: forged"

@@ -28,7 +28,6 @@ def _secret(tmp_path: Path) -> Path:
     return secret
 
 
-@pytest.mark.slow  # LitData's prepare in processes: tens of seconds; CI's slow run keeps it
 def test_prepare_copies_a_rows_bytes_never_the_file_its_path_names(tmp_path: Path) -> None:
     pytest.importorskip("litdata")
     images, targets = digits_rows(300)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import multiprocessing
 import os
 import signal
 import sys
@@ -284,18 +285,52 @@ def epoch_loader() -> type:
 
 
 def optimize(**kwargs: Any) -> None:
-    """``litdata.optimize(**kwargs)``, keeping this process's Ctrl-C handler and, on Linux, forking its workers.
+    """``litdata.optimize(**kwargs)`` where its Ctrl-C handler cannot end this process, and on Linux forked.
 
-    LitData installs a Ctrl-C handler of its own and leaves it there: a later fit in the same process (a notebook,
-    the tests) would hand Ctrl-C to it instead of stopping at the next step with a checkpoint. And it spawns its
-    worker processes by default, each importing vitlit, Lightning and torch afresh (seconds each, for every split);
-    forked, as DataLoader's workers are on Linux, they start at once (benchmarks/RESULTS.md#prepare-forked).
+    LitData installs a Ctrl-C handler that ends its process with status 0 (``os._exit``), and leaves it installed.
+    On Linux it runs in a forked process of its own, as do its workers (forked, as DataLoader's: spawned, each would
+    import vitlit, Lightning and torch afresh, seconds per split; benchmarks/RESULTS.md#prepare-forked), so that
+    Ctrl-C stops this process as anywhere else: status 130, the staged output removed. Elsewhere (spawned workers) the
+    handler is put back afterwards, so that a later fit in the same process (a notebook) stops at a step on Ctrl-C.
     """
-    handler = signal.getsignal(signal.SIGINT)
+    if sys.platform != "linux":
+        handler = signal.getsignal(signal.SIGINT)
+        try:
+            litdata().optimize(**kwargs)
+        finally:
+            signal.signal(signal.SIGINT, handler)
+        return
+    fork = multiprocessing.get_context("fork")
+    outcome, told = fork.Pipe(duplex=False)
+    writer = fork.Process(target=_optimize_and_tell, args=(told, kwargs), name="vitlit-optimize")
+    writer.start()
+    told.close()
     try:
-        litdata().optimize(**kwargs, start_method="fork" if sys.platform == "linux" else None)
+        error = outcome.recv()
+    except EOFError:  # ended without a word: killed, or LitData's Ctrl-C handler with it
+        error = RuntimeError(f"LitData's writer of {kwargs.get('output_dir')} ended without finishing it")
+    except BaseException:  # Ctrl-C here: LitData's handler stops its workers before that process ends
+        os.kill(writer.pid, signal.SIGINT)
+        raise
     finally:
-        signal.signal(signal.SIGINT, handler)
+        writer.join(10)
+        if writer.is_alive():
+            writer.kill()
+    if error is not None:
+        raise error
+
+
+def _optimize_and_tell(told: Any, kwargs: dict[str, Any]) -> None:
+    """`optimize`'s forked process: run LitData's ``optimize`` and send back ``None`` or the error it raised."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C before LitData's handler is in place: just end
+    try:
+        litdata().optimize(**kwargs, start_method="fork")
+        told.send(None)
+    except Exception as err:  # the error itself where it pickles (a ConfigError), else its text
+        try:
+            told.send(err)
+        except Exception:
+            told.send(RuntimeError(f"{type(err).__name__}: {err}"))
 
 
 def write_meta(output: str, meta: dict[str, Any]) -> None:
