@@ -24,6 +24,7 @@ import argparse
 import csv
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -124,6 +125,9 @@ def main() -> None:
     print("mean best val acc: " + ", ".join(f"{name} {sum(v) / len(v):.4f}" for name, v in accuracies.items()))
     print(f"in memory/timm time ratio={best['in memory'] / best['timm']:.2f}")
     print(f"streamed/timm time ratio={best['streamed'] / best['timm']:.2f}")
+    for name in ("in memory", "streamed"):  # each seed against timm's run of the same seed, as the issues read them
+        ratios = [ours / theirs for ours, theirs in zip(times[name], times["timm"], strict=True)]
+        print(f"{name}/timm per seed: {' / '.join(f'{r:.2f}' for r in ratios)}, median {statistics.median(ratios):.2f}")
 
 
 if __name__ == "__main__":

@@ -117,7 +117,7 @@ def _write(
     data: ImageClassificationDataModule, output: str, format: str, chunk_bytes: str, num_workers: int, overwrite: bool
 ) -> dict[str, Any]:
     """Write the splits and vitlit's description into ``output``; return the description."""
-    litdata()  # missing: one line, before the data is read
+    litdata()  # where LitData is missing, one line before any data is read
     data.setup("fit")
     splits = {"train": data.train_set, "val": data.val_set}
     if data.has_test_split:
