@@ -1,8 +1,8 @@
-"""The benchmark scripts run at tiny settings, and each figure has the property a regression would break.
+"""The benchmark scripts run at tiny settings and print their figures; what each figure stands for is counted.
 
-The figures themselves, at full size, are benchmarks/RESULTS.md's; here each is checked where a regression would show
-even at tiny size: a batched path slower than the per-image one, an int8 file that is not smaller, FLOPs that
-disagree with the model, a summary whose arithmetic is wrong.
+Tests count, benchmarks time (CONTRIBUTING.md): the figures themselves are benchmarks/RESULTS.md's, and no test here
+compares a time or a rate to a number, since CI runs two test files at once on two cores. What a speed stands for is
+asserted by counting what happened: images decoded, gathers per batch, Python calls per image, kernels per step.
 """
 
 from __future__ import annotations
@@ -13,12 +13,19 @@ import runpy
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import lightning as L
 import pytest
+import torch
 from helpers.cli import ROOT
+from helpers.counting import Kernels, calls_to, python_calls
 
+from vitlit.data.sources import InMemory
 from vitlit.model import ViTClassifier
 from vitlit.runs.flops import flops_per_image
+from vitlit.runs.monitor import SpeedMonitor
+from vitlit.runs.nonfinite import NonFiniteGuard
 
 
 def _lines(
@@ -28,6 +35,21 @@ def _lines(
     monkeypatch.setattr(sys, "argv", [script, *args])
     runpy.run_path(str(ROOT / "benchmarks" / script), run_name="__main__")
     return capsys.readouterr().out.strip().splitlines()
+
+
+class CountStep(L.Callback):
+    """Count the kernels of one training step (``step``, from batch start to batch end, the optimizer's included)."""
+
+    def __init__(self, step: int) -> None:
+        self.step, self.kernels = step, Kernels()
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: object, i: int) -> None:
+        if trainer.global_step == self.step:
+            self.kernels.__enter__()
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+        if trainer.global_step == self.step + 1:
+            self.kernels.__exit__(None, None, None)
 
 
 def _run(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> str:
@@ -40,9 +62,36 @@ def test_overhead_prints_the_ratio(monkeypatch: pytest.MonkeyPatch, capsys: pyte
     # bf16-mixed: both loops clip the gradients of a fused AdamW under autocast, as on a GPU.
     args = "--batches 3 --batch-size 16 --epochs 3 --precision bf16-mixed".split()
     last = _run("overhead.py", args, monkeypatch, capsys)
-    assert re.fullmatch(r"overhead ratio=\d+\.\d{3}", last), last
-    # vitlit's fit against the plain loop: equal within noise at full size; twice as slow would be a regression.
-    assert 0.5 < float(last.split("=")[1]) < 2.0, last
+    assert re.fullmatch(r"overhead ratio=\d+\.\d{3}", last), last  # the figure; its cause is counted below
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_a_vitlit_step_adds_fewer_kernels_than_the_model_has_weights(precision: str) -> None:
+    """What overhead.py times, counted: vitlit's step against the plain loop's, kernel by kernel.
+
+    The metrics, the loss's log, the guard's flag and the schedule cost a fixed few kernels a step (50 for test_vit);
+    anything vitlit did per weight tensor (a clip, a check, a copy each) would add at least one kernel per weight.
+    """
+    script = runpy.run_path(str(ROOT / "benchmarks" / "overhead.py"), run_name="benchmark")
+    args = SimpleNamespace(model="test_vit", img_size=32, patch_size=4, batch_size=8, batches=3, device="cpu",
+                           precision=precision, fused=True)  # fmt: skip
+    torch.manual_seed(0)
+    model = script["make_model"](args)
+    weights = sum(1 for p in model.parameters() if p.requires_grad)
+    plain = script["PlainLoop"](model, args)
+    plain.loader = [next(iter(plain.loader))] * 2  # one warm-up step (lazy state), then the counted one
+    plain.train_epoch()
+    with Kernels() as plain_kernels:
+        plain.loader = plain.loader[:1]
+        plain.train_epoch()
+    counted = CountStep(step=1)
+    trainer = L.Trainer(accelerator="cpu", devices=1, precision=precision, max_steps=2, gradient_clip_val=1.0,
+                        limit_val_batches=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[NonFiniteGuard(), SpeedMonitor(), counted])  # fmt: skip
+    trainer.fit(model, train_dataloaders=script["make_loader"](args))
+    added = counted.kernels.total - plain_kernels.total
+    assert plain_kernels.ops["aten.mm.default"] == counted.kernels.ops["aten.mm.default"] > 0  # the same model's work
+    assert 0 < added < weights, (added, weights, counted.kernels.ops - plain_kernels.ops)
 
 
 def test_data_pipeline_prints_each_sources_speed(
@@ -50,11 +99,27 @@ def test_data_pipeline_prints_each_sources_speed(
 ) -> None:
     args = "--images 1024 --batch-size 256 --workers 0 --epochs 1".split()
     *_, plain, policy = _lines("data_pipeline.py", args, monkeypatch, capsys)
-    assert re.fullmatch(r"source ratio=\d+\.\d", plain), plain
+    assert re.fullmatch(r"source ratio=\d+\.\d", plain), plain  # the figures; why memory is faster is counted below
     assert re.fullmatch(r"source ratio with autoaugment=\d+\.\d", policy), policy
-    # Held in memory, a batch is one gather; streamed, every image is decoded from PIL: the first is the faster one
-    # (3-6x at full size with two workers; more here, where the decoding runs in this process).
-    assert float(plain.split("=")[1]) > 1.5 and float(policy.split("=")[1]) > 1.2, (plain, policy)
+
+
+@pytest.mark.parametrize("source", ["memory", "workers"])
+def test_held_in_memory_a_batch_is_one_gather_and_streamed_each_image_is_decoded(
+    source: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the source ratio stands for: in memory, no image is decoded after the first pass; streamed, each once."""
+    script = runpy.run_path(str(ROOT / "benchmarks" / "data_pipeline.py"), run_name="benchmark")
+    data = script["training"](script["FakeCIFARData"](n=96, batch_size=16, val_size=16, source=source, num_workers=0))
+    loader = data.train_dataloader()
+    with calls_to(monkeypatch, script["FakeCIFAR"], "__getitem__") as decoded, \
+            calls_to(monkeypatch, InMemory, "__getitems__") as gathered:  # fmt: skip
+        batches = [data.on_after_batch_transfer(batch, 0) for batch in loader]
+    images = sum(len(images) for images, _ in batches)
+    assert len(batches) == 5 and images == 80
+    if source == "memory":  # the array taken as it is: nothing decoded, one gather of the whole batch
+        assert (len(decoded), len(gathered)) == (0, len(batches))
+    else:
+        assert (len(decoded), len(gathered)) == (images, 0)
 
 
 def test_data_pipeline_times_the_streamed_source_against_timm(
@@ -62,8 +127,38 @@ def test_data_pipeline_times_the_streamed_source_against_timm(
 ) -> None:
     *_, times, ratio = _lines("data_pipeline.py", ["--against-timm", "--repeats", "1"], monkeypatch, capsys)
     assert re.fullmatch(r"training batch of 64, .*: vitlit \d+\.\d\d ms, timm \d+\.\d\d ms", times), times
-    assert re.fullmatch(r"timm cost ratio=\d+\.\d\d", ratio), ratio
-    assert float(ratio.split("=")[1]) < 2, ratio  # 0.58-0.63 at full size; twice timm's would be a regression
+    assert re.fullmatch(r"timm cost ratio=\d+\.\d\d", ratio), ratio  # the figure; its cause is counted below
+
+
+def test_a_streamed_image_costs_fewer_python_calls_than_timms(tmp_path: Path) -> None:
+    """What the timm cost ratio stands for: the per-image work of vitlit's streamed batch against timm's loader.
+
+    Per image, vitlit's worker decodes and collates uint8; the crop and the normalisation run once per batch on the
+    device. timm's loader runs its transforms (resize, crop, to tensor, normalise) on each image. Counted over the
+    same digits files, batch 64: vitlit 258 calls an image, timm 374 (torch 2.14, timm 1.0). A crop and a flip per
+    image in vitlit's workers (torchvision's v2, as timm's loader would) make it 530.
+    """
+    from timm.data import ImageDataset, create_transform
+    from torch.utils.data import DataLoader
+
+    from vitlit.data import ImageFolderDataModule
+    from vitlit.data.digits import write_digits_folder
+
+    script = runpy.run_path(str(ROOT / "benchmarks" / "data_pipeline.py"), run_name="benchmark")
+    folder = write_digits_folder(tmp_path / "digits")
+    data = script["training"](ImageFolderDataModule(root=folder, batch_size=64, num_workers=0, hflip=False,
+                                                    source="workers"))  # fmt: skip
+    theirs = ImageDataset(str(folder / "train"))
+    theirs.transform = create_transform(32, is_training=True, no_aug=True, mean=data.mean, std=data.std)
+
+    def per_image(loader: DataLoader, step: object) -> float:
+        batches = iter(loader)
+        next(batches)  # the iterator's own start is not per image
+        return python_calls(lambda: [step(next(batches)) for _ in range(3)]) / (3 * 64)
+
+    ours = per_image(data.train_dataloader(), lambda batch: data.on_after_batch_transfer(batch, 0))
+    timm = per_image(DataLoader(theirs, batch_size=64, shuffle=True, drop_last=True), lambda batch: batch)
+    assert ours < timm, (ours, timm)
 
 
 def test_gpu_script_smoke_writes_json(
@@ -136,9 +231,7 @@ def test_ema_prints_both_updates(monkeypatch: pytest.MonkeyPatch, capsys: pytest
     number = r"\d+\.\d\d"
     pattern = rf"(\S+): Lightning's EMAWeightAveraging {number} ms an update, vitlit's EMA {number} ms \((\d+\.\d)x\)"
     rows = {m.group(1): float(m.group(2)) for m in (re.fullmatch(pattern, line) for line in lines) if m}
-    assert set(rows) == {"test_vit", "vit_small_patch16_224"}, lines
-    # ViT-S/16's 150 tensors: one foreach kernel against three per tensor is 12x on two cores; slower is a regression.
-    assert rows["vit_small_patch16_224"] > 2.0, lines
+    assert set(rows) == {"test_vit", "vit_small_patch16_224"}, lines  # why one is faster: tests/test_ema.py counts
 
 
 def test_pipeline_device_times_the_224_px_device_half(

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import csv
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from helpers.cli import DIGITS_CONFIG, refused, run_cli, vitlit_command
+from helpers.counting import calls_to
 from helpers.hf import write_hub_cache, write_parquet, write_saved
 
 pytest.importorskip("datasets")
@@ -92,6 +94,7 @@ def test_what_cannot_be_a_data_set_is_one_line_before_anything_runs(
     started = time.monotonic()
     line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *HF, "--data.path", path, *extra,
                     "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    # A hang guard, ten times the 1-3 s this takes on an idle machine: datasets' own retries took half a minute.
     assert said in line and time.monotonic() - started < 30
     assert not (tmp_path / "runs").exists()
 
@@ -100,10 +103,17 @@ def test_an_unreachable_hub_is_said_within_seconds(monkeypatch: pytest.MonkeyPat
     from vitlit.data.hf import _hub_reachable
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setenv("HF_ENDPOINT", "https://127.0.0.1")  # port 443 of this machine: nothing listens there
-    started = time.monotonic()
-    assert "127.0.0.1 cannot be reached" in _hub_reachable(timeout=2)
-    assert time.monotonic() - started < 5
+    with socket.socket() as closed:  # a port of this machine where nothing listens
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    endpoints = {f"https://127.0.0.1:{port}": ("127.0.0.1", port), "https://127.0.0.1": ("127.0.0.1", 443),
+                 "http://127.0.0.1": ("127.0.0.1", 80)}  # fmt: skip
+    for endpoint, address in endpoints.items():
+        monkeypatch.setenv("HF_ENDPOINT", endpoint)
+        with calls_to(monkeypatch, socket, "create_connection") as attempts:
+            assert f"{address[0]}:{address[1]} cannot be reached" in _hub_reachable(timeout=2)
+        # One try, bounded, at the endpoint's own port (hostile round 7: another port was still probed on 443).
+        assert attempts == [((address,), {"timeout": 2})], attempts
 
 
 @pytest.mark.slow
@@ -119,11 +129,12 @@ def test_a_hub_data_set_in_the_local_cache_trains_offline(tmp_path: Path) -> Non
                                          "--trainer.default_root_dir", tmp_path / "runs"),
                           env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert time.monotonic() - started < 120 and (tmp_path / "runs").exists()  # no half minute of retries per call
+    # A hang guard, about ten times the fit's 12 s on an idle machine: no half minute of hub retries per call.
+    assert time.monotonic() - started < 120 and (tmp_path / "runs").exists()
     done = subprocess.run(vitlit_command("fit", "--config", DIGITS_CONFIG, *HF, "--data.path", "someone/other",
                                          "--trainer.default_root_dir", tmp_path / "other"),
                           env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 2 and "needs the network (127.0.0.1 cannot be reached" in done.stderr.splitlines()[-1]
+    assert done.returncode == 2 and "needs the network (127.0.0.1:443 cannot be reached" in done.stderr.splitlines()[-1]
 
 
 def _hub_layout(folder: Path, labels: dict[str, int]) -> Path:

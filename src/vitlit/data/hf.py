@@ -54,11 +54,16 @@ def _hub_reachable(timeout: float = 5.0) -> str | None:
     """Why the hub cannot be reached (in a few words), or ``None``: a hub name fails in seconds, not retries later."""
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
         return "HF_HUB_OFFLINE is set"
-    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host = endpoint.hostname or "huggingface.co"
+    try:  # the endpoint's own port: a mirror at another one is probed where it listens
+        port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    except ValueError:
+        return f"HF_ENDPOINT {os.environ['HF_ENDPOINT']} has no valid port"
     try:
-        socket.create_connection((host, 443), timeout=timeout).close()
+        socket.create_connection((host, port), timeout=timeout).close()
     except OSError as err:
-        return f"{host} cannot be reached: {err.strerror or type(err).__name__}"
+        return f"{host}:{port} cannot be reached: {err.strerror or type(err).__name__}"
     return None
 
 
