@@ -8,18 +8,25 @@ whose source the data module picks itself: the ``DeviceData`` callback is gone. 
 means none, where it meant 0.1 before: a saved null becomes the 0.1 it trained with. 0.1 configs also get the model as a
 ``class_path`` and ``trainer.nonfinite`` as the NonFiniteGuard's ``action``. 0.6 names what things are:
 ``data.on_device: true|false|auto`` is ``data.source: memory|workers|auto``, and ``vitlit.fast`` (batch augmentation)
-is ``vitlit.regularize``. The old file is kept beside it as ``<name>.old``.
+is ``vitlit.regularize``. The old file is kept beside it as ``<name>.old`` (``.old.1``, ... where that exists: a backup
+never replaces a file). A file that cannot be upgraded is one line and status 2.
 
     python scripts/upgrade_config.py lightning_logs/version_0/config.yaml [more files ...]
 """
 
 from __future__ import annotations
 
+import copy
 import re
 import sys
 from pathlib import Path
 
 import yaml
+
+from vitlit.atomic import write_atomically
+from vitlit.config import load_yaml
+from vitlit.errors import ConfigError
+from vitlit.text import shown
 
 #: Class paths of 0.1 to 0.4 -> 0.5 (None: the CLI or the data module does it now, the callback is dropped).
 MOVED = {
@@ -105,18 +112,60 @@ def upgrade(config: dict) -> dict:
     return config
 
 
+def _backup(path: Path, data: bytes) -> Path:
+    """Write ``data`` to a new file beside ``path``: ``<name>.old``, or ``.old.1``, ... where one exists already.
+
+    Created exclusively: a backup never replaces a file, an earlier backup or one of the user's own included.
+    """
+    for n in range(1000):
+        backup = path.with_name(f"{path.name}.old" + (f".{n}" if n else ""))
+        try:
+            with backup.open("xb") as f:
+                f.write(data)
+            return backup
+        except FileExistsError:
+            continue
+    raise ConfigError(f"{path}: {path.name}.old to .old.999 all exist; move some of them away.")
+
+
+def _read(path: Path) -> tuple[bytes, dict]:
+    """The file's bytes and its config, read by the CLI's own bounded YAML loader, or one line saying why not."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise ConfigError(f"{path} cannot be read ({reason}); give a run's config.yaml.") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not UTF-8 text; give a run's config.yaml.") from None
+    config = load_yaml(text, str(path))  # the bounds on size and aliases, and no Python tags: as `vitlit fit` reads
+    if not isinstance(config, dict) or not config:
+        what = "is empty" if config is None else f"holds a {type(config).__name__}, not a mapping of options"
+        raise ConfigError(f"{path} {what}; give a run's config.yaml (model, data, trainer).")
+    return data, config
+
+
 def main(paths: list[str]) -> None:
-    """Upgrade each file in place, keeping the original beside it."""
+    """Upgrade each file in place, keeping the original beside it; a file it cannot upgrade is one line, status 2."""
     for name in paths:
         path = Path(name)
-        old = yaml.safe_load(path.read_text(encoding="utf-8"))
-        new = upgrade(old)
-        if new == old:
-            print(f"{path}: already in 0.6's form")
-            continue
-        path.with_name(path.name + ".old").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
-        path.write_text(yaml.safe_dump(new, sort_keys=False), encoding="utf-8")
-        print(f"{path}: upgraded (the old file is {path.name}.old)")
+        try:
+            data, old = _read(path)
+            try:
+                new = upgrade(copy.deepcopy(old))
+            except (AttributeError, TypeError, KeyError) as err:  # a section of another shape (a list, a number)
+                raise ConfigError(f"{path} is not a config of vitlit 0.1 to 0.6 ({type(err).__name__}: {err}); "
+                                  f"give a run's config.yaml.") from None  # fmt: skip
+            if new == old:
+                print(f"{shown(path)}: already in 0.6's form")
+                continue
+            backup = _backup(path, data)
+        except ConfigError as err:
+            print(f"upgrade_config: error: {shown(err)}", file=sys.stderr)
+            raise SystemExit(2) from None
+        write_atomically(path, yaml.safe_dump(new, sort_keys=False))
+        print(f"{shown(path)}: upgraded (the old file is {shown(backup.name)})")
 
 
 if __name__ == "__main__":

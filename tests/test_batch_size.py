@@ -56,9 +56,13 @@ def test_the_search_stops_at_the_training_split_and_the_rate_schedule_and_config
 
 
 def test_the_search_keeps_steps_in_an_epoch_and_bounds_the_learning_rate(
-    digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 55, 3: on digits it took 1,024 of 1,213 images (one step an epoch) and x16 the learning rate."""
+    """Issue 55, 3: on digits it took 1,024 of 1,213 images (one step an epoch) and x16 the learning rate.
+
+    Hostile round 7, class 6: Lightning's "continue with full run using batch size 128" contradicted vitlit's 64.
+    """
+    caplog.set_level("INFO")
     cli = run_cli(
         "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.source", "memory", "--data.batch_size",
         "8", "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch", "--trainer.callbacks.steps_per_trial", "1",
@@ -68,6 +72,7 @@ def test_the_search_keeps_steps_in_an_epoch_and_bounds_the_learning_rate(
     assert cli.datamodule.batch_size == 64 and cli.trainer.global_step == images // 64 >= 10  # 128 > 1,213 / 10
     assert cli.trainer.lr_scheduler_configs[0].scheduler.base_lrs[0] == pytest.approx(2e-3 * 4)  # x8 bounded at 4
     assert "learning rate x4 (linear, x8 bounded by max_lr_scale)" in capsys.readouterr().err
+    assert not [r for r in caplog.records if "batch size finder" in r.getMessage()]  # one line says the batch
 
 
 def test_lightnings_finder_alone_is_refused_for_what_it_leaves_behind(
@@ -87,3 +92,19 @@ def test_memory_benchmark_prints_both_ratios(
     runpy.run_path(str(ROOT / "benchmarks" / "memory.py"), run_name="__main__")
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert re.fullmatch(r"checkpointing memory ratio=\d+\.\d\d time ratio=\d+\.\d\d", last), last
+
+
+def test_a_search_on_too_few_images_names_what_to_lower(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Hostile round 7, class 6: on 5 images it asked for a smaller init_val when init_val was already 1."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for i in range(8):
+        (folder := tmp_path / "data" / "train" / "ab"[i % 2]).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, "--data.root", tmp_path / "data", "--data.val_size",
+                   "3", "--data.test_size", "1", "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch",
+                   "--trainer.callbacks.init_val", "1", "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    assert "init_val=1 leaves the 5 training images" in line and "--trainer.callbacks.min_steps" in line, line
+    assert "smaller --trainer.callbacks.init_val" not in line

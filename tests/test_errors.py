@@ -503,7 +503,7 @@ def test_a_root_that_cannot_be_written_is_refused(
 def test_a_folder_this_user_may_not_read_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = _empty_class_folder(tmp_path)
+    root = _empty_class_folder(tmp_path / "data")
     listing = Path.iterdir
 
     def refuse(self: Path):  # what another user's folder gives (root reads every folder, so it is simulated)
@@ -565,15 +565,15 @@ def test_a_checkpoint_this_user_may_not_read_is_not_blamed_on_its_bytes(tmp_path
 def test_a_nul_byte_in_a_table_s_file_name_is_named_with_its_table_and_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _empty_class_folder(tmp_path)
-    (tmp_path / "labels.csv").write_bytes(b"filename,label\ntrain/cat/a.png\x00.png,cat\n")
+    root = _empty_class_folder(tmp_path / "data")
+    (root / "labels.csv").write_bytes(b"filename,label\ntrain/cat/a.png\x00.png,cat\n")
     with pytest.raises(SystemExit) as exit_info:
         run_cli("fit", "--config", TINY_CONFIG, *CPU, *TINY_MODEL, "--data", "vitlit.data.csv_table.CSVImageDataModule",
-                "--data.root", tmp_path, "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+                "--data.root", root, "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert exit_info.value.code == 2
-    table = tmp_path / "labels.csv"
-    assert err == f"vitlit: error: {table} line 2: 'train/cat/a.png\\x00.png' is not a file inside {tmp_path}."
+    table = root / "labels.csv"
+    assert err == f"vitlit: error: {table} line 2: 'train/cat/a.png\\x00.png' is not a file inside {root}."
 
 
 def test_pretrained_weights_without_the_hub_are_one_line(

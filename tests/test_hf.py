@@ -100,7 +100,7 @@ def test_what_cannot_be_a_data_set_is_one_line_before_anything_runs(
 
 
 def test_an_unreachable_hub_is_said_within_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vitlit.data.hf import _hub_reachable
+    from vitlit.hub import hub_unreachable
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     with socket.socket() as closed:  # a port of this machine where nothing listens
@@ -111,7 +111,7 @@ def test_an_unreachable_hub_is_said_within_seconds(monkeypatch: pytest.MonkeyPat
     for endpoint, address in endpoints.items():
         monkeypatch.setenv("HF_ENDPOINT", endpoint)
         with calls_to(monkeypatch, socket, "create_connection") as attempts:
-            assert f"{address[0]}:{address[1]} cannot be reached" in _hub_reachable(timeout=2)
+            assert f"{address[0]}:{address[1]} cannot be reached" in hub_unreachable(timeout=2)
         # One try, bounded, at the endpoint's own port (hostile round 7: another port was still probed on 443).
         assert attempts == [((address,), {"timeout": 2})], attempts
 

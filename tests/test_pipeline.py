@@ -421,3 +421,26 @@ def test_the_streaming_module_stores_images_of_many_sizes_as_memory_does(tmp_pat
     # Evaluation stores at its own size (floor(img_size / crop_pct)), training at store_size, in either source.
     assert streamed.shape == stored.shape == (6, 3, 16, 16) and torch.equal(streamed, stored.cpu())
     assert stream.stored_size(train=True) == held.stored_size(train=True) == 20
+
+
+@pytest.mark.part("regularize")
+def test_turns_give_each_image_one_of_the_squares_eight_symmetries_in_a_few_kernels() -> None:
+    """BatchAugment's turns (the small-data recipe's): every image turned and mirrored as a whole, batched."""
+    from helpers.counting import Kernels
+
+    from vitlit.regularize.batch_augment import random_turns
+
+    torch.manual_seed(0)
+    images = torch.randn(256, 3, 8, 8)
+    turned = random_turns(images)
+    symmetries = [lambda x, k=k, m=m: (x.flip(1) if m else x).rot90(k, dims=(1, 2)) for k in range(4) for m in (0, 1)]
+    drawn = [
+        next(i for i, f in enumerate(symmetries) if torch.equal(f(a), b)) for a, b in zip(images, turned, strict=True)
+    ]
+    assert set(drawn) == set(range(8))  # each image one symmetry of itself; all eight drawn in a batch of 256
+    kernels = []
+    for size in (8, 256):
+        with Kernels() as counted:
+            random_turns(torch.randn(size, 3, 8, 8))
+        kernels.append(counted.total)
+    assert kernels[0] == kernels[1] < 30, kernels  # the same kernels for any batch: no per-image work

@@ -23,7 +23,15 @@ def run() -> None:
 
     # Help texts made by new parsers (``--data.help CLASS``) name the program after sys.argv[0]: not __main__.py.
     sys.argv[0] = "vitlit"
-    main()  # its CLI object is not an exit status: the console script exits 0 after a run
+    try:
+        main()  # its CLI object is not an exit status: the console script exits 0 after a run
+    except Exception:  # a bug, whose traceback is wanted: without the credentials of a URL a library quoted in it
+        import traceback
+
+        from vitlit.text import redacted
+
+        print(redacted(traceback.format_exc()), file=sys.stderr, end="")
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ stored (uncompressed) records, so a compressed record is refused from the archiv
 from __future__ import annotations
 
 import contextlib
+import errno
 import pickle
 import zipfile
 from collections.abc import Mapping
@@ -82,7 +83,7 @@ def unreadable(path: str | Path, err: BaseException, weights_only: bool | None =
     if weights_only is not False and isinstance(err, pickle.UnpicklingError) and "weights_only" in str(err):
         return ConfigError(f"checkpoint {path} holds Python objects besides tensors, which weights-only loading "
                            f"refuses; if you trust the file's origin, pass --weights_only false.")  # fmt: skip
-    if isinstance(err, OSError) and err.strerror:  # the file system's refusal (permissions, a folder), not its bytes
+    if isinstance(err, OSError) and err.errno in (errno.EACCES, errno.EPERM):  # the file system's refusal
         return ConfigError(f"checkpoint {path} cannot be read ({err.strerror}); check its permissions, or give a file.")
     words = " ".join(str(err).split()).split(". ")[0][:100] or type(err).__name__
     return ConfigError(f"checkpoint {path} cannot be read ({words}); it is truncated or not a PyTorch checkpoint: use "

@@ -30,7 +30,7 @@ from vitlit.memory import check_activations
 from vitlit.run_dir import Placed, discard, place_run, resolve_checkpoint, run_of_checkpoint, unlock
 from vitlit.runtime import interrupts_stop_the_fit, quiet
 from vitlit.streams import stream_gone, tell
-from vitlit.text import say
+from vitlit.text import learn_secrets, redacted, say
 
 PROG = "vitlit"
 #: Subcommands beside LightningCLI's four: name -> the function whose typed, documented arguments are its flags. A
@@ -71,14 +71,16 @@ def resolve_config(config: Any) -> None:
 class VitLitArgumentParser(LightningArgumentParser):
     """LightningCLI's parser, reporting a bad option in one line (the key and the value) instead of the usage.
 
-    A run's config is dumped (``--print_config``, the saved ``config.yaml``) as `resolve_config` resolves it.
+    A run's config is dumped (``--print_config``, the saved ``config.yaml``) as `resolve_config` resolves it, with
+    the credentials of its URLs masked (`vitlit.text.redacted`): a run folder is shared and pasted. A resume of a run
+    that read a URL with credentials gives that flag again (better: the credentials in the environment).
     """
 
     def dump(self, cfg: Any, *args: Any, **kwargs: Any) -> str:
         if all(hasattr(cfg.get(key), "init_args") for key in ("model", "data")) and cfg.get("trainer"):
             cfg = cfg.clone()
             resolve_config(cfg)
-        return super().dump(cfg, *args, **kwargs)
+        return redacted(super().dump(cfg, *args, **kwargs))
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         from vitlit.messages import one_line, user_error
@@ -176,6 +178,10 @@ class VitLitCLI(LightningCLI):
             if hasattr(model, "check_checkpoint"):  # architecture, classes and (for a resume) the optimizer
                 model.check_checkpoint(checkpoint, options, resume=subcommand == "fit")
             check_weights(checkpoint["state_dict"], model.state_dict(), ckpt)
+            if run is not None and subcommand == "fit":  # a resume restores the optimizer and schedule as saved
+                from vitlit.preflight import check_resumed_settings
+
+                check_resumed_settings(self._ckpt_path, run, self.config[subcommand])
         self.config_init[subcommand]["ckpt_path"] = None if ckpt is None else str(ckpt)  # what the run loads
         check_activations(model, self.datamodule, trainer, subcommand)
         if any(type(logger).__name__ not in ("TensorBoardLogger", "CSVLogger") for logger in trainer.loggers):
@@ -219,6 +225,7 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         SystemExit: With status 2 and a one-line message on a user error (bad option, value, path or checkpoint).
     """
     argv = sys.argv[1:] if args is None else [str(a) for a in args]
+    learn_secrets(argv)  # a credential in a URL flag is masked wherever a library quotes it
     try:
         if argv and argv[0] in TOOLS:
             from vitlit.run_tool import run_tool  # loaded for a tool's run only

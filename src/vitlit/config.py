@@ -190,6 +190,13 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
         raise ConfigError(f"--trainer.precision {precision} needs a GPU, and this run is on the CPU; CPUs run "
                           f"bf16-mixed or 32-true (--trainer.precision bf16-mixed).")  # fmt: skip
     check_writable_folder(trainer.get("default_root_dir") or ".")
+    data = (config.get("data") or {}).get("init_args") or {}
+    root = data.get("root") if subcommand == "fit" else None
+    runs = Path(trainer.get("default_root_dir") or ".").expanduser().resolve()
+    if isinstance(root, (str, Path)) and runs.is_relative_to(Path(root).expanduser().resolve()):
+        # Its lightning_logs/ would become part of the data: a class folder of a flat layout, or files beside it.
+        raise ConfigError(f"--trainer.default_root_dir {runs} is inside --data.root {root}, so the runs would "
+                          f"become part of the data; give a folder outside it.")  # fmt: skip
 
 
 def check_writable_folder(folder: str | Path, flag: str = "--trainer.default_root_dir") -> None:

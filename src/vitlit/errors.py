@@ -14,7 +14,10 @@ class ConfigError(ValueError):
 
 
 class CheckFailed(RuntimeError):
-    """A result vitlit produced failed its own verification; the file must not be used."""
+    """A result failed vitlit's own check (the file must not be used), or a writer was stopped from outside.
+
+    One line and status 1; a killed writer process is the second kind.
+    """
 
 
 class TrainingHalted(RuntimeError):

@@ -83,7 +83,7 @@ def one_line_error(err: BaseException) -> str | None:
     while err is not None and id(err) not in seen:  # an OSError about a path, wherever the path was first used
         seen.add(id(err))
         if isinstance(err, OSError) and err.errno in refused:
-            return f"{str(err.filename or 'a path')[:80]} {refused[err.errno]}."
+            return f"{err.filename or 'a path'} {refused[err.errno]}."
         err = err.__cause__ or err.__context__
     return None
 

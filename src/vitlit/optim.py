@@ -138,16 +138,18 @@ class WarmupCosineLR(LambdaLR):
             ConfigError: The first time, for a warmup as long as the run or longer, which never reaches the peak.
 
         Returns:
-            A one-line note: the steps a warmup given as a share resolved to (the first time), or a later, shorter
-            estimate of the length (`vitlit.runs.budget`) that ends inside the warmup; else ``None``.
+            A one-line note: the steps a warmup given as a share resolved to (the first time, and again where a new
+            length moves them: `vitlit.runs.batch_size`), or a later, shorter estimate of the length
+            (`vitlit.runs.budget`) that ends inside the warmup; else ``None``.
         """
-        first, self.total_steps = self.total_steps is None, int(total_steps)
+        first, self.total_steps, before = self.total_steps is None, int(total_steps), self.warmup_steps
         if self.warmup_share is not None:  # the share's steps, always inside the run
             self.warmup_steps = min(round(self.warmup_share * self.total_steps), self.total_steps - 1)
             for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
                 group["lr"] = base * self.lr_factor(self.last_epoch)  # the rate of this step, with the warmup known
             share = f"warmup_steps {self.warmup_share:g}"
-            return f"{share}: {self.warmup_steps} of the run's {self.total_steps} optimizer steps" if first else None
+            said = f"{share}: {self.warmup_steps} of the run's {self.total_steps} optimizer steps"
+            return said if first or self.warmup_steps != before else None  # said again where a new length moved it
         if self.warmup_steps < self.total_steps:
             return None
         if first:

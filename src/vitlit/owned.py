@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from vitlit.atomic import fsync_dir, umask
 from vitlit.errors import ConfigError
-from vitlit.text import shown
+from vitlit.text import say, shown
 
 
 def digest(path: Path) -> str:
@@ -84,6 +85,29 @@ def check_replaceable(folder: Path, manifest: str, flag: str, writer: str) -> No
                           f"{writer}'s folder as it wrote it: choose a new folder's name.")  # fmt: skip
 
 
+def remove_stale(output: Path) -> None:
+    """Remove the staged copies beside ``output`` that a killed writer left (`staged_folder`), and say so.
+
+    A copy is stale where the process its name records is gone; one of a live process (another write under way) is
+    left alone. Not on Windows, where ``os.kill`` would end the process it asks about.
+    """
+    if os.name == "nt":
+        return
+    pattern = re.compile(rf"\.{re.escape(output.name)}\.(\d+)\.\w+\.partial")
+    for entry in output.parent.iterdir() if output.parent.is_dir() else ():
+        found = pattern.fullmatch(entry.name)
+        if found is None or not entry.is_dir() or entry.is_symlink():
+            continue
+        try:
+            os.kill(int(found.group(1)), 0)  # signal 0: is it alive?
+            continue
+        except ProcessLookupError:
+            shutil.rmtree(entry, ignore_errors=True)
+            say(f"vitlit: removed {entry}, an unfinished copy that a stopped run left", error=True)
+        except (OSError, OverflowError):  # another user's process (alive), or no number a process has
+            continue
+
+
 @contextlib.contextmanager
 def staged_folder(output: Path) -> Iterator[Path]:
     """Yield a new hidden folder beside ``output``; when the block ends without an error, it becomes ``output``.
@@ -93,7 +117,9 @@ def staged_folder(output: Path) -> Iterator[Path]:
     goes and ``output`` is as it was.
     """
     output = output.absolute()
-    staged = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".partial", dir=output.parent))
+    remove_stale(output)
+    # The writer's process id in the name: a copy whose writer is gone (killed) is known as stale by the next run.
+    staged = Path(tempfile.mkdtemp(prefix=f".{output.name}.{os.getpid()}.", suffix=".partial", dir=output.parent))
     try:
         yield staged
         mode = (output.stat().st_mode if output.exists() else 0o777 & ~umask()) & 0o7777

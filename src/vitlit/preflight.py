@@ -6,6 +6,7 @@ Each refuses a value in one line (`vitlit.errors.ConfigError`) before anything i
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -47,11 +48,16 @@ REWRITTEN = ("data.init_args.batch_size", "model.init_args.optimizer", "model.in
                                                     "input_std", "input_crop_pct", "input_interpolation")))  # fmt: skip
 
 
-def differs(saved: Path, config: Mapping[str, Any]) -> str | None:
+#: What a resume restores from the checkpoint, whatever the config says: a change there would silently not apply.
+RESTORED = ("model.init_args.optimizer", "model.init_args.scheduler")
+
+
+def differs(saved: Path, config: Mapping[str, Any], only: tuple[str, ...] = ()) -> str | None:
     """The first setting of the model or the data where the run config ``saved`` is not ``config``; ``None`` if none.
 
     What ``--ckpt_path last`` and ``auto`` compare before they take a run's checkpoint: another experiment under the
-    same root (another data set, model or recipe) is never continued.
+    same root (another data set, model or recipe) is never continued. ``only`` compares those keys alone (their
+    prefixes), `REWRITTEN` left out of them too.
     """
     try:
         theirs = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
@@ -61,20 +67,44 @@ def differs(saved: Path, config: Mapping[str, Any]) -> str | None:
     ours = json.loads(
         json.dumps({k: v.as_dict() if hasattr(v, "as_dict") else v for k, v in ours.items()}, default=str)
     )
+    skip: tuple[str, ...] = REWRITTEN
+    if only:  # BatchSizeSearch's rewrite of the batch and the rate is the run's own
+        searched = "BatchSizeSearch" in str((theirs.get("trainer") or {}).get("callbacks"))
+        skip = ("data.init_args.batch_size", "model.init_args.optimizer.init_args.lr") if searched else ()
     theirs = json.loads(json.dumps({key: theirs.get(key) for key in ("model", "data")}, default=str))
-    return _first_difference(ours, theirs, "")
+    return _first_difference(ours, theirs, "", skip, only)
 
 
-def _first_difference(ours: Any, theirs: Any, key: str) -> str | None:
-    if key.startswith(REWRITTEN):
+def _first_difference(ours: Any, theirs: Any, key: str, skip: tuple[str, ...], only: tuple[str, ...]) -> str | None:
+    if key.startswith(skip) or (only and key and not any(key.startswith(o) or o.startswith(key) for o in only)):
         return None
     if isinstance(ours, dict) and isinstance(theirs, dict):
         for name in sorted(set(ours) | set(theirs)):
-            found = _first_difference(ours.get(name), theirs.get(name), f"{key}.{name}" if key else name)
+            found = _first_difference(ours.get(name), theirs.get(name), f"{key}.{name}" if key else name, skip, only)
             if found:
                 return found
         return None
     return None if ours == theirs else f"{key}: {shown(theirs)!r} there, {shown(ours)!r} here"
+
+
+def check_resumed_settings(ckpt_path: str, run: Path, config: Mapping[str, Any]) -> None:
+    """Refuse a fit resumed from ``run`` whose optimizer or schedule differs from the one the run last trained with.
+
+    A resume restores both from the checkpoint (Lightning's), so a changed learning rate or warmup would be silently
+    ignored while the resume's saved config recorded it. The run's newest saved config is compared (a resume's
+    ``config.resume-K.yaml``); `vitlit.runs.batch_size.BatchSizeSearch`'s rewrite of the rate is the run's own.
+    """
+    resumes = [
+        int(m.group(1))
+        for p in run.glob("config.resume-*.yaml")
+        if (m := re.fullmatch(r"config\.resume-(\d+)\.yaml", p.name))
+    ]
+    saved = run / (f"config.resume-{max(resumes)}.yaml" if resumes else "config.yaml")
+    found = differs(saved, config, only=RESTORED) if saved.is_file() else None
+    if found is not None:
+        raise ConfigError(f"--ckpt_path {ckpt_path} resumes {run}, whose optimizer or schedule differs ({found}); a "
+                          f"resume continues the checkpoint's, so the change would not apply: drop it to resume, or "
+                          f"start a fresh run with --ckpt_path none.")  # fmt: skip
 
 
 def newest_checkpoint(ckpt_path: str, root: Path, config: Mapping[str, Any] | None) -> Path | None:

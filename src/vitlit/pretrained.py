@@ -116,12 +116,24 @@ def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.M
             ) from None
         say_adapted(hp.model_name, probe, str(path))
         return net
+    offline = ("give them as a file (--model.pretrained_file <weights>), or train from scratch "
+               "(configs/own_images_scratch.yaml for your own images)")  # fmt: skip
+    hub_id = getattr(get_pretrained_cfg(hp.model_name), "hf_hub_id", None)
+    if hub_id:  # asked once: huggingface_hub would retry for most of a minute without the network
+        from vitlit.hub import cached_weights, hub_unreachable
+
+        why = hub_unreachable()
+        cached = cached_weights(hub_id) if why is not None else None
+        if why is not None and cached is None:
+            raise ConfigError(f"timm's pretrained weights of {hp.model_name} come from the Hugging Face hub ({why}) "
+                              f"and are not in its local cache; {offline}.")  # fmt: skip
+        if cached is not None:  # downloaded earlier: read from the cache, without asking the hub again
+            kwargs = {**kwargs, "pretrained_cfg_overlay": {"file": cached}}
     try:
         net = timm.create_model(hp.model_name, pretrained=True, **kwargs)
     except (OSError, RuntimeError, ValueError) as err:  # no network (the hub's errors are OSErrors), no weights
         raise ConfigError(
-            f"timm's pretrained weights of {hp.model_name} could not be loaded ({type(err).__name__}); without "
-            f"access to the Hugging Face hub give them as a file: --model.pretrained_file <weights>."
+            f"timm's pretrained weights of {hp.model_name} could not be loaded ({type(err).__name__}); {offline}."
         ) from None
     say_adapted(hp.model_name, probe, "timm's pretrained weights")
     return net

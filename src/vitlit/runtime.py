@@ -22,7 +22,8 @@ from vitlit.text import clean
 STOP = SimpleNamespace(signal_name=None)
 #: Lightning's log lines a vitlit user cannot act on (advertisements, what the resume line says better, the seed that
 #: the run card keeps), and the loggers they come from.
-QUIET = ("💡 Tip:", " was raised with message: ", "Received SIGTERM", "attempting graceful shutdown", "Seed set to")
+QUIET = ("💡 Tip:", " was raised with message: ", "Received SIGTERM", "attempting graceful shutdown", "Seed set to",
+         "Finished batch size finder", "`weights_only` was not set", "/.scale_batch_size_")  # fmt: skip
 QUIET_LOGGERS = [
     f"lightning.{name}"
     for name in (
@@ -30,6 +31,8 @@ QUIET_LOGGERS = [
         "pytorch.trainer.call",
         "pytorch.trainer.connectors.signal_connector",
         "fabric.utilities.seed",
+        "pytorch.tuner.batch_size_scaling",
+        "pytorch.trainer.connectors.checkpoint_connector",
     )
 ]
 

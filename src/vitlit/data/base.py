@@ -213,6 +213,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self.batch_augment, self.class_balanced = batch_augment, class_balanced
         self.source = source
         self._in_memory: bool | None = None  # decided at the first loader (`vitlit.data.sources.keep_in_memory`)
+        self._held: dict[int, sources.InMemory] = {}  # each split held in memory, by the split's identity
         self._augments: dict[bool, Augment] = {}  # the device half of the pipeline: training (True) and evaluation
         self.predict_dir = None if predict_dir is None else Path(predict_dir).expanduser()
         self._predict_images = []
@@ -376,7 +377,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         memory, sizes = bool(self._in_memory), {"train": self.stored_size(True), "eval": self.stored_size(False)}
         return {"source": "memory" if memory else "workers", "source_option": self.source, "stored_size": sizes,
                 "workers": 0 if memory else self.workers, "mean": self.mean, "std": self.std,
-                "statistics": "given" if self._mean else "the data's own", "crop_pct": self.crop_pct,
+                "statistics": "given" if self._mean else "ImageNet's" if tuple(self.default_mean) == IMAGENET_MEAN
+                else "the data's own", "crop_pct": self.crop_pct,
                 "interpolation": self.interpolation}  # fmt: skip
 
     def device(self) -> torch.device:
@@ -529,10 +531,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             )
         sampler = self.sampler(split, train)
         if self._in_memory:
-            images = None if self.is_predict_folder(split.dataset) else self.uint8_images_of(split.dataset)
-            targets = None if images is None else self.targets_of(split.dataset)  # decoded items bring their own
-            held = sources.in_memory(split, images, targets, self.device())
-            dataset, workers, collate = held, 0, sources.whole_batch
+            if id(split) not in self._held:  # decoded once per split: a batch size search rebuilds the loaders
+                images = None if self.is_predict_folder(split.dataset) else self.uint8_images_of(split.dataset)
+                targets = None if images is None else self.targets_of(split.dataset)  # decoded items bring their own
+                self._held[id(split)] = sources.in_memory(split, images, targets, self.device())
+            dataset, workers, collate = self._held[id(split)], 0, sources.whole_batch
         else:
             dataset, workers, collate = split, self.workers, None
         return DataLoader(

@@ -7,23 +7,24 @@ The most common format of data that is not in class folders (exports of labellin
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 from typing import Any, Literal
 
-from vitlit.data.folder import SPLITS, ImageFolderDataModule
-from vitlit.data.images import inside
-from vitlit.data.table import Scan
+from vitlit.data.table import ItemTableDataModule, Scan
 from vitlit.errors import ConfigError
+from vitlit.text import shown
 
 
-class CSVImageDataModule(ImageFolderDataModule):
+class CSVImageDataModule(ItemTableDataModule):
     """Image files named in ``root/labels.csv``: ``filename`` (relative to ``root``), ``label``, optional ``split``.
 
     Class names are the labels of the training rows, as strings, sorted. ``split`` is ``train``, ``val`` or
     ``test`` (empty or missing: ``train``); without ``val`` rows a seeded validation split is carved from the
     training rows (``val_size``), and ``test`` rows are needed only by ``test`` and ``predict``. Every file must lie
     inside ``root`` and be listed once (one label, one split). Images are read, checked and converted as
-    `ImageFolderDataModule` does (``bad_images`` too).
+    `ImageFolderDataModule` does (``bad_images`` too). The fork guide's worked example of the item table
+    (docs/your-data.md: "Fork it for your data").
 
     Args:
         root: Folder holding the table and the images.
@@ -48,12 +49,12 @@ class CSVImageDataModule(ImageFolderDataModule):
         split_column: str = "split",
         **kwargs: Any,
     ) -> None:
-        self.table = table  # read by `scan`, which the table's __init__ calls
+        super().__init__(val_size=val_size, bad_images=bad_images, **kwargs)
+        self.root, self.table = Path(root).expanduser(), table
         self.columns = {"filename": filename_column, "label": label_column, "split": split_column}
-        super().__init__(root=root, val_size=val_size, bad_images=bad_images, **kwargs)
 
     def scan(self) -> Scan:
-        """Read and check the table row by row, stopping at the first bad one, before any work starts."""
+        """Read the table row by row, stopping at its first bad line; the table admits the files and labels."""
         path, root = self.root / self.table, self.root.resolve()
         if not path.is_file():
             what = "is not a regular file" if path.exists() else "does not exist"
@@ -61,7 +62,8 @@ class CSVImageDataModule(ImageFolderDataModule):
         if not path.resolve().is_relative_to(root):  # a link or a ../ to a file elsewhere: never read, never quoted
             raise ConfigError(f"--data.table {self.table} leads out of {self.root}; give a table inside the root.")
         name, label_key, split_key = self.columns.values()
-        found, seen = {split: [] for split in SPLITS}, {}
+        rows: dict[str, list[tuple[str, str]]] = {}
+        seen: dict[str, int] = {}
         try:
             with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: spreadsheets write a byte-order mark
                 reader = csv.DictReader(f)
@@ -75,40 +77,22 @@ class CSVImageDataModule(ImageFolderDataModule):
                         f"optional), or name yours with --data.filename_column and --data.label_column."
                     )
                 for n, row in enumerate(reader, start=2):  # line numbers as an editor shows them
-                    split, file, label = self._row(path, n, row, root)
-                    if file in seen:  # a leak between splits, or one image with two labels
-                        raise ConfigError(f"{path} line {n}: {row[name]!r} is also on line {seen[file]}; list each "
+                    file, label = (row.get(name) or "").strip(), (row.get(label_key) or "").strip()
+                    split = (row.get(split_key) or "train").strip().lower()
+                    if not label or not file:
+                        raise ConfigError(f"{path} line {n}: the {'label' if file else 'file name'} is empty; give "
+                                          f"every row a file and a class name.")  # fmt: skip
+                    if "\x00" in file:  # no file name holds one: said with its line, before the table admits files
+                        raise ConfigError(f"{path} line {n}: '{shown(file)}' is not a file inside {self.root}.")
+                    key = os.path.normpath(file)
+                    if key in seen:  # a leak between splits, or one image with two labels
+                        raise ConfigError(f"{path} line {n}: {row[name]!r} is also on line {seen[key]}; list each "
                                           f"image once, with one label and one split.")  # fmt: skip
-                    seen[file] = n
-                    found[split].append((file, label))
+                    seen[key] = n
+                    rows.setdefault(split, []).append((file, label))
         except (csv.Error, UnicodeDecodeError) as err:
             raise ConfigError(f"{path} is not a readable UTF-8 CSV table ({err}); save it as CSV, UTF-8.") from None
-        classes = sorted({label for _, label in found["train"]})
-        if len(classes) < 2:
-            raise ConfigError(f"{path} has {len(classes)} label(s) in its training rows; a classifier needs 2 or more.")
-        splits = {}
-        for split, items in found.items():
-            unknown = sorted({label for _, label in items} - set(classes))
-            if unknown:
-                raise ConfigError(f"{path}: {split} rows have labels no training row has: {', '.join(unknown[:5])}.")
-            if items:
-                pairs = [(file, classes.index(label)) for file, label in items]
-                splits[split] = self.files(pairs, classes, f"the {split} rows of {self.table}")
-        return Scan(splits, classes)
-
-    def _row(self, path: Path, n: int, row: dict, root: Path) -> tuple[str, Path, str]:
-        """One row's split, file (resolved, inside ``root``) and label, or a `ConfigError` naming its line."""
-        name, label_key, split_key = self.columns.values()
-        split = (row.get(split_key) or "train").strip().lower()
-        if split not in SPLITS:
-            raise ConfigError(f"{path} line {n}: split {split!r} is not one of train, val, test.")
-        label = (row.get(label_key) or "").strip()
-        if not label:
-            raise ConfigError(f"{path} line {n}: the label is empty; give every row a class name.")
-        file = inside(root, (row.get(name) or "").strip())
-        if file is None:
-            raise ConfigError(f"{path} line {n}: {row.get(name)!r} is not a file inside {self.root}.")
-        return split, file, label
+        return Scan(rows, hold_out_test=None)
 
     def no_test_split(self) -> str:
         """Test and predict need rows of split ``test``."""

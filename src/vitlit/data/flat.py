@@ -8,25 +8,24 @@ Hugging Face's ``imagefolder`` takes it; `vitlit.data.ImageFolderDataModule` doe
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from vitlit.data.images import IMAGE_SUFFIXES, image_files
 from vitlit.data.table import Scan
 from vitlit.errors import ConfigError
 
 
-def scan_flat(data: Any, class_dirs: list[Path]) -> Scan:
+def scan_flat(root: Path, class_dirs: list[Path]) -> Scan:
     """List the images of ``class_dirs`` as one training split, of which the table holds out the test split.
 
     Args:
-        data: The `vitlit.data.ImageFolderDataModule` (its ``root`` and ``files``).
-        class_dirs: The class folders under ``data.root``, sorted.
+        root: The data's folder (``--data.root``).
+        class_dirs: The class folders under it, sorted.
     """
-    classes, files = [d.name for d in class_dirs], []
-    for index, class_dir in enumerate(class_dirs):
+    rows = []
+    for class_dir in class_dirs:
         found = list(image_files(class_dir))
         if not found:
             raise ConfigError(f"{class_dir} holds no image ({', '.join(IMAGE_SUFFIXES)}); add images or remove it.")
-        files += [(path, index) for path in found]
-    said = f"{data.root} (class folders, {len(classes)} classes)"
-    return Scan({"train": data.files(files, classes, "train/")}, classes, hold_out_test=said)
+        rows += [(path, class_dir.name) for path in found]
+    classes = [d.name for d in class_dirs]
+    return Scan({"train": rows}, classes, hold_out_test=f"{root} (class folders, {len(classes)} classes)")

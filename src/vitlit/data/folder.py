@@ -8,11 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from vitlit.data.images import IMAGE_SUFFIXES, PIL_MODES, ImageFiles, image_files
-from vitlit.data.table import ItemTableDataModule, Scan
+from vitlit.data.images import IMAGE_SUFFIXES, image_files
+from vitlit.data.table import SPLITS, ItemTableDataModule, Scan
 from vitlit.errors import ConfigError
-
-SPLITS = ("train", "val", "test")
 
 
 def _class_dirs(split_dir: Path) -> list[Path]:
@@ -44,6 +42,9 @@ class ImageFolderDataModule(ItemTableDataModule):
             ``batch_size``, ``val_size``, ``mean``, ``std``, ...). ``mean``/``std`` default to ImageNet's.
     """
 
+    #: The files were found in the folder: a class folder of links to images elsewhere is taken as it is.
+    found_in_root = True
+
     def __init__(
         self,
         root: str | Path,
@@ -52,22 +53,18 @@ class ImageFolderDataModule(ItemTableDataModule):
         test_size: int | float = 0.1,
         **kwargs: Any,
     ) -> None:
-        self.root = Path(root).expanduser()  # read by `scan`, which the table's __init__ calls
         super().__init__(val_size=val_size, bad_images=bad_images, test_size=test_size, **kwargs)
-
-    def files(self, pairs: list[tuple[Path, int]], classes: list[str], where: str) -> ImageFiles:
-        """A split's ``(path, class index)`` pairs as the table's items."""
-        return ImageFiles([(str(p), t) for p, t in pairs], classes, PIL_MODES[self.in_chans], self.img_size, where)
+        self.root = Path(root).expanduser()
 
     def scan(self) -> Scan:
-        """Check the layout and list the image files before any work starts."""
+        """Check the layout and list the image files of each split's class folders."""
         train_dir = self.root / "train"
         if not train_dir.is_dir():
             flat = _class_dirs(self.root) if self.root.is_dir() else []
             if len(flat) >= 2 and not any((self.root / split).exists() for split in SPLITS):
                 from vitlit.data.flat import scan_flat  # this layout's runs only
 
-                return scan_flat(self, flat)
+                return scan_flat(self.root, flat)
             one = f"; it holds one class folder ({flat[0].name}), and a classifier needs 2" if len(flat) == 1 else ""
             raise ConfigError(
                 f"{train_dir} does not exist; --data.root must hold train/<class>/<images> "
@@ -80,7 +77,7 @@ class ImageFolderDataModule(ItemTableDataModule):
             split_dir = self.root / split
             if not split_dir.is_dir():
                 continue
-            files = []
+            rows = []
             for class_dir in _class_dirs(split_dir):
                 if class_dir.name not in classes:
                     raise ConfigError(
@@ -91,13 +88,13 @@ class ImageFolderDataModule(ItemTableDataModule):
                     raise ConfigError(
                         f"{class_dir} holds no image ({', '.join(IMAGE_SUFFIXES)}); add images or remove the folder."
                     )
-                files += [(path, classes.index(class_dir.name)) for path in found]
-            if not files:
+                rows += [(path, class_dir.name) for path in found]
+            if not rows:
                 raise ConfigError(
                     f"{split_dir} holds no class folder with images; add <class>/<images> to it or remove it"
                     + (" (validation is then carved from train/)." if split == "val" else ".")
                 )
-            splits[split] = self.files(files, classes, f"{split}/")
+            splits[split] = rows
         return Scan(splits, classes)
 
     def no_test_split(self) -> str:

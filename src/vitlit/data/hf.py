@@ -14,18 +14,17 @@ import glob
 import io
 import json
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlparse
 
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import Dataset
 
-from vitlit.data.images import PIL_MODES, image_problem, inside, open_image
+from vitlit.data.images import PIL_MODES, image_problem, inside, open_image, refuse_unlisted
 from vitlit.data.table import ItemTableDataModule, Scan
 from vitlit.errors import ConfigError
+from vitlit.hub import hub_unreachable
 from vitlit.text import shown
 
 #: The split names data sets use, by the split vitlit gives them.
@@ -50,23 +49,6 @@ def _datasets(offline: bool = False) -> Any:
     return datasets
 
 
-def _hub_reachable(timeout: float = 5.0) -> str | None:
-    """Why the hub cannot be reached (in a few words), or ``None``: a hub name fails in seconds, not retries later."""
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
-        return "HF_HUB_OFFLINE is set"
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    host = endpoint.hostname or "huggingface.co"
-    try:  # the endpoint's own port: a mirror at another one is probed where it listens
-        port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
-    except ValueError:
-        return f"HF_ENDPOINT {os.environ['HF_ENDPOINT']} has no valid port"
-    try:
-        socket.create_connection((host, port), timeout=timeout).close()
-    except OSError as err:
-        return f"{host}:{port} cannot be reached: {err.strerror or type(err).__name__}"
-    return None
-
-
 def load_splits(path: str) -> dict[str, Any]:
     """The data set's splits by their own names, from a ``save_to_disk`` folder, Parquet files or a hub name.
 
@@ -78,7 +60,7 @@ def load_splits(path: str) -> dict[str, Any]:
     """
     local = Path(path).expanduser()
     hub = not (local.is_dir() or local.is_file() or glob.has_magic(path))
-    offline = _hub_reachable() if hub else None  # checked first: datasets would retry for half a minute
+    offline = hub_unreachable() if hub else None  # checked first: datasets would retry for half a minute
     datasets = _datasets(offline is not None)
     try:
         if local.is_dir() and ((local / "dataset_dict.json").is_file() or (local / "state.json").is_file()):
@@ -89,7 +71,7 @@ def load_splits(path: str) -> dict[str, Any]:
                 raise ConfigError(f"--data.path {path} has no training rows; give a data set with images in its "
                                   f"train split.") from None  # fmt: skip
         elif not hub:
-            files = sorted(glob.glob(str(local / "**" / "*.parquet"), recursive=True)) if local.is_dir() else None
+            files = parquet_files(local) if local.is_dir() else None
             if local.is_dir() and not files:
                 raise ConfigError(f"--data.path {path} holds neither a save_to_disk data set nor Parquet files; give "
                                   f"one of them, or a hub name.")  # fmt: skip
@@ -118,6 +100,22 @@ def load_splits(path: str) -> dict[str, Any]:
         raise ConfigError(f"--data.path {path} cannot be read as a Hugging Face data set ({type(err).__name__}: "
                           f"{' '.join(str(err).split())[:200]}).") from None  # fmt: skip
     return dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {"train": loaded}
+
+
+def parquet_files(folder: Path) -> list[str]:
+    """The Parquet files below ``folder``, sorted; a link to a folder is refused, naming it.
+
+    datasets' own search of a folder follows such links, and one to ``.`` or a parent is a loop it never leaves.
+    """
+    found = []
+    for dirpath, dirnames, filenames in os.walk(folder, onerror=refuse_unlisted, followlinks=False):
+        link = next((name for name in dirnames if os.path.islink(os.path.join(dirpath, name))), None)
+        if link is not None:
+            raise ConfigError(f"--data.path {folder} holds {shown(os.path.join(dirpath, link))}, a link to a folder, "
+                              f"which its search would follow (into a loop, or other data); remove the link or "
+                              f"copy the files.")  # fmt: skip
+        found += [os.path.join(dirpath, name) for name in filenames if name.endswith(".parquet")]
+    return sorted(found)
 
 
 def root_of(path: str) -> Path | None:
@@ -203,6 +201,16 @@ class HFImages(Dataset):
             return f"a file outside the data set's folder ({shown(named)!r}), which is never read"
         return image_problem(data, self.img_size) if data is not None else "no image"
 
+    def size(self, i: int) -> int:
+        """Row ``i``'s encoded image's size in bytes (-1 for none)."""
+        data = self.encoded(i)
+        return len(data) if isinstance(data, bytes) else data.stat().st_size if data is not None else -1
+
+    def content(self, i: int) -> bytes:
+        """Row ``i``'s encoded image (empty for none)."""
+        data = self.encoded(i)
+        return data if isinstance(data, bytes) else data.read_bytes() if data is not None else b""
+
     def keep(self, indices: list[int]) -> HFImages:
         """The rows at ``indices`` only."""
         kept = copy.copy(self)
@@ -276,16 +284,23 @@ class HFDataModule(ItemTableDataModule):
         bad_images: Literal["error", "skip"] = "error",
         **kwargs: Any,
     ) -> None:
-        self.path, self.image_column, self.label_column = str(path), image_column, label_column  # for `scan`
         super().__init__(val_size=val_size, test_size=test_size, bad_images=bad_images, **kwargs)
+        self.path, self.image_column, self.label_column = str(path), image_column, label_column
+        self.root = root_of(self.path)  # the only folder whose files a row's path may name (none for a hub name)
 
     def scan(self) -> Scan:
         """Read the data set's splits, columns and labels before any work starts."""
         found = load_splits(self.path)
         train = next((found[name] for name in found if name.lower() in SPLIT_NAMES["train"]), None)
         features = getattr(train, "features", {}) or {}
+        chosen = self.label_column is None
         self.image_column = self.image_column or self._column(features, "Image", "image", "image_column")
         self.label_column = self.label_column or self._column(features, "ClassLabel", "label", "label_column")
+        usual = next((name for name in ("label", "labels") if name in features and name != self.label_column), None)
+        if chosen and usual is not None:  # the usual name beside a ClassLabel of another: either could be meant
+            raise ConfigError(f"{self.path} has the ClassLabel column {self.label_column!r} and a column named "
+                              f"{usual!r}; name the labels to train on with --data.label_column {usual} (or "
+                              f"{self.label_column}).")  # fmt: skip
         self._tables = self._by_role(found)
         train = self._tables["train"]
         for flag, column in (("image_column", self.image_column), ("label_column", self.label_column)):
@@ -293,13 +308,15 @@ class HFDataModule(ItemTableDataModule):
                 raise ConfigError(f"{self.path} has no column {column!r} (it has {', '.join(train.column_names)}); "
                                   f"name yours with --data.{flag}.")  # fmt: skip
         classes, self._index = self._classes_of(train)
+        rank_zero_info(f"vitlit: {self.path}: images from column {self.image_column!r}, labels from column "
+                       f"{self.label_column!r} ({len(classes)} classes)")  # fmt: skip
         targets = {role: self._labels(role, classes) for role in self._tables}
         if len(set(targets["train"])) < 2:  # ClassLabel names many, but the rows hold one
             raise ConfigError(f"{self.path}: every training row has the label {classes[targets['train'][0]]!r}; a "
                               f"classifier needs rows of at least 2 of its {len(classes)} classes.")  # fmt: skip
-        mode, root = PIL_MODES[self.in_chans], root_of(self.path)
+        mode = PIL_MODES[self.in_chans]
         splits = {role: HFImages(table, list(range(len(table))), targets[role], self.image_column,
-                                 f"{self.path} {role}", mode, self.img_size, root)
+                                 f"{self.path} {role}", mode, self.img_size, self.root)
                   for role, table in self._tables.items()}  # fmt: skip
         return Scan(splits, classes, hold_out_test=self.path)
 

@@ -134,7 +134,7 @@ def open_image(
             return image if image.mode == mode else image.convert(mode)
 
 
-def _unlisted(err: OSError) -> None:
+def refuse_unlisted(err: OSError) -> None:
     """Refuse a folder that cannot be listed, which `os.walk` would leave out as if it held nothing."""
     raise ConfigError(f"{shown(err.filename)} cannot be listed ({err.strerror}); check its permissions.")
 
@@ -147,7 +147,7 @@ def image_files(top: Path) -> Iterator[Path]:
             images twice), naming the link; for a folder that cannot be listed (permissions), naming it.
     """
     seen = {os.path.realpath(top)}
-    for dirpath, dirnames, filenames in os.walk(top, onerror=_unlisted, followlinks=True):
+    for dirpath, dirnames, filenames in os.walk(top, onerror=refuse_unlisted, followlinks=True):
         here = os.path.realpath(dirpath)
         kept = []
         for name in sorted(dirnames):
@@ -282,6 +282,17 @@ class ImageFiles(Dataset):
     def problem(self, i: int, decode: bool = False) -> str | None:
         """Why item ``i`` cannot be read (`image_problem`, from its header), or ``None``."""
         return image_problem(Path(self.samples[i][0]), self.img_size, decode)
+
+    def size(self, i: int) -> int:
+        """Item ``i``'s file size in bytes (-1 where it cannot be read)."""
+        try:
+            return os.stat(self.samples[i][0]).st_size
+        except OSError:
+            return -1
+
+    def content(self, i: int) -> bytes:
+        """Item ``i``'s bytes, as stored."""
+        return Path(self.samples[i][0]).read_bytes()
 
     def keep(self, indices: Sequence[int]) -> ImageFiles:
         """The items at ``indices`` only."""

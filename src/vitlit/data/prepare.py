@@ -11,11 +11,15 @@ extra (``pip install -e ".[streaming]"``).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 from PIL import Image
 
 from vitlit.data.base import ImageClassificationDataModule
@@ -93,10 +97,13 @@ def prepare(
                           f"the data module it was prepared from.")  # fmt: skip
     local = Path(output).expanduser()
     if "://" in output:
-        meta = _write(data, output, format, chunk_bytes, num_workers, overwrite)
+        with sigterm_stops():
+            meta = _write(data, output, format, chunk_bytes, num_workers, overwrite)
     else:
         if local.is_symlink():  # a link (dangling or not) would have the data set written where it points
             raise ConfigError(f"--output {output} is a symbolic link; give the path of a new folder instead.")
+        if local.exists() and not local.is_dir():
+            raise ConfigError(f"--output {output} is a file, not a folder; give the path of a new folder.")
         if local.exists() and not overwrite:
             raise ConfigError(f"--output {output} exists; pass --overwrite true to replace an earlier prepare, or "
                               f"choose a new folder.")  # fmt: skip
@@ -104,13 +111,36 @@ def prepare(
             check_replaceable(local, MANIFEST, "--output", "vitlit prepare")
         output = str(local.absolute())
         Path(output).parent.mkdir(parents=True, exist_ok=True)
-        with staged_folder(Path(output)) as staged:  # whole or not at all: a kill leaves the earlier data set intact
+        # Whole or not at all: a kill leaves the earlier data set intact, and SIGTERM the staged copy removed.
+        with sigterm_stops(), staged_folder(Path(output)) as staged:
             meta = _write(data, str(staged), format, chunk_bytes, num_workers, False)
             write_manifest(staged, MANIFEST)
     for name, count in meta["splits"].items():
         say(f"vitlit: wrote {name}: {count:,} images to {output}/{name}")
     say(f"vitlit: train from it with --data vitlit.data.streaming.StreamingDataModule --data.input_dir {output}")
     return json.loads(json.dumps(meta))
+
+
+@contextlib.contextmanager
+def sigterm_stops() -> Iterator[None]:
+    """SIGTERM (a job's time limit, ``kill``) ends the write as Ctrl-C does: the staged copy removed, status 143."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread (a notebook's worker): the default stays
+        yield
+        return
+    try:
+        yield
+    except SystemExit as stopped:
+        if stopped.code == 128 + signal.SIGTERM:
+            say("vitlit: prepare stopped by SIGTERM; nothing was kept", error=True)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _write(
@@ -132,7 +162,12 @@ def _write(
         files = data.files_of(split.dataset)
         item = Item(split, data.targets(split), None if files is None else [files[i] for i in split.indices],
                     Decode(data.in_chans, size, data.interpolation) if format == "raw" else None)  # fmt: skip
-        optimize(fn=item, inputs=list(range(len(split))), output_dir=f"{output}/{name}", chunk_bytes=chunk_bytes,
+        # Training items in a seeded random order: LitData shuffles the order of the chunks and of the items within
+        # each, never across them, so a class-ordered folder written in order streamed batches of 2-3 classes.
+        order = list(range(len(split)))
+        if name == "train":
+            order = torch.randperm(len(split), generator=torch.Generator().manual_seed(data.seed)).tolist()
+        optimize(fn=item, inputs=order, output_dir=f"{output}/{name}", chunk_bytes=chunk_bytes,
                  num_workers=int(num_workers), mode="overwrite" if overwrite else None, keep_data_ordered=True,
                  verbose=False)  # fmt: skip
         counts[name] = len(split)

@@ -15,6 +15,7 @@ source (`vitlit.data.augment`, on the training device).
 from __future__ import annotations
 
 import functools
+import importlib
 import io
 import json
 import multiprocessing
@@ -30,9 +31,9 @@ import torch
 from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.images import PIL_MODES, image_problem, inside, open_image
 from vitlit.data.sources import Decode
-from vitlit.errors import ConfigError
+from vitlit.errors import CheckFailed, ConfigError
 from vitlit.owned import digest
-from vitlit.text import shown
+from vitlit.text import quoted, shown
 
 #: vitlit's description of a prepared data set, itself a one-item LitData set beside the splits, so that it is
 #: written and read by the storage code that moves the chunks (any folder or bucket LitData reaches).
@@ -51,6 +52,83 @@ def litdata() -> Any:
     return litdata
 
 
+#: The item formats vitlit reads from chunks (``prepare`` writes ``str``, ``int``, ``bytes`` and ``numpy``): data that
+#: LitData turns into values by their bytes alone. Every other format of LitData's is refused before a byte of it is
+#: decoded: ``pickle`` (and ``graph``, ``pil``-in-pickle sub-formats) would run code from the chunk when read.
+SAFE_FORMATS = ("str", "int", "bytes", "numpy", "no_header_numpy", "tensor", "no_header_tensor")
+
+
+class RefusedFormat:
+    """A LitData serializer for a format vitlit never reads: LitData meets it only on a chunk vitlit did not write.
+
+    `stream` checks each index before LitData reads a chunk; this is the second lock on the same door, for a path
+    through LitData's reader that the index check did not foresee: it refuses before the item's bytes are decoded.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def _refuse(self, *_: Any) -> Any:
+        raise ConfigError(f"a chunk declares the item format {self.name!r}, which vitlit never reads (it can run "
+                          f"code); prepare the data set again with vitlit prepare.")  # fmt: skip
+
+    setup = deserialize = serialize = _refuse
+
+    def can_serialize(self, item: Any) -> bool:
+        return False
+
+
+def stream(where: str, **kwargs: Any) -> Any:
+    """LitData's ``StreamingDataset`` of ``where``, admitted by its index before a chunk is read: vitlit's one reader.
+
+    Every folder vitlit reads from a prepared data set (the description and each split) comes through here, local or
+    remote: LitData fetches ``index.json`` (nothing else) as the dataset is made, and `check_index` refuses an item
+    format that can carry code and a chunk named outside its folder before LitData reads a chunk. The serializers
+    given to LitData refuse those formats once more (`RefusedFormat`).
+    """
+    names = getattr(importlib.import_module("litdata.streaming.serializers"), "_SERIALIZERS", {})
+    refused = {name: RefusedFormat(name) for name in names if name not in SAFE_FORMATS}
+    dataset = litdata().StreamingDataset(where, serializers=refused, **kwargs)
+    check_index(Path(dataset.input_dir.path) / "index.json", where, local="://" not in where)
+    return dataset
+
+
+def check_index(index: Path, where: str, local: bool) -> None:
+    """Refuse a LitData index whose items may carry code or whose chunks lie outside its folder, in one line.
+
+    Args:
+        index: The ``index.json`` as LitData read it (the folder's own, or its copy in the cache of a remote one).
+        where: The folder or URL, to name.
+        local: Whether the chunks lie beside ``index``: then each must hold the bytes its index says (a copy cut
+            short is said before training, not as a decoding error mid-epoch).
+    """
+    try:
+        described = json.loads(index.read_text(encoding="utf-8"))
+        formats, chunks = described["config"]["data_format"], described["chunks"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError(f"{shown(where)}/index.json cannot be read ({type(err).__name__}); prepare the data set "
+                          f"again with vitlit prepare.") from None  # fmt: skip
+    unsafe = next((f for f in formats if not isinstance(f, str) or f.split(":")[0] not in SAFE_FORMATS
+                   or not all(part.isdigit() for part in f.split(":")[1:])), None)  # fmt: skip
+    if unsafe is not None:
+        raise ConfigError(f"{shown(where)}/index.json declares the item format {shown(unsafe)!r}; vitlit reads only "
+                          f"{', '.join(SAFE_FORMATS)} (never pickled items, which can run code): prepare the data "
+                          f"set again with vitlit prepare.")  # fmt: skip
+    for chunk in chunks:
+        name = chunk.get("filename") if isinstance(chunk, dict) else None
+        if not isinstance(name, str) or Path(name).name != name or name.startswith(".") or "\\" in name:
+            raise ConfigError(f"{shown(where)}/index.json names the chunk {shown(name)!r}, which is no file of its "
+                              f"folder; prepare the data set again.")  # fmt: skip
+        path = index.parent / name
+        if local and (path.is_symlink() or (inside(index.parent, name) is None and path.exists())):
+            raise ConfigError(f"{shown(where)}/index.json names the chunk {shown(name)!r}, a link or no file inside "
+                              f"its folder; prepare the data set again.")  # fmt: skip
+        size = path.stat().st_size if local and path.is_file() else None
+        if local and size != chunk.get("chunk_bytes"):
+            found = "missing" if size is None else f"{size:,} bytes, not the {chunk.get('chunk_bytes')} of its index"
+            raise ConfigError(f"{path} is {found}: the copy is incomplete; copy or prepare the data set again.")
+
+
 def read_meta(input_dir: str) -> dict[str, Any]:
     """What ``vitlit prepare`` recorded: class names, channels, format, stored size, statistics, split sizes."""
     local = Path(input_dir).expanduser()
@@ -58,12 +136,12 @@ def read_meta(input_dir: str) -> dict[str, Any]:
         raise ConfigError(f"--data.input_dir {input_dir} holds no data set written by vitlit prepare (no "
                           f"{META}/index.json); write one with vitlit prepare --output {input_dir}.")  # fmt: skip
     try:
-        meta = json.loads(litdata().StreamingDataset(f"{input_dir.rstrip('/')}/{META}")[0]["json"])
+        meta = json.loads(stream(f"{input_dir.rstrip('/')}/{META}")[0]["json"])
     except ConfigError:
         raise
     except Exception as err:  # an unreachable bucket, missing credentials, a damaged index
         raise ConfigError(f"--data.input_dir {input_dir}: vitlit's description of the data set cannot be read "
-                          f"({type(err).__name__}: {' '.join(str(err).split())[:200]}).") from None  # fmt: skip
+                          f"({quoted(err)}).") from None  # fmt: skip
     needed = {
         "class_names": list,
         "in_chans": int,
@@ -87,24 +165,6 @@ def read_meta(input_dir: str) -> dict[str, Any]:
         raise ConfigError(f"--data.input_dir {input_dir}: the {changed} split is not the one vitlit's description "
                           f"was written with (its index.json differs); prepare the data set again.")  # fmt: skip
     return meta
-
-
-def check_chunks(split_dir: Path) -> None:
-    """A local split whose chunk files are shorter than its index says (an interrupted copy) is one line."""
-    try:
-        index = json.loads((split_dir / "index.json").read_text())
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"{split_dir}/index.json cannot be read ({err}); write the split again with vitlit "
-                          f"prepare.") from None  # fmt: skip
-    for chunk in index.get("chunks", []):
-        path = split_dir / str(chunk.get("filename"))
-        if inside(split_dir, chunk.get("filename")) is None and path.exists():  # a ../ or a link out of the split
-            raise ConfigError(f"{split_dir}/index.json names the chunk {shown(chunk.get('filename'))!r}, which is no "
-                              f"file inside {split_dir}; prepare the data set again.")  # fmt: skip
-        size = path.stat().st_size if path.is_file() else None
-        if size != chunk["chunk_bytes"]:
-            found = "missing" if size is None else f"{size:,} bytes, not the {chunk['chunk_bytes']:,} of its index"
-            raise ConfigError(f"{path} is {found}: the copy is incomplete; copy or prepare the data set again.")
 
 
 class Sample:
@@ -194,12 +254,10 @@ class StreamingDataModule(ImageClassificationDataModule):
         if split not in self.meta["splits"]:
             raise ConfigError(f"{self.input_dir} has no {split} split; vitlit prepare writes one where the data "
                               f"module has it.")  # fmt: skip
-        if "://" not in self.input_dir:
-            check_chunks(Path(self.input_dir).expanduser() / split)
         raw, where = self.meta["format"] == "raw", f"{self.input_dir}/{split}"
         decode = None if raw else Decode(self.in_chans, self.stored_size(train), self.interpolation)  # as in memory
         seed = int(os.environ.get("PL_GLOBAL_SEED", self.seed))  # the run's seed, as every source's order
-        return litdata().StreamingDataset(
+        return stream(
             where, cache_dir=self.cache_dir, max_cache_size=self.max_cache_size, shuffle=train, drop_last=train,
             seed=seed, transform=Sample(decode, where, len(self.meta["class_names"])),
         )  # fmt: skip
@@ -293,10 +351,15 @@ def optimize(**kwargs: Any) -> None:
     Ctrl-C stops this process as anywhere else: status 130, the staged output removed. Elsewhere (spawned workers) the
     handler is put back afterwards, so that a later fit in the same process (a notebook) stops at a step on Ctrl-C.
     """
+    where = shown(kwargs.get("output_dir"))
     if sys.platform != "linux":
         handler = signal.getsignal(signal.SIGINT)
         try:
             litdata().optimize(**kwargs)
+        except ConfigError:
+            raise
+        except Exception as err:
+            raise ConfigError(_could_not_write(where, quoted(err))) from None
         finally:
             signal.signal(signal.SIGINT, handler)
         return
@@ -306,9 +369,9 @@ def optimize(**kwargs: Any) -> None:
     writer.start()
     told.close()
     try:
-        error = outcome.recv()
+        said = outcome.recv()
     except EOFError:  # ended without a word: killed, or LitData's Ctrl-C handler with it
-        error = RuntimeError(f"LitData's writer of {kwargs.get('output_dir')} ended without finishing it")
+        said = None
     except BaseException:  # Ctrl-C here: LitData's handler stops its workers before that process ends
         os.kill(writer.pid, signal.SIGINT)
         raise
@@ -316,21 +379,38 @@ def optimize(**kwargs: Any) -> None:
         writer.join(10)
         if writer.is_alive():
             writer.kill()
-    if error is not None:
-        raise error
+    if said is None:
+        code = writer.exitcode or 0
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"ended with status {code}"
+        raise CheckFailed(f"LitData's writer of {where} {how} before it finished (SIGKILL: often the out-of-memory "
+                          f"killer); nothing was kept: run it again, with fewer --num_workers if memory is "
+                          f"short.")  # fmt: skip
+    kind, text = said
+    if kind == "config":
+        raise ConfigError(text)
+    if kind == "error":  # LitData's or its storage client's: the text `quoted` made, credentials masked
+        raise ConfigError(_could_not_write(where, text))
+
+
+def _could_not_write(where: str, words: str) -> str:
+    return (f"LitData could not write {where} ({words}); check --output (a new folder, or a bucket URL whose "
+            f"credentials are in the environment) and run it again.")  # fmt: skip
 
 
 def _optimize_and_tell(told: Any, kwargs: dict[str, Any]) -> None:
-    """`optimize`'s forked process: run LitData's ``optimize`` and send back ``None`` or the error it raised."""
+    """`optimize`'s forked process: run LitData's ``optimize`` and send back what became of it, as text.
+
+    Sent: ``("done", "")``, ``("config", line)`` for a `ConfigError`, or ``("error", words)`` for another error (a
+    storage client's may quote a URL: `vitlit.text.quoted` masks its credentials before it leaves this process).
+    """
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C before LitData's handler is in place: just end
     try:
         litdata().optimize(**kwargs, start_method="fork")
-        told.send(None)
-    except Exception as err:  # the error itself where it pickles (a ConfigError), else its text
-        try:
-            told.send(err)
-        except Exception:
-            told.send(RuntimeError(f"{type(err).__name__}: {err}"))
+        told.send(("done", ""))
+    except ConfigError as err:
+        told.send(("config", str(err)))
+    except Exception as err:
+        told.send(("error", quoted(err)))
 
 
 def write_meta(output: str, meta: dict[str, Any]) -> None:

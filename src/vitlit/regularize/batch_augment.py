@@ -59,6 +59,19 @@ def random_erasing(images: torch.Tensor, probability: float) -> torch.Tensor:
     return torch.where(mask, torch.randn_like(images), images)
 
 
+def random_turns(images: torch.Tensor) -> torch.Tensor:
+    """Turn each image of a square (B, C, S, S) batch by 0, 90, 180 or 270 degrees and mirror half top to bottom.
+
+    Four gathers of the batch, not one call per image: the images sharing a turn are turned together.
+    """
+    turn = torch.randint(0, 4, (len(images),), device=images.device)
+    mirror = torch.rand(len(images), device=images.device) < 0.5
+    out = torch.where(mirror[:, None, None, None], images.flip(2), images)
+    for k in (1, 2, 3):
+        out = torch.where((turn == k)[:, None, None, None], out.rot90(k, dims=(2, 3)), out)
+    return out
+
+
 class BatchAugment:
     """Random erasing (with a linear probability schedule), then Mixup/CutMix, on each training batch on the device.
 
@@ -76,6 +89,9 @@ class BatchAugment:
         cutmix_alpha: CutMix's Beta(alpha, alpha) parameter (1.0 in DeiT's recipe); 0 disables CutMix.
         mixup_prob: Probability that a batch is mixed at all (Mixup or CutMix).
         mixup_switch_prob: With both enabled, probability that a mixed batch uses CutMix rather than Mixup.
+        turns: Turn each image by a random multiple of 90 degrees and mirror half of them top to bottom: with
+            ``--data.hflip`` the eight symmetries of a square, for images without an up (drawn shapes, aerial and
+            microscope images). Square images only (``img_size``).
     """
 
     def __init__(
@@ -86,6 +102,7 @@ class BatchAugment:
         cutmix_alpha: NonNegativeFloat = 0.0,
         mixup_prob: Probability = 1.0,
         mixup_switch_prob: Probability = 0.5,
+        turns: bool = False,
     ) -> None:
         self.random_erasing = float(random_erasing)
         self.random_erasing_end = self.random_erasing if random_erasing_end is None else float(random_erasing_end)
@@ -93,6 +110,7 @@ class BatchAugment:
         self.cutmix_alpha = float(cutmix_alpha)
         self.mixup_prob = float(mixup_prob)
         self.mixup_switch_prob = float(mixup_switch_prob)
+        self.turns = turns
         self._mixup: dict[int, Mixup] = {}  # by class count; built on first use
 
     @property
@@ -135,6 +153,8 @@ class BatchAugment:
         Returns:
             The augmented images and the targets: class indices, or (batch, num_classes) probabilities if mixed.
         """
+        if self.turns:
+            images = random_turns(images)
         probability = self.erasing_probability(progress)
         if probability > 0:
             images = random_erasing(images, probability)

@@ -10,6 +10,9 @@ the new number of steps, says all of it in one line and saves the batch and rate
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -24,6 +27,31 @@ from vitlit.runs.private import cap_batch_search, set_batch_size
 from vitlit.schedule import total_steps
 from vitlit.text import say
 from vitlit.types import PositiveFloat, PositiveInt
+
+#: Where Lightning says what each trial of its search did: sizes tried, each trial's "fit stopped", its checkpoint.
+_TRIAL_LOGGERS = ("lightning.pytorch.tuner.batch_size_scaling", "lightning.pytorch.utilities.rank_zero",
+                  "lightning.pytorch.trainer.connectors.checkpoint_connector")  # fmt: skip
+
+
+@contextlib.contextmanager
+def _trials_unsaid() -> Iterator[None]:
+    """Leave Lightning's notes on each trial out of the log; the search's one closing line says what came of it.
+
+    Its notes read as the run's own: a "`Trainer.fit` stopped" per trial, a batch size the search then halves.
+    Warnings and vitlit's lines stay.
+    """
+
+    def note(record: logging.LogRecord) -> bool:
+        return record.levelno > logging.INFO or record.getMessage().startswith("vitlit:")
+
+    loggers = [logging.getLogger(name) for name in _TRIAL_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(note)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(note)
 
 
 class BatchSizeSearch(BatchSizeFinder):
@@ -71,11 +99,14 @@ class BatchSizeSearch(BatchSizeFinder):
         before, images = int(data.batch_size), len(data.train_set)
         largest = min(self.max_val, images // self.min_steps)  # an epoch keeps min_steps steps
         if self.init_val > largest:
+            fix = ("a smaller --trainer.callbacks.init_val" if largest >= 1 else
+                   f"a smaller --trainer.callbacks.min_steps (at most {images:,}), more images")  # fmt: skip
             raise ConfigError(f"BatchSizeSearch init_val={self.init_val} leaves the {images:,} training images fewer "
-                              f"than min_steps={self.min_steps} steps an epoch; give a smaller "
-                              f"--trainer.callbacks.init_val or drop the search.")  # fmt: skip
+                              f"than min_steps={self.min_steps} steps an epoch; give {fix}, or drop the "
+                              f"search.")  # fmt: skip
         cap_batch_search(self, largest + 1)  # Lightning tries sizes below max_val: the largest is one to try
-        super().scale_batch_size(trainer, pl_module)
+        with _trials_unsaid():
+            super().scale_batch_size(trainer, pl_module)
         chosen = int(data.batch_size)
         while chosen > largest:  # the doubled size Lightning stopped at without trying it: back to the last that ran
             chosen //= 2

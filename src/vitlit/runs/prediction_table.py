@@ -48,8 +48,18 @@ def write_predictions(
     data = trainer.datamodule
     files = data.predict_files() if isinstance(data, ImageClassificationDataModule) else None
     sources = files if files is not None and len(files) == len(probs) else [""] * len(probs)
-    write_table(path, probs, _class_names(trainer, pl_module, probs.shape[1]), sources, top_k, probabilities)
+    labels = _true_labels(data)
+    labels = labels if labels is not None and len(labels) == len(probs) else None
+    write_table(path, probs, _class_names(trainer, pl_module, probs.shape[1]), sources, top_k, probabilities, labels)
     rank_zero_info(f"vitlit: wrote {len(probs)} predictions to {path}")
+
+
+def _true_labels(data: object) -> list[int] | None:
+    """Each predicted image's class index where the data knows it (the test split), else ``None`` (a predict_dir)."""
+    split = getattr(data, "predict_set", None)
+    if not isinstance(data, ImageClassificationDataModule) or not hasattr(split, "indices"):  # a stream: no targets
+        return None
+    return None if data.is_predict_folder(split.dataset) else data.targets(split)
 
 
 def _class_names(trainer: Trainer, pl_module: LightningModule, n: int) -> list[str]:
@@ -61,8 +71,9 @@ def _class_names(trainer: Trainer, pl_module: LightningModule, n: int) -> list[s
 
 
 def write_table(
-    path: Path, probs: torch.Tensor, classes: Sequence[str], sources: Sequence[str], top_k: int, probabilities: bool
-) -> None:
+    path: Path, probs: torch.Tensor, classes: Sequence[str], sources: Sequence[str], top_k: int, probabilities: bool,
+    labels: Sequence[int] | None = None,
+) -> None:  # fmt: skip
     """Write one row per image of ``probs`` (N, classes) to ``path``: its source, top classes and probabilities.
 
     Args:
@@ -72,11 +83,13 @@ def write_table(
         sources: The file of each image ("" where unknown).
         top_k: How many of the most probable classes each row names.
         probabilities: Also one ``p_<class>`` column per class.
+        labels: Each image's true class index where known (the test split): then ``label`` and ``correct`` columns
+            follow ``source``, so the errors are one filter away.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     k = min(top_k, probs.shape[1])
     top_p, top_i = probs.topk(k, dim=1)
-    header = ["index", "source", "predicted", "confidence"]
+    header = ["index", "source", *(["label", "correct"] if labels is not None else []), "predicted", "confidence"]
     header += [name for j in range(2, k + 1) for name in (f"top{j}", f"p_top{j}")]
     if probabilities:
         header += [f"p_{c}" for c in classes]
@@ -89,6 +102,8 @@ def write_table(
         names = [cell(name) for name in classes]
         for i in range(len(probs)):
             row: list[object] = [i, cell(sources[i], path=True)]
+            if labels is not None:
+                row += [names[labels[i]], str(int(top_i[i, 0]) == labels[i]).lower()]
             for j in range(k):
                 row += [names[top_i[i, j]], f"{top_p[i, j]:.6f}"]
             if probabilities:

@@ -18,7 +18,8 @@ class PredictionWriter(Callback):
 
     Columns: ``index`` (position in what was predicted: ``--data.predict_dir``'s images or the test split),
     ``source`` (the image file, where the data module knows it:
-    `vitlit.data.ImageClassificationDataModule.files_of`), ``predicted`` (class name), ``confidence`` (its
+    `vitlit.data.ImageClassificationDataModule.files_of`), for the test split ``label`` (the true class) and
+    ``correct`` (``true``/``false``), ``predicted`` (class name), ``confidence`` (its
     probability), then ``top2``, ``p_top2``, ... up to ``top_k``, then one ``p_<class>`` column per class. Class
     names are those the model was trained with (kept in its checkpoint). The file goes into the log folder of this
     ``predict`` (for a run's checkpoint, ``<run>/predict/version_K``), so earlier predictions are never overwritten.

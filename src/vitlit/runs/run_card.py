@@ -32,7 +32,7 @@ from vitlit.atomic import write_atomically
 from vitlit.run_dir import saved_config
 from vitlit.schedule import planned_steps, schedule_of
 from vitlit.streams import tell
-from vitlit.text import markdown
+from vitlit.text import markdown, redacted
 
 CARD = "run_card.json"
 
@@ -66,7 +66,7 @@ def read_card(run_dir: Path) -> dict[str, Any]:
 
 def write_card(run_dir: Path, card: dict[str, Any]) -> None:
     """Write ``run_card.json`` and a Markdown table of the same fields, ``run_card.md``."""
-    write_atomically(run_dir / CARD, json.dumps(card, indent=2, default=str) + "\n")
+    write_atomically(run_dir / CARD, redacted(json.dumps(card, indent=2, default=str)) + "\n")
     rows = "\n".join(f"| {key} | {'—' if value is None else markdown(value)} |" for key, value in card.items())
     title = markdown(card.get("run_dir"))
     write_atomically(run_dir / "run_card.md", f"# Run card: {title}\n\n| | |\n| --- | --- |\n{rows}\n")
@@ -111,7 +111,7 @@ class RunCard(Callback):
         config = saved_config(trainer, self.run_dir)
         if config.is_file():  # the saved config says what its options left to the run, as comments (YAML reads on)
             with config.open("a", encoding="utf-8") as f:
-                f.writelines(f"# resolved {k}: {json.dumps(v)}\n" for k, v in self.card["resolved"].items())
+                f.writelines(f"# resolved {k}: {redacted(json.dumps(v))}\n" for k, v in self.card["resolved"].items())
         if self.card["effective_batch"] != batch:  # the learning rate depends on it
             parts = f"{batch} per device x {trainer.accumulate_grad_batches} accumulated x {trainer.world_size} procs"
             rank_zero_info(f"vitlit: effective batch {self.card['effective_batch']} ({parts})")
@@ -217,9 +217,14 @@ def _near_chance(card: dict[str, Any], trainer: Trainer) -> str | None:
     n = len(getattr(trainer.val_dataloaders, "dataset", None) or ())
     if not k or best is None or not n or best >= 1 / k + 3 * ((1 / k) * (1 - 1 / k) / n) ** 0.5:
         return None
+    epochs = card.get("epochs_done") or 0
+    helps = ["a pretrained start (configs/own_images.yaml; offline, its --model.pretrained_file)", "more images",
+             "more epochs"]  # fmt: skip
+    if epochs < 20:  # a short run first needs a longer one: nothing learns much in a few epochs
+        helps = [f"more epochs (this run trained {epochs}; configs/own_images_scratch.yaml trains 100)", *helps[:2]]
     return (f"the best val/acc, {best:.2f} on {n} images, is within noise of guessing one of {k} classes "
-            f"({1 / k:.2f}): the model learned little. What helps: a pretrained start (configs/own_images.yaml), "
-            f"more images, more epochs (docs/your-data.md: \"When a run learns nothing\")")  # fmt: skip
+            f"({1 / k:.2f}): the model learned little. What helps: {', '.join(helps)} (docs/your-data.md: \"When a "
+            f"run learns nothing\")")  # fmt: skip
 
 
 def _seed() -> int | None:

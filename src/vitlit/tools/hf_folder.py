@@ -20,6 +20,7 @@ import timm
 import torch
 from timm.models import save_for_hf  # timm's own writer of hub folders (push_to_hf_hub's too)
 
+from vitlit.atomic import umask
 from vitlit.config import check_writable_folder
 from vitlit.data.images import PIL_MODES
 from vitlit.errors import CheckFailed, ConfigError
@@ -92,6 +93,8 @@ def write_timm_folder(
         (staged / "config.json").write_text(json.dumps(config, indent=4) + "\n", encoding="utf-8")
         text = model_card(card, run_of_checkpoint(Path(ckpt_path)), license, output.name, Path(ckpt_path).name)
         (staged / "README.md").write_text(text, encoding="utf-8")  # `markdown` wrote undecodable bytes as escapes
+        for file in staged.iterdir():  # safetensors writes its file for its owner alone (0600): as every other file
+            os.chmod(file, 0o666 & ~umask())
         write_manifest(staged, MARKER)  # what --overwrite may replace later: these files, as they are now
         loaded = timm.create_model(f"local-dir:{staged}", pretrained=True).eval()
         with torch.no_grad():
@@ -200,8 +203,9 @@ def _data(run: Path | None) -> str:
         return "- (the run's config.yaml was not found beside the checkpoint)"
     source = options.get("dataset") or options.get("path") or options.get("root") or options.get("input_dir")
     lines = [f"- data module: {markdown(module)}"]
-    if source:  # a folder by its name only: the card may be published, the local path is nobody's business
-        lines.append(f"- data: {markdown(Path(str(source)).name if '/' in str(source) else source)}")
+    if source:  # a folder by its name only (the local path is nobody's business), a URL without its credentials
+        source = str(source) if "://" in str(source) else Path(str(source)).name
+        lines.append(f"- data: {markdown(source)}")
     held = (("val_size", "held out for validation"), ("test_size", "held out for test"), ("seed", "split seed"))
     for key, label in held:
         if options.get(key) is not None:
