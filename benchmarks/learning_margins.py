@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 torch.set_num_threads(int(sys.argv[1]))
 from vitlit.cli import main
-from vitlit.runs.logs import read_scalars
+from vitlit.runs.curves import read_scalars
 metric, args = sys.argv[2], sys.argv[3:]
 fit = main(["fit", *args])
 curve = [v for _, v in read_scalars(fit.trainer.log_dir)["val/acc"]]

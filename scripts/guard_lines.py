@@ -1,10 +1,11 @@
 """Count the core's guard lines: code that refuses input rather than doing the run's work (issue 54's measure).
 
-A guard line is a code line (as `scripts/code_size.py` counts them: no blanks, comments or docstrings) inside an
-``if`` block that ends in ``raise`` (and has no ``else``), an ``except`` handler that raises, or a function named
-``check*``/``refuse*``. The core is ``src/vitlit`` without its opt-in parts (regularize/, runs/, tools/, transfer/).
-An AST count, so it is the same on any machine; a guard written another way (an ``assert``, a helper that raises)
-is not counted.
+A guard line is a code line (as `scripts/code_size.py` counts them: no blanks, comments or docstrings) of a construct
+that refuses, whatever its function is called: an ``if`` block that ends in ``raise`` (without an ``else``), an
+``assert``, a ``raise`` statement, an ``except`` handler that raises, and a ``return`` of an exception built for the
+caller to raise (``return ConfigError(...)``, as `vitlit.messages` builds its one lines). A check's other lines (the
+model a check builds, the numbers it compares) are the run's work and are not counted. The core is ``src/vitlit``
+without its opt-in parts (regularize/, runs/, tools/, transfer/). An AST count, so it is the same on any machine.
 
     python scripts/guard_lines.py                 # this checkout: the core's total, then the main path's files
     python scripts/guard_lines.py <other checkout> # e.g. a git worktree of an older commit, to compare
@@ -36,6 +37,13 @@ def _code_line_numbers(source: str, tree: ast.Module) -> set[int]:
     return {i for i, line in lines if line.strip() and not line.strip().startswith("#") and i not in docstrings}
 
 
+def _returns_an_error(node: ast.AST) -> bool:
+    """Whether ``node`` is ``return SomeError(...)``: an exception built for the caller to raise."""
+    value = getattr(node, "value", None) if isinstance(node, ast.Return) else None
+    name = getattr(getattr(value, "func", None), "id", "") if isinstance(value, ast.Call) else ""
+    return name.endswith(("Error", "Exception", "Failed", "Halted"))
+
+
 def guard_lines(path: Path) -> tuple[int, int]:
     """``(guard lines, code lines)`` of one module."""
     source = path.read_text(encoding="utf-8")
@@ -44,8 +52,7 @@ def guard_lines(path: Path) -> tuple[int, int]:
     for node in ast.walk(tree):
         refuses = isinstance(node, ast.If) and not node.orelse and isinstance(node.body[-1], ast.Raise)
         handler = isinstance(node, ast.ExceptHandler) and any(isinstance(n, ast.Raise) for n in ast.walk(node))
-        named = isinstance(node, ast.FunctionDef) and node.name.lstrip("_").startswith(("check", "refuse"))
-        if refuses or handler or named:
+        if refuses or handler or isinstance(node, (ast.Raise, ast.Assert)) or _returns_an_error(node):
             guards.update(range(node.lineno, node.end_lineno + 1))
     code = _code_line_numbers(source, tree)
     assert len(code) == code_lines(path)  # the same rule as code_size.py

@@ -14,7 +14,7 @@ import yaml
 from helpers.cli import ALL_CONFIGS, CPU, DIGITS_CONFIG, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli
 
 from vitlit.config import DEFAULTS
-from vitlit.runs.logs import read_scalars
+from vitlit.runs.curves import read_scalars
 
 
 def _metrics(cli, *names: str) -> dict[str, float]:

@@ -27,8 +27,8 @@ from vitlit.data import ImageFolderDataModule
 from vitlit.data.base import ImageClassificationDataModule
 from vitlit.errors import ConfigError
 from vitlit.model import ViTClassifier
+from vitlit.runs.curves import read_scalars
 from vitlit.runs.ddp import interleave
-from vitlit.runs.logs import read_scalars
 
 DDP_CONFIG = ROOT / "configs" / "scale" / "ddp.yaml"
 #: The digits recipe in 2 CPU processes; patch 16 (4 tokens) keeps each run to seconds.

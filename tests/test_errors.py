@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli, tiny_cifar_fit, tree_digest
+from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, carries, cifar_args, run_cli, tiny_cifar_fit, tree_digest
 from PIL import Image
 from torchvision.datasets import CIFAR10
 
@@ -557,9 +557,8 @@ def test_a_checkpoint_this_user_may_not_read_is_not_blamed_on_its_bytes(tmp_path
     monkeypatch.setattr(Path, "open", refuse)
     with pytest.raises(config.ConfigError) as err:
         read_checkpoint(ckpt)
-    assert str(err.value) == (
-        f"checkpoint {ckpt} cannot be read (Permission denied); check its permissions, or give a file."
-    )
+    carries(str(err.value), ckpt, "Permission denied", "permissions")  # not its bytes: not "truncated"
+    assert "truncated" not in str(err.value)
 
 
 def test_a_nul_byte_in_a_table_s_file_name_is_named_with_its_table_and_line(
@@ -573,7 +572,7 @@ def test_a_nul_byte_in_a_table_s_file_name_is_named_with_its_table_and_line(
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert exit_info.value.code == 2
     table = root / "labels.csv"
-    assert err == f"vitlit: error: {table} line 2: 'train/cat/a.png\\x00.png' is not a file inside {root}."
+    carries(err, "vitlit: error:", table, "line 2", "train/cat/a.png\\x00.png", root)
 
 
 def test_pretrained_weights_without_the_hub_are_one_line(

@@ -10,7 +10,8 @@ from helpers.probes import HostReads
 from lightning.pytorch.callbacks import RichProgressBar
 
 from vitlit.runs import progress
-from vitlit.runs.progress import EpochLines, ProgressBar
+from vitlit.runs.bar import ProgressBar
+from vitlit.runs.progress import EpochLines
 
 
 @pytest.fixture(autouse=True)

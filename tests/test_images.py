@@ -16,7 +16,7 @@ from PIL import Image
 
 from vitlit import ImageFolderDataModule
 from vitlit.data.images import image_problem, open_image
-from vitlit.runs.logs import read_scalars
+from vitlit.runs.curves import read_scalars
 
 
 def _folder(root: Path, per_class: int = 12, classes: tuple[str, ...] = ("a", "b"), splits=("train",)) -> Path:

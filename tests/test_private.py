@@ -1,23 +1,17 @@
-"""The private names of Lightning and PyTorch that vitlit uses (all in `vitlit.private` and `vitlit.runs.private`)
-still exist and work."""
+"""The private names of Lightning, PyTorch and LitData that vitlit uses (in `vitlit.private`, `vitlit.runs.private`
+and, for the optimizer step, `vitlit.step`) still exist and work."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from vitlit.private import unscales_internally
-from vitlit.runs.private import (
-    cap_batch_search,
-    clear_skip_flags,
-    is_local_path,
-    kill_started_processes,
-    set_checkpoint_interval,
-    skip_next_step_if,
-    state_key,
-)
+from vitlit.private import is_local_path, litdata_formats, state_key
+from vitlit.runs.private import cap_batch_search, kill_started_processes, set_checkpoint_interval
+from vitlit.step import clear_skip_flags, skip_step_if, unscales_internally
 
 
 def test_checkpoint_interval_can_be_changed_after_construction() -> None:
@@ -56,7 +50,7 @@ def test_a_fused_optimizer_skips_a_flagged_step_on_the_device() -> None:
     for skip, expect_change in ((True, False), (False, True)):
         before = param.detach().clone()
         param.grad = torch.ones(3)
-        skip_next_step_if(optimizer, torch.tensor(skip))
+        skip_step_if(optimizer, torch.tensor(skip))
         optimizer.step()
         clear_skip_flags(optimizer)
         assert "found_inf" not in vars(optimizer) and "grad_scale" not in vars(optimizer)
@@ -86,7 +80,7 @@ def test_no_other_module_touches_a_private_name_of_a_library() -> None:
     private = re.compile(r"\b[A-Za-z]\w*\._[A-Za-z]\w*|\bimport _[A-Za-z]\w*|import \(?[^)\n]*\b_[a-z]\w*")
     found = []
     for path in Path(vitlit.__file__).parent.rglob("*.py"):
-        if path.name == "private.py":
+        if path.name in ("private.py", "step.py"):
             continue
         for number, line in enumerate(path.read_text().splitlines(), 1):
             code = line.split("#")[0]
@@ -94,3 +88,9 @@ def test_no_other_module_touches_a_private_name_of_a_library() -> None:
                 if not own.match(match.group(0)) and not code.strip().startswith(('"', "'")):
                     found.append(f"{path.name}:{number}: {match.group(0)}")
     assert not found, found
+
+
+def test_litdatas_formats_are_listed_and_pickle_is_one_of_them() -> None:
+    pytest.importorskip("litdata")
+    formats = litdata_formats()
+    assert {"pickle", "str", "int", "bytes", "numpy"} <= set(formats), "LitData renamed its _SERIALIZERS registry"

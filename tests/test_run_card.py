@@ -47,12 +47,13 @@ def test_a_fit_writes_its_card_and_a_test_of_its_checkpoint_completes_it(digits_
         assert card["git_commit"] == head.stdout.strip() and isinstance(card["git_dirty"], bool)
     assert card["test_acc"] is None
     # Issue 53, 3: what the options left to the run, as it took it: the source (digits fit in memory), the sizes,
-    # the statistics and evaluation geometry in use, the planned length and the warmup it resolved to, the seed.
+    # the statistics and evaluation geometry in use (ImageNet's: an image folder has none of its own), the planned
+    # length and the warmup it resolved to. The seed is the card's own field (above).
     data = fit.datamodule
     assert card["resolved"] == {
         "source": "memory", "source_option": "auto", "workers": 0, "stored_size": {"train": 32, "eval": 32},
-        "mean": data.mean, "std": data.std, "statistics": "the data's own", "crop_pct": 1.0,
-        "interpolation": "bilinear", "planned_steps": 8, "warmup_steps": 0, "seed": 42,  # the tests' runs: no warmup
+        "mean": data.mean, "std": data.std, "statistics": "ImageNet's", "crop_pct": 1.0,
+        "interpolation": "bilinear", "planned_steps": 8, "warmup_steps": 0,  # the tests' runs: no warmup
     }  # fmt: skip
     assert '# resolved source: "memory"' in (run / "config.yaml").read_text()  # the saved config says it too
     markdown = (run / "run_card.md").read_text()

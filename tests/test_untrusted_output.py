@@ -1,7 +1,7 @@
 """Hostile round 6, class 2: every line vitlit prints and every CSV cell it writes leaves through one function.
 
 Escapes shown (`vitlit.text.clean`), credentials redacted wherever they stand (a library's quoted message too),
-spreadsheet formulas neutralised (`vitlit.text.cell`); for fit's log lines, predict's CSV and prepare's lines.
+spreadsheet formulas neutralised (`vitlit.runs.prediction_table.cell`); for fit's log lines, predict's CSV and prepare's lines.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def test_fit_logs_and_predictions_csv_hold_no_escape_and_no_live_formula(
     cells = {c for row in rows for c in row[1:] if not c.replace(".", "").isdigit()}  # the text cells, header too
     assert not any(c.startswith(("=", "+", "-", "@", "\t")) for c in cells)
     assert 'p_\'=HYPERLINK("http://x","y")' not in cells  # the header's names start with p_: no formula there
-    from vitlit.text import cell
+    from vitlit.runs.prediction_table import cell
 
     assert [cell(name) for name in HOSTILE[:4]] == ["'" + name for name in HOSTILE[:4]]  # quoted, as OWASP advises
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from torch import nn
 
 from vitlit.errors import ConfigError
@@ -169,3 +170,130 @@ def check_fits(model: Any, checkpoint: dict[str, Any], options: str | None = Non
             f"the checkpoint's optimizer state has no {', '.join(missing)}, which {type(probe).__name__} needs: "
             f"it was trained with another optimizer; {fix}"
         )
+
+
+def start_from(
+    ckpt_path: str | None, subcommand: str, trainer: Any, model: Any, config: Any, weights_only: bool | None
+) -> tuple[Path | None, Path | None]:
+    """``--ckpt_path`` resolved (`resolve_checkpoint`) and its checkpoint checked against this run: (file, its run).
+
+    The file is read memory-mapped and refused in one line before anything is written: not Lightning's, not this
+    model's (architecture, classes, weights), not resumable (a fit), or a resume whose optimizer or schedule differs
+    from the run's (`vitlit.preflight.check_resumed_settings`). The run is the folder the checkpoint belongs to
+    (``None`` for a loose file, or where none is taken).
+    """
+    root = Path(getattr(trainer.logger, "root_dir", None) or Path(trainer.default_root_dir) / "lightning_logs")
+    ckpt = resolve_checkpoint(ckpt_path, subcommand, root.expanduser().absolute(), config)
+    if ckpt is None:
+        return None, None
+    checkpoint = read_checkpoint(ckpt, weights_only)
+    check_restorable(checkpoint, ckpt, resume=subcommand == "fit", max_epochs=trainer.max_epochs)
+    run = run_of_checkpoint(ckpt)
+    options = f"--config {run / 'config.yaml'}" if run is not None else None
+    if hasattr(model, "check_checkpoint"):  # architecture, classes and (for a resume) the optimizer
+        model.check_checkpoint(checkpoint, options, resume=subcommand == "fit")
+    check_weights(checkpoint["state_dict"], model.state_dict(), ckpt)
+    if run is not None and subcommand == "fit":  # a resume restores the optimizer and schedule as saved
+        from vitlit.preflight import check_resumed_settings
+
+        check_resumed_settings(str(ckpt_path), run, config)
+    return ckpt, run
+
+
+def placement(
+    trainer: Any, subcommand: str, ckpt: Path, run: Path, save_dir: Path, name: str
+) -> tuple[Path, str, str | None, str | None, str | None]:
+    """Where a command from ``run``'s checkpoint writes: ``(save_dir, name, version, config_name, note)``.
+
+    A ``fit`` continues ``run`` (version: its folder, config: ``config.resume-K.yaml``), or, where the run holds a
+    checkpoint of a later step, goes beside it (a new version, and a note saying why: nothing newer is overwritten).
+    An evaluation writes into ``<run>/<subcommand>/``, unless ``--trainer.default_root_dir`` names another folder.
+    A ``None`` version is a new ``version_N``.
+    """
+    if subcommand == "fit":
+        last = run / "checkpoints" / "last.ckpt"
+        step, newest = checkpoint_step(ckpt), checkpoint_step(last) if last.is_file() else -1
+        if newest <= step:
+            k = next(k for k in range(1, 10**6) if not (run / f"config.resume-{k}.yaml").exists())
+            return run.parent.parent, run.parent.name, run.name, f"config.resume-{k}.yaml", None
+        note = (f"{ckpt.name} is from step {step}, but {last} is from step {newest}; continuing in a new run "
+                f"beside {run.name} so that nothing newer is overwritten")  # fmt: skip
+        return run.parent.parent, run.parent.name, None, None, note
+    if not another_root(trainer.default_root_dir, ckpt, run):
+        return run, subcommand, None, None, None
+    return save_dir, name, None, None, None
+
+
+def run_of_checkpoint(ckpt: Path) -> Path | None:
+    """The run folder a checkpoint belongs to (``<run>/checkpoints/<file>.ckpt``), or ``None`` for a loose file."""
+    run = ckpt.parent.parent
+    saved = (run / "config.yaml").is_file() or (run / "hparams.yaml").is_file()
+    return run if ckpt.parent.name == "checkpoints" and saved else None
+
+
+def checkpoint_step(path: Path) -> int:
+    """The optimizer step a checkpoint was saved at (-1 if unknown); memory-mapped, its tensors are not read."""
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"])
+    except Exception:  # a foreign or damaged file has no known step
+        return -1
+
+
+def resolve_checkpoint(
+    ckpt_path: str | None, subcommand: str, root: Path, config: Mapping[str, Any] | None = None
+) -> Path | None:
+    """The checkpoint a run starts from: ``--ckpt_path`` as a file, or ``last``/``auto``/``none`` resolved.
+
+    ``last`` is the newest ``last.ckpt`` under ``root`` of a run whose saved model and data are ``config``'s
+    (Lightning's own ``last`` looks only in the new run's empty folder); ``auto`` (fit only) is the same, or a fresh
+    start where there is none, said in one line: the switch for job scripts restarted after preemption. Another
+    experiment's run under the same root is never continued. ``none`` evaluates the model as it is built.
+    """
+    if ckpt_path is not None and not str(ckpt_path).strip():  # a job script's unset variable
+        raise ConfigError("--ckpt_path is empty; give a checkpoint file, last or auto, or leave the flag out.")
+    if ckpt_path is None or str(ckpt_path).lower() == "none":
+        return None
+    if ckpt_path not in ("last", "auto"):
+        return Path(ckpt_path).expanduser().absolute()
+    if ckpt_path == "auto" and subcommand != "fit":
+        raise ConfigError(f"--ckpt_path auto is for fit only; {subcommand} takes last or a checkpoint path.")
+    from vitlit.preflight import newest_checkpoint  # --ckpt_path last or auto only
+
+    return newest_checkpoint(ckpt_path, root, config)
+
+
+def another_root(root: str, ckpt: Path, run: Path) -> bool:
+    """Whether ``--trainer.default_root_dir`` names another folder than the one the run of ``ckpt`` was trained in."""
+    given = Path(root).expanduser().resolve()
+    if given in (Path.cwd().resolve(), run.parent.parent.resolve()):
+        return False
+    try:
+        saved = ((yaml.safe_load((run / "config.yaml").read_text()) or {}).get("trainer") or {}).get("default_root_dir")
+    except (OSError, yaml.YAMLError, AttributeError):
+        saved = None
+    return saved is None or given != Path(str(saved)).expanduser().resolve()
+
+
+def say_resumed(trainer: Any, pl_module: Any) -> None:
+    """Say in one line where a resumed fit differs from the run it continues: mid-epoch, or another schedule's length.
+
+    From `vitlit.runs.resume.RNGStateCheckpoint` as training starts; Lightning's own warning of a mid-epoch resume is
+    left out of the log (`vitlit.runtime.quiet`).
+    """
+    from vitlit.schedule import total_steps
+    from vitlit.text import say
+
+    per_epoch = trainer.num_training_batches // max(trainer.accumulate_grad_batches, 1)
+    if isinstance(per_epoch, int) and per_epoch:
+        done = trainer.global_step - trainer.current_epoch * per_epoch
+        where = f"vitlit: resuming in the middle of epoch {trainer.current_epoch} ({done} of {per_epoch} steps)"
+        if 0 < done < per_epoch and getattr(trainer.datamodule, "resumes_in_place", False):  # a LitData stream
+            say(f"{where} at its place in the stream: the rest of the epoch has the samples the stopped run would "
+                f"have had", error=True)  # fmt: skip
+        elif 0 < done < per_epoch:
+            say(f"{where}: the rest of it draws new batches, so the run is not bit-identical to one never stopped "
+                f"(end-of-epoch checkpoints are)", error=True)  # fmt: skip
+    kept, total = getattr(pl_module.lr_schedulers(), "total_steps", None), total_steps(trainer)
+    if kept and total and kept != total:
+        say(f"vitlit: resumed with the learning-rate schedule of the checkpoint's run ({kept} steps; this run has "
+            f"{total}); steps after its end keep the final learning rate", error=True)  # fmt: skip

@@ -6,7 +6,6 @@ line naming it and the fix, before any weights are downloaded or the data is rea
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,7 +15,7 @@ from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import BatchSizeFinder
 from torch import nn
 
-from vitlit.errors import CheckFailed, ConfigError
+from vitlit.errors import ConfigError
 
 
 def check_architecture(hp: Mapping[str, Any], kwargs: dict[str, Any]) -> nn.Module:
@@ -71,12 +70,3 @@ def check_callbacks(callbacks: Sequence[Callback]) -> None:
                           f"checkpoint keeps one state per setting: change the one src/vitlit/defaults.yaml already "
                           f"has (--trainer.callbacks in --print_config) or give yours another monitor, mode or "
                           f"every_n_epochs.")  # fmt: skip
-
-
-def check_metrics(subcommand: str, metrics: Mapping[str, torch.Tensor]) -> None:
-    """A validate or test whose loss or accuracy is NaN or infinite fails (status 1) rather than exiting 0."""
-    bad = [f"{k} {float(v)}" for k, v in metrics.items() if v.numel() == 1 and not math.isfinite(float(v))]
-    if bad:
-        raise CheckFailed(f"{subcommand} gave {', '.join(bad)}: the model's outputs are not finite numbers; evaluate "
-                          f"an earlier checkpoint of the run (its checkpoints/ folder) or one trained with "
-                          f"--trainer.precision 32")  # fmt: skip

@@ -23,13 +23,12 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit import __version__
 from vitlit import config as cfg
-from vitlit.checks import check_callbacks, check_metrics
+from vitlit.checks import check_callbacks
 from vitlit.data import ImageClassificationDataModule
-from vitlit.errors import CheckFailed, TrainingHalted
+from vitlit.errors import TrainingHalted
 from vitlit.memory import check_activations
-from vitlit.run_dir import Placed, discard, place_run, resolve_checkpoint, run_of_checkpoint, unlock
+from vitlit.run_dir import Placed, place_run, unlock
 from vitlit.runtime import interrupts_stop_the_fit, quiet
-from vitlit.streams import stream_gone, tell
 from vitlit.text import learn_secrets, redacted, say
 
 PROG = "vitlit"
@@ -83,13 +82,9 @@ class VitLitArgumentParser(LightningArgumentParser):
         return redacted(super().dump(cfg, *args, **kwargs))
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
-        from vitlit.messages import one_line, user_error
+        from vitlit.messages import parser_error  # an error path only
 
-        cause = user_error(ex)
-        text = str(cause) if cause is not None else one_line(message)
-        if "invalid choice" in text:  # LightningCLI knows its four subcommands; the tools are vitlit's
-            text = text.replace(")", ", " + ", ".join(repr(name) for name in TOOLS) + ")", 1)
-        _exit(f"{text} (`{PROG} <subcommand> --help` lists the options)")
+        _exit(parser_error(message, ex, TOOLS))
 
 
 class VitLitCLI(LightningCLI):
@@ -103,12 +98,9 @@ class VitLitCLI(LightningCLI):
             self._stopped(err)
             raise
         except Exception as err:
-            from vitlit.messages import failed_logger, one_line_error
+            from vitlit.messages import refused_run
 
-            if one_line_error(err):  # a user error found once the folder was made: a refused run leaves none
-                discard(self.run)
-            elif failed_logger(err) is not None:  # a logger's service went away: one line, with the resume command
-                self._stopped(err)
+            refused_run(err, self.run, self._stopped)  # a refused run leaves no folder; a lost logger stops the fit
             raise
         finally:
             if self.run is not None and self.run.lock is not None:
@@ -146,7 +138,7 @@ class VitLitCLI(LightningCLI):
         except Exception as err:
             from vitlit.messages import one_line_error, refused_arguments
 
-            refused = None if one_line_error(err) else refused_arguments(err)  # a path refused: main says it
+            refused = None if one_line_error(err) else refused_arguments(err)  # a path refused: `ended` says it
             if refused is None:
                 raise
             raise refused from None
@@ -163,51 +155,36 @@ class VitLitCLI(LightningCLI):
         resolve_config(config)
 
     def _start(self) -> None:
-        """Resolve and check ``--ckpt_path``, then place the run: all before Lightning writes anything."""
+        """Check ``--ckpt_path``, the memory and the loggers' services, then place the run: before Lightning writes."""
         subcommand, trainer, model = self.subcommand, self.trainer, self.model
-        logger = trainer.logger
-        root = Path(getattr(logger, "root_dir", None) or Path(trainer.default_root_dir) / "lightning_logs")
-        ckpt = resolve_checkpoint(self._ckpt_path, subcommand, root.expanduser().absolute(), self.config[subcommand])
-        if ckpt is not None:
-            from vitlit.checkpoints import check_restorable, check_weights, read_checkpoint  # runs from a checkpoint
+        ckpt = run = None
+        if self._ckpt_path is not None:
+            from vitlit.checkpoints import start_from  # runs from a checkpoint only
 
-            checkpoint = read_checkpoint(ckpt, self.config_init[subcommand].get("weights_only"))
-            check_restorable(checkpoint, ckpt, resume=subcommand == "fit", max_epochs=self.trainer.max_epochs)
-            run = run_of_checkpoint(ckpt)
-            options = f"--config {run / 'config.yaml'}" if run is not None else None
-            if hasattr(model, "check_checkpoint"):  # architecture, classes and (for a resume) the optimizer
-                model.check_checkpoint(checkpoint, options, resume=subcommand == "fit")
-            check_weights(checkpoint["state_dict"], model.state_dict(), ckpt)
-            if run is not None and subcommand == "fit":  # a resume restores the optimizer and schedule as saved
-                from vitlit.preflight import check_resumed_settings
-
-                check_resumed_settings(self._ckpt_path, run, self.config[subcommand])
+            config, weights_only = self.config[subcommand], self.config_init[subcommand].get("weights_only")
+            ckpt, run = start_from(self._ckpt_path, subcommand, trainer, model, config, weights_only)
         self.config_init[subcommand]["ckpt_path"] = None if ckpt is None else str(ckpt)  # what the run loads
         check_activations(model, self.datamodule, trainer, subcommand)
         if any(type(logger).__name__ not in ("TensorBoardLogger", "CSVLogger") for logger in trainer.loggers):
             from vitlit.services import reach_loggers  # MLflow, W&B: runs that log to a service only
 
             reach_loggers(trainer)
-        self.run = place_run(trainer, subcommand, ckpt)
+        self.run = place_run(trainer, subcommand, ckpt, run)
 
     before_fit = before_validate = before_test = before_predict = _start  # LightningCLI's hooks before each subcommand
 
     def _metrics_are_numbers(self) -> None:
+        from vitlit.preflight import check_metrics  # validate and test only
+
         check_metrics(self.subcommand, self.trainer.callback_metrics)
 
     after_validate = after_test = _metrics_are_numbers  # LightningCLI's hooks after each subcommand
 
     def _stopped(self, err: BaseException) -> None:
         """End a fit stopped by a signal or a guard in one line with the command that resumes it, and its status."""
-        from vitlit.messages import stopped_line  # the end of a run only
+        from vitlit.messages import stop  # the end of a run only
 
-        trainer = getattr(self, "trainer", None)
-        stopped = stopped_line(err, trainer, self.run.run_dir if self.run is not None else None)
-        if stopped is None:
-            return
-        if trainer is None or trainer.is_global_zero:  # one line, not one per DDP process
-            tell(stopped[0])
-        raise SystemExit(stopped[1]) from None
+        stop(err, getattr(self, "trainer", None), self.run.run_dir if self.run is not None else None)
 
 
 def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) -> VitLitCLI:
@@ -253,18 +230,10 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
                 # Appended to the configured callbacks, and kept out of the saved config (objects, not options).
                 trainer_defaults={"callbacks": list(callbacks)} if callbacks else None,
             )
-    except CheckFailed as err:
-        _exit(err, status=1)
-    except KeyboardInterrupt:  # Ctrl-C before a fit listens for it (data setup, a folder scan), or outside a fit
-        tell(f"{PROG}: interrupted by SIGINT; nothing was saved")
-        raise SystemExit(130) from None
-    except BrokenPipeError:  # the output's reader went away (`vitlit models | head`): nothing left to tell it
-        stream_gone()
-        raise SystemExit(141) from None  # 128 + SIGPIPE, as a shell reports a writer it cut off
-    except Exception as err:
-        from vitlit.messages import one_line_error
+    except (Exception, KeyboardInterrupt) as err:  # one line and its exit status; a bug's traceback is wanted
+        from vitlit.messages import ended
 
-        line = one_line_error(err)
-        if line is None:  # not a user's error: its traceback is wanted
+        status = ended(err)
+        if status is None:
             raise
-        _exit(line)
+        raise SystemExit(status) from None

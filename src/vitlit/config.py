@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +62,9 @@ def load_yaml(text: str, where: str) -> Any:
     except RecursionError:
         raise ConfigError(f"{where} is nested deeper than Python's parser goes; a config needs a few levels.") from None
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        if isinstance(err, yaml.reader.ReaderError):  # a character YAML refuses, such as NUL: which one, and where
-            code = ord(err.character) if isinstance(err.character, str) else err.character
-            at = f" (the character U+{code:04X} at character {err.position + 1})"
-        raise ConfigError(f"{where} is not valid YAML{at}; fix it or start from a file in configs/.") from None
+        from vitlit.messages import invalid_yaml  # an error path only
+
+        raise invalid_yaml(err, where) from None
 
 
 def check_config_files(argv: list[str]) -> None:
@@ -170,18 +166,10 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
         value = trainer.get(name)
         if isinstance(value, (int, float)) and not ok(value):
             raise ConfigError(f"--trainer.{name}={value} would train nothing or crash the run; {fix}.")
-    budget = trainer.get("max_time")
-    try:  # the parsed duration, as Lightning's Timer reads it (a DD:HH:MM:SS string, or timedelta's keys)
-        span = timedelta(**budget) if isinstance(budget, dict) else timedelta(
-            **dict(zip(("days", "hours", "minutes", "seconds"), map(int, budget.split(":")), strict=True)))  # fmt: skip
-    except OverflowError:
-        raise ConfigError(
-            f"--trainer.max_time={budget} is longer than a clock counts; leave it out for no limit."
-        ) from None
-    except (AttributeError, TypeError, ValueError):
-        span = None  # not a duration: Lightning's Timer says which format it takes
-    if span is not None and span.total_seconds() <= 0:
-        raise ConfigError(f"--trainer.max_time={budget} would train nothing; give a time budget such as 00:12:00:00.")
+    if trainer.get("max_time") is not None:
+        from vitlit.preflight import check_budget  # runs given a time budget only
+
+        check_budget(trainer["max_time"])
     precision, accelerator = str(trainer.get("precision")), str(trainer.get("accelerator"))
     import torch  # not at the top: `vitlit --version` and the tools' --help must not load torch
 

@@ -21,8 +21,10 @@ Four places here read what another library offers only as text or frames; each s
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import re
+import shutil
 import signal
 import traceback
 from pathlib import Path
@@ -32,9 +34,11 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from vitlit.errors import ConfigError, TrainingHalted
+from vitlit.errors import CheckFailed, ConfigError, TrainingHalted
 from vitlit.run_dir import saved_config
 from vitlit.runtime import STOP
+from vitlit.streams import stream_gone, tell
+from vitlit.text import redacted
 
 #: Options renamed for what they are, and what to write instead (scripts/upgrade_config.py rewrites saved configs).
 RENAMED = {"on_device": "--data.source memory|workers|auto (on_device true|false|auto before vitlit 0.6)"}
@@ -83,7 +87,8 @@ def one_line_error(err: BaseException) -> str | None:
     while err is not None and id(err) not in seen:  # an OSError about a path, wherever the path was first used
         seen.add(id(err))
         if isinstance(err, OSError) and err.errno in refused:
-            return f"{err.filename or 'a path'} {refused[err.errno]}."
+            name = str(err.filename or "a path")  # a path too long to show whole: its start and its end
+            return f"{name if len(name) <= 300 else f'{name[:140]}...{name[-140:]}'} {refused[err.errno]}."
         err = err.__cause__ or err.__context__
     return None
 
@@ -107,6 +112,16 @@ def disk_full(err: BaseException | None) -> tuple[str, str] | None:
             return reasons[err.errno]
         err = err.__cause__ or err.__context__
     return None
+
+
+def save_failed(err: BaseException, target: Path) -> ConfigError | None:
+    """What a failed checkpoint save raises: one line where the disk is full, else ``None`` (``err`` as it is)."""
+    full = disk_full(err)
+    if full is None:
+        return None
+    free = shutil.disk_usage(target.parent).free / 2**30
+    return ConfigError(f"saving {target} failed: {full[0]} ({free:.2f} GiB free; the previous checkpoints are intact); "
+                       f"{full[1]} (--trainer.default_root_dir), then resume.")  # fmt: skip
 
 
 def refused_arguments(err: BaseException) -> ConfigError | None:
@@ -169,3 +184,103 @@ def stopped_line(err: BaseException, trainer: Any, run_dir: Path | None) -> tupl
     else:
         line += "; no checkpoint was written, so there is nothing to resume"
     return line, status
+
+
+def discard(placed: Any) -> None:
+    """Remove the folders a refused run made (its run folder, and ``lightning_logs/`` and the root where it made them).
+
+    For a user error found once the folder was made (an image that cannot be read, met at the data's setup), so a
+    refused run leaves nothing; a folder that holds a checkpoint, or another run's files meanwhile, is kept.
+    """
+    if placed is None or not placed.made or any(placed.run_dir.rglob("*.ckpt")):
+        return
+    shutil.rmtree(placed.run_dir, ignore_errors=True)
+    for folder in placed.made[1:]:
+        with contextlib.suppress(OSError):  # not empty: another run wrote there meanwhile
+            folder.rmdir()
+
+
+def parser_error(message: str, ex: Exception | None, tools: dict[str, str]) -> str:
+    """The one line of a command line jsonargparse refused (`one_line`), or of the error a value's class raised."""
+    cause = user_error(ex)
+    text = str(cause) if cause is not None else one_line(message)
+    if "invalid choice" in text:  # LightningCLI knows its four subcommands; the tools are vitlit's
+        text = text.replace(")", ", " + ", ".join(repr(name) for name in tools) + ")", 1)
+    return f"{text} (`vitlit <subcommand> --help` lists the options)"
+
+
+def stop(err: BaseException, trainer: Any, run_dir: Path | None) -> None:
+    """End a fit stopped by a signal, a guard or a logger's service: its last line (`stopped_line`) and status."""
+    stopped = stopped_line(err, trainer, run_dir)
+    if stopped is None:
+        return
+    if trainer is None or trainer.is_global_zero:  # one line, not one per DDP process
+        tell(stopped[0])
+    raise SystemExit(stopped[1]) from None
+
+
+def ended(err: BaseException) -> int | None:
+    """Say the one line of a command that raised ``err``; return its exit status, ``None`` for a bug (a traceback).
+
+    A check vitlit's own result failed is status 1, a user's error 2; Ctrl-C before a fit listens for it (data
+    setup, a folder scan) 130; a reader of the output gone away (``vitlit models | head``) 141, said to nobody.
+    """
+    status, line = 2, None
+    if isinstance(err, CheckFailed):
+        status, line = 1, f"vitlit: error: {err}"
+    elif isinstance(err, KeyboardInterrupt):
+        status, line = 130, "vitlit: interrupted by SIGINT; nothing was saved"
+    elif isinstance(err, BrokenPipeError):
+        stream_gone()
+        return 141  # 128 + SIGPIPE, as a shell reports a writer it cut off
+    elif (words := one_line_error(err)) is None:
+        return None
+    tell(line or f"vitlit: error: {words}")
+    return status
+
+
+def failed_in(err: Exception, method: Any) -> BaseException:
+    """What an error raised in a fork's ``method`` (a data format's ``scan``) becomes: one line naming where.
+
+    The file and line of the fork's code that raised it; a path the system refused (permissions, a name too long)
+    stays as it is, said as every such path is (`one_line_error`).
+    """
+    if isinstance(err, OSError) and one_line_error(err) is not None:
+        return err  # raised as it is: `ended` says it
+    frames = traceback.extract_tb(err.__traceback__)
+    at = next((f for f in reversed(frames) if f.filename == method.__code__.co_filename), frames[-1])
+    return ConfigError(f"{method.__qualname__}() raised {quoted(err)} at {at.filename}:{at.lineno}; that is a bug in "
+                       f"the data format's code (or a file it reads): fix it there.")  # fmt: skip
+
+
+def refused_run(err: Exception, run: Any, stopped: Any) -> None:
+    """After an error that ended a command: a refused run's folder removed, or a lost logger's fit stopped in a line.
+
+    A run refused for a user's error leaves no folder (`discard`); a fit whose logger's service went away ends with
+    one line and the command that resumes it (``stopped``).
+    """
+    if one_line_error(err):
+        discard(run)
+    elif failed_logger(err) is not None:
+        stopped(err)
+
+
+def quoted(err: BaseException, longest: int = 200) -> str:
+    """A library's exception in a few words on one line (its type and message), its credentials masked.
+
+    What a library raises may quote a URL, a token or a bucket name with a key in it: it reaches a vitlit line only
+    as this.
+    """
+    words = " ".join(str(err).split())
+    words = words if len(words) <= longest else f"{words[:longest]}..."
+    return redacted(f"{type(err).__name__}: {words}" if words else type(err).__name__)
+
+
+def invalid_yaml(err: Exception, where: str) -> ConfigError:
+    """The one line for YAML the parser refused: where (its line, or the character it refuses, such as NUL)."""
+    mark = getattr(err, "problem_mark", None)
+    at = f" at line {mark.line + 1}" if mark is not None else ""
+    if hasattr(err, "character") and hasattr(err, "position"):  # a character YAML refuses: which one, and where
+        code = ord(err.character) if isinstance(err.character, str) else err.character
+        at = f" (the character U+{code:04X} at character {err.position + 1})"
+    return ConfigError(f"{where} is not valid YAML{at}; fix it or start from a file in configs/.")

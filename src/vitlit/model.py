@@ -13,10 +13,9 @@ from torchmetrics import MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from vitlit.checks import check_architecture
-from vitlit.clipping import clip_true_gradients
-from vitlit.errors import ConfigError
 from vitlit.optim import WarmupCosineLR, apply_lr_scale, check_factories, param_groups
 from vitlit.schedule import fit_to_run, logging_step
+from vitlit.step import clip_true_gradients
 from vitlit.types import Fraction, PositiveInt, Rate, as_builtin
 
 
@@ -99,11 +98,6 @@ class ViTClassifier(LightningModule):
         # Plain lists and numbers in the hyperparameters: hparams.yaml stays plain YAML, checkpoints weights_only.
         input_mean = None if input_mean is None else [float(v) for v in input_mean]
         input_std = None if input_std is None else [float(v) for v in input_std]
-        if loss is not None and label_smoothing:
-            raise ConfigError(
-                f"label_smoothing={label_smoothing} is for the default cross-entropy, but loss is "
-                f"{type(loss).__name__}; give the smoothing to that loss and pass --model.label_smoothing 0."
-            )
         # The loss object stays out of the hyperparameters (checkpoints hold plain values only); its class is named.
         self.save_hyperparameters(ignore=["loss"])
         for key, value in self.hparams.items():
@@ -121,12 +115,8 @@ class ViTClassifier(LightningModule):
         if loss is not None:  # tried on what it will get (logits, class indices) before the run starts
             from vitlit.preflight import check_loss  # runs with a loss of the user's only
 
-            check_loss(loss, num_classes)
-        # average="micro" is plain accuracy; torchmetrics' default ("macro") would average per-class recalls.
-        # validate_args=False: the check counts unique target values on the host, a GPU sync on every step; the
-        # inputs here are the model's own logits and class indices.
-        top1 = MulticlassAccuracy(num_classes, top_k=1, average="micro", validate_args=False)
-        self.train_metrics = MetricCollection({"acc": top1}, prefix="train/")
+            check_loss(loss, num_classes, label_smoothing)
+        self.train_metrics = MetricCollection({"acc": self._accuracy(num_classes, top_k=1)}, prefix="train/")
         self.val_metrics = MetricCollection(self.evaluation_metrics(num_classes), prefix="val/")
         self.test_metrics = self.val_metrics.clone(prefix="test/")
         # The evaluation loss as a torchmetrics mean too: under DDP it sums losses and image counts over all
@@ -144,8 +134,14 @@ class ViTClassifier(LightningModule):
         A metric that returns one value per class (``MulticlassF1Score(num_classes, average=None)``) is logged per
         class as ``val/<name>/<class name>``. ``val/acc`` must stay: checkpoints and early stopping follow it.
         """
-        top5 = MulticlassAccuracy(num_classes, top_k=min(5, num_classes), average="micro", validate_args=False)
-        return {"acc": MulticlassAccuracy(num_classes, top_k=1, average="micro", validate_args=False), "acc_top5": top5}
+        return {"acc": self._accuracy(num_classes, 1), "acc_top5": self._accuracy(num_classes, min(5, num_classes))}
+
+    @staticmethod
+    def _accuracy(num_classes: int, top_k: int) -> MulticlassAccuracy:
+        # average="micro" is plain accuracy; torchmetrics' default ("macro") would average per-class recalls.
+        # validate_args=False: the check counts unique target values on the host, a GPU sync on every step; the
+        # inputs here are the model's own logits and class indices.
+        return MulticlassAccuracy(num_classes, top_k=top_k, average="micro", validate_args=False)
 
     def net_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``timm.create_model`` for this model's architecture."""
@@ -187,7 +183,7 @@ class ViTClassifier(LightningModule):
         hard = targets.argmax(dim=-1) if targets.is_floating_point() else targets
         self.train_metrics.update(logits.detach(), hard)  # computed and logged once, at the epoch's end
         # Not prog_bar=True: Lightning would turn it into a number after every batch, a GPU sync per step;
-        # vitlit.runs.progress.ProgressBar shows it at the logging steps instead.
+        # vitlit.runs.bar.ProgressBar shows it at the logging steps instead.
         self.log("train/loss", loss, batch_size=len(images))
         return loss
 
@@ -258,7 +254,7 @@ class ViTClassifier(LightningModule):
     ) -> None:
         """Clip ``--trainer.gradient_clip_val`` on unscaled gradients, also for fused optimizers in mixed precision.
 
-        Lightning's default refuses fused optimizers under 16-/bf16-mixed; `vitlit.clipping` explains why it can.
+        Lightning's default refuses fused optimizers under 16-/bf16-mixed; `vitlit.step` explains why it can.
         Logs ``train/grad_norm``, the global gradient norm before clipping: the curve that shows a learning rate too
         high (spikes) or a warmup too short. Logged as a tensor at Lightning's logging steps only (the steps whose
         values it writes), so no step waits for it; beside it ``train/weight_norm`` (the trainable weights' global L2

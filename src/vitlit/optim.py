@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
-from timm.optim import param_groups_layer_decay
+from timm.optim import param_groups_layer_decay, param_groups_weight_decay
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
@@ -29,8 +29,9 @@ def param_groups(
 
     Biases, norm weights (every tensor with one dimension) and the names in ``skip`` (timm models list
     ``pos_embed`` and ``cls_token`` in ``model.no_weight_decay()``) get ``weight_decay=0``; shrinking them towards
-    zero only hurts. The decayed groups carry no ``weight_decay`` key, so the value configured on the optimizer
-    (in YAML) applies; this is why timm's own helpers, which bake a value in, are wrapped rather than used as is.
+    zero only hurts. timm's ``param_groups_weight_decay`` sorts them so (the same rule); the decayed groups then
+    carry no ``weight_decay`` key, so the value configured on the optimizer (in YAML) applies: timm's helpers bake a
+    value in, so they are wrapped rather than used as is.
 
     With ``layer_decay`` (fine-tuning, as in BEiT/MAE), timm's ``param_groups_layer_decay`` assigns each block its
     depth and the groups get ``lr_scale = layer_decay ** (depth_of_model - depth)``: the head learns at the full
@@ -48,32 +49,26 @@ def param_groups(
     Returns:
         Parameter groups for any ``torch.optim`` optimizer, each with a ``name`` for the learning-rate curves.
     """
-    skip = set(skip)
-    chosen = None if names is None else set(names)
+    skip, chosen = set(skip), None if names is None else set(names)
     if layer_decay is not None:
         groups = param_groups_layer_decay(
             model, weight_decay=_CONFIGURED_DECAY, no_weight_decay_list=skip, layer_decay=layer_decay
         )
-        if chosen is not None:
-            ids = {id(p) for n, p in model.named_parameters() if n in chosen}
-            for group in groups:
-                group["params"] = [p for p in group["params"] if id(p) in ids]
-            groups = [g for g in groups if g["params"]]
-        for i, group in enumerate(groups):
-            decayed = group.pop("weight_decay") == _CONFIGURED_DECAY
-            if not decayed:
-                group["weight_decay"] = 0.0
-            group.pop("param_names", None)
-            group["name"] = f"g{i:02d}_x{group['lr_scale']:.3g}_{'decay' if decayed else 'no_decay'}"
-        return groups
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad or (chosen is not None and name not in chosen):
-            continue
-        (no_decay if param.ndim <= 1 or name in skip or name.endswith(".bias") else decay).append(param)
-    # The names label LearningRateMonitor's curves (lr-AdamW/decay, lr-AdamW/no_decay).
-    groups = [{"params": decay, "name": "decay"}, {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"}]
-    return [g for g in groups if g["params"]]
+    else:  # timm gives [no_decay, decay]: decayed first, the order earlier runs' checkpoints keep the state in
+        groups = param_groups_weight_decay(model, weight_decay=_CONFIGURED_DECAY, no_weight_decay_list=skip)[::-1]
+    if chosen is not None:
+        ids = {id(p) for n, p in model.named_parameters() if n in chosen}
+        for group in groups:
+            group["params"] = [p for p in group["params"] if id(p) in ids]
+    groups = [g for g in groups if g["params"]]
+    for i, group in enumerate(groups):
+        decayed = group.pop("weight_decay") == _CONFIGURED_DECAY
+        if not decayed:
+            group["weight_decay"] = 0.0
+        group.pop("param_names", None)
+        kind = "decay" if decayed else "no_decay"  # LearningRateMonitor's curves: lr-AdamW/decay, lr-AdamW/no_decay
+        group["name"] = kind if layer_decay is None else f"g{i:02d}_x{group['lr_scale']:.3g}_{kind}"
+    return groups
 
 
 def apply_lr_scale(optimizer: torch.optim.Optimizer) -> None:

@@ -6,6 +6,7 @@ Each refuses a value in one line (`vitlit.errors.ConfigError`) before anything i
 from __future__ import annotations
 
 import json
+import math
 import re
 import warnings
 from collections.abc import Mapping
@@ -15,16 +16,21 @@ from typing import Any
 import torch
 import yaml
 
-from vitlit.errors import ConfigError
+from vitlit.errors import CheckFailed, ConfigError
 from vitlit.text import say, shown
 
 
-def check_loss(loss: Any, num_classes: int) -> None:
-    """Refuse a loss of the user's that does not take (logits, class indices) and give one number.
+def check_loss(loss: Any, num_classes: int, label_smoothing: float | None = None) -> None:
+    """Refuse a loss of the user's that does not take (logits, class indices) and give one number, or smoothing.
 
     Tried on what it will get, before the run starts: a regression loss or ``reduction: none`` would otherwise fail,
-    or silently train on something else, at the first step.
+    or silently train on something else, at the first step. ``label_smoothing`` is the default cross-entropy's.
     """
+    if label_smoothing:
+        raise ConfigError(
+            f"label_smoothing={label_smoothing} is for the default cross-entropy, but loss is "
+            f"{type(loss).__name__}; give the smoothing to that loss and pass --model.label_smoothing 0."
+        )
     try:
         with warnings.catch_warnings():  # MSELoss warns of broadcasting before it fails: the line below says it
             warnings.simplefilter("ignore")
@@ -132,3 +138,53 @@ def newest_checkpoint(ckpt_path: str, root: Path, config: Mapping[str, Any] | No
         raise ConfigError(f"--ckpt_path last found no last.ckpt under {root}; give a checkpoint path, or check "
                           f"--trainer.default_root_dir.")  # fmt: skip
     return found[0] if found else None
+
+
+def check_budget(budget: Any) -> None:
+    """Refuse a ``--trainer.max_time`` that would train nothing or overflow a clock (Lightning's Timer takes both)."""
+    from datetime import timedelta
+
+    try:  # the parsed duration, as Lightning's Timer reads it (a DD:HH:MM:SS string, or timedelta's keys)
+        span = timedelta(**budget) if isinstance(budget, dict) else timedelta(
+            **dict(zip(("days", "hours", "minutes", "seconds"), map(int, budget.split(":")), strict=True)))  # fmt: skip
+    except OverflowError:
+        raise ConfigError(
+            f"--trainer.max_time={budget} is longer than a clock counts; leave it out for no limit."
+        ) from None
+    except (AttributeError, TypeError, ValueError):
+        return  # not a duration: Lightning's Timer says which format it takes
+    if span.total_seconds() <= 0:
+        raise ConfigError(f"--trainer.max_time={budget} would train nothing; give a time budget such as 00:12:00:00.")
+
+
+def check_data_options(
+    in_chans: int, mean: Any, std: Any, augment: str, crop_scale: Any, crop_ratio: Any, batch_augment: Any,
+    batch_size: int,
+) -> None:  # fmt: skip
+    """Refuse data options given that cannot work together (`vitlit.data.base`'s arguments, where any is given)."""
+    for name, values in (("mean", mean), ("std", std)):
+        if values is not None and len(values) != in_chans:
+            raise ConfigError(
+                f"{name}={list(values)} has {len(values)} value(s) but the images have {in_chans} channel(s); "
+                f"give one per channel, e.g. --data.{name} [{','.join(['0.5'] * in_chans)}]."
+            )
+    if augment != "none" and in_chans not in (1, 3):  # torchvision's colour operations
+        raise ConfigError(f"augment={augment!r} needs 1 or 3 channels (torchvision's colour operations), but "
+                          f"in_chans={in_chans}; pass --data.augment none.")  # fmt: skip
+    scale, ratio = tuple(crop_scale), tuple(crop_ratio)
+    # Past 1:100 no box of the scale fits an image, and every draw would fall back to the centre crop.
+    if not 0 < scale[0] <= scale[1] <= 1 or not 0.01 <= ratio[0] <= ratio[1] <= 100:
+        raise ConfigError(f"crop_scale={list(scale)} or crop_ratio={list(ratio)} is not a range [low, high] with "
+                          f"0 < low <= high (<= 1 for the scale, 0.01 to 100 for the ratio); e.g. [0.08, 1.0] and "
+                          f"[0.75, 1.333].")  # fmt: skip
+    if getattr(batch_augment, "mixes", False) and batch_size % 2:
+        raise ConfigError(f"batch_size={batch_size} is odd, but Mixup/CutMix mix images in pairs; use an even size.")
+
+
+def check_metrics(subcommand: str, metrics: Mapping[str, torch.Tensor]) -> None:
+    """A validate or test whose loss or accuracy is NaN or infinite fails (status 1) rather than exiting 0."""
+    bad = [f"{k} {float(v)}" for k, v in metrics.items() if v.numel() == 1 and not math.isfinite(float(v))]
+    if bad:
+        raise CheckFailed(f"{subcommand} gave {', '.join(bad)}: the model's outputs are not finite numbers; evaluate "
+                          f"an earlier checkpoint of the run (its checkpoints/ folder) or one trained with "
+                          f"--trainer.precision 32")  # fmt: skip

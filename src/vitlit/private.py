@@ -1,6 +1,7 @@
-"""Every private attribute of Lightning or PyTorch that vitlit's core reads or writes, in one place.
+"""Every private attribute of Lightning, PyTorch or LitData that vitlit's core reads or writes, in one place.
 
-The runs part keeps its own, used by it alone, in `vitlit.runs.private`. Each has no public equivalent today.
+The runs part keeps its own, used by it alone, in `vitlit.runs.private`; the optimizer step's (GradScaler's flags
+for fused optimizers) sit in `vitlit.step`, beside the protocol that uses them. Each has no public equivalent today.
 Checked against Lightning 2.5 and 2.6 and PyTorch 2.4 to 2.14; ``tests/test_private.py`` fails, naming the
 attribute, if a release renames or removes one, so a version bump shows here first instead of as a silent change in
 behaviour.
@@ -8,23 +9,32 @@ behaviour.
 
 from __future__ import annotations
 
-import torch
+from pathlib import Path
+from typing import Any
+
+from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
+from lightning.pytorch import Callback
 
 
-def unscales_internally(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether ``optimizer`` unscales fp16 gradients inside its own step (fused Adam/AdamW/SGD).
+def is_local_path(path: str | Path) -> bool:
+    """Whether ``path`` is on the local file system (not ``s3://``, ``gs://``, ...), as Lightning decides it."""
+    return _is_local_file_protocol(path)
 
-    PyTorch marks such optimizers with ``_step_supports_amp_scaling``; the GradScaler reads the same flag.
+
+def state_key(callback: Callback, **settings: Any) -> str:
+    """Lightning's key for a callback's state in checkpoints, made from its class and ``settings``.
+
+    Two callbacks of one class (ModelCheckpoints with other settings) need distinct keys; Lightning builds them with
+    the callback's ``_generate_state_key``.
     """
-    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+    return callback._generate_state_key(**settings)
 
 
-def add_to_skip_flag(optimizer: torch.optim.Optimizer, norm: torch.Tensor) -> None:
-    """Make a fused optimizer's step skip also for a gradient ``norm`` that is not finite, where it has a skip flag.
+def litdata_formats() -> list[str]:
+    """The names of every item format LitData can read (its serializers), so that vitlit can refuse all but a few.
 
-    The flag is GradScaler's ``found_inf``, which `vitlit.runs.nonfinite.NonFiniteGuard` sets for a NaN loss; so the
-    one gradient norm of a step serves the clipping, its log and the guard. On the device, no sync.
+    LitData names them only in its private registry ``litdata.streaming.serializers._SERIALIZERS``.
     """
-    flag = vars(optimizer).get("found_inf")
-    if flag is not None:
-        optimizer.found_inf = torch.maximum(flag, (~torch.isfinite(norm)).float())
+    from litdata.streaming import serializers
+
+    return list(serializers._SERIALIZERS)

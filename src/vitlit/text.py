@@ -3,9 +3,9 @@
 A file or class name can hold anything but ``/`` and NUL: terminal escapes that retitle or clear the terminal,
 newlines that forge log lines or YAML keys, right-to-left overrides that reverse what a reader sees, Markdown and
 HTML. Each destination gets its own form: `shown` for terminals and line-based files, `markdown` for Markdown,
-`cell` for a spreadsheet's cell; each masks the credentials of URLs (`redacted`). Formats with their own quoting
-(JSON, YAML written by a YAML library) need no escapes, but a whole file of them (a run's config, its card) goes
-through `redacted` too.
+`vitlit.runs.prediction_table.cell` for a spreadsheet's cell; each masks the credentials of URLs (`redacted`).
+Formats with their own quoting (JSON, YAML written by a YAML library) need no escapes, but a whole file of them (a
+run's config, its card) goes through `redacted` too.
 
 Every line vitlit prints leaves through `clean`: `say` prints vitlit's lines, and the command line's log filter
 (`vitlit.runtime.quiet`) cleans Lightning's and vitlit's own ``rank_zero_info``: escapes shown, credentials redacted
@@ -23,8 +23,6 @@ from urllib.parse import unquote
 #: returns, tabs), DEL, the bidirectional and zero-width format characters, line/paragraph separators, and lone
 #: surrogates (the undecodable bytes of a non-UTF-8 name).
 _ACTIVE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ud800-\udfff]")
-#: `_ACTIVE` less the newline and the undecodable bytes that are no C1 control: a file name's part CSV can hold.
-_IN_PATH = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\udc80-\udc9f]")
 #: Characters Markdown or HTML would read as syntax inside a line (emphasis, links, code, tables, HTML, math).
 _MARKDOWN = re.compile(r"([\\`*_\[\]<>|~&$#])")
 #: A URL's user-info (``scheme://user:password@host``, or a token as the user), up to the authority's last ``@``: a
@@ -41,8 +39,6 @@ _SECRET_QUERY = re.compile(
 _SECRETS: set[str] = set()
 #: A line longer than this is cut in what vitlit prints: a class name of a megabyte is not a message.
 LONGEST_LINE = 2000
-#: What a spreadsheet reads as the start of a formula in a cell (OWASP's CSV injection list).
-_FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
 
 def shown(text: object) -> str:
@@ -74,9 +70,9 @@ def redacted(text: object) -> str:
     """``text`` with every URL's credentials as ``***``: user-info, signed or secret query values, those seen before.
 
     A credential seen in a URL before (`learn_secrets`) is masked wherever it stands. The one masker of URLs: every
-    line vitlit prints (`clean`), every text field it writes (`shown`, `markdown`, `cell`) and every whole file of
-    text (a run's config, its card) goes through it. Error lines and logs are read and pasted by others, and a model
-    card is published.
+    line vitlit prints (`clean`), every text field it writes (`shown`, `markdown`, a CSV's cells) and every whole
+    file of text (a run's config, its card) goes through it. Error lines and logs are read and pasted by others, and
+    a model card is published.
     """
     text = str(text)
     learn_secrets((text, *sys.argv))
@@ -84,17 +80,6 @@ def redacted(text: object) -> str:
         text = text.replace(secret, "***")
     text = _USERINFO.sub(r"\1***@", text)
     return _SECRET_QUERY.sub(r"\1***", text)
-
-
-def quoted(err: BaseException, longest: int = 200) -> str:
-    """A library's exception in a few words on one line (its type and message), its credentials masked.
-
-    What a library raises may quote a URL, a token or a bucket name with a key in it: it reaches a vitlit line only
-    as this.
-    """
-    words = " ".join(str(err).split())
-    words = words if len(words) <= longest else f"{words[:longest]}..."
-    return redacted(f"{type(err).__name__}: {words}" if words else type(err).__name__)
 
 
 def clean(text: object) -> str:
@@ -106,15 +91,3 @@ def clean(text: object) -> str:
 def say(line: object, error: bool = False) -> None:
     """Print one of vitlit's lines (to the standard error where ``error``), through `clean`."""
     print(clean(line), file=sys.stderr if error else sys.stdout, flush=True)
-
-
-def cell(text: object, path: bool = False) -> str:
-    """``text`` as a CSV cell a spreadsheet shows as text: escapes shown, and a formula's first character quoted.
-
-    OWASP's advice for CSV injection: a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return
-    gets a leading ``'``, so ``=HYPERLINK(...)`` or ``-2+3`` is shown, never evaluated. A ``path`` keeps what names
-    its file byte for byte (a newline, which CSV quotes; undecodable bytes, written back as they were) and shows only
-    what a terminal acts on (escapes, C1 controls as raw bytes, direction overrides).
-    """
-    value = _IN_PATH.sub(lambda m: ascii(m.group())[1:-1], str(text)) if path else shown(text)
-    return f"'{value}" if str(text).startswith(_FORMULA) else value

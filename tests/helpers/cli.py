@@ -151,3 +151,14 @@ def refused(capsys: pytest.CaptureFixture[str], *args: object) -> str:
     lines = [line for line in err.splitlines() if line.startswith("vitlit: error:")]
     assert stop.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
     return lines[0]
+
+
+def carries(line: str, *parts: object) -> None:
+    """Assert that a refusal is one line carrying what it must: the bad value, where it is, the flag that fixes it.
+
+    Not its wording: a message reworded keeps its tests; one that drops the value or the fix fails them.
+    """
+    assert "\n" not in line and all(str(part) in line for part in parts), (
+        line,
+        [p for p in parts if str(p) not in line],
+    )

@@ -29,7 +29,7 @@ import vitlit.data.sources as sources
 from vitlit.data.augment import Augment, Crop, Interpolation, Magnitude, Policy, channel_statistics, resized_side
 from vitlit.data.images import channels_of
 from vitlit.data.sources import TransformedSubset
-from vitlit.data.split import class_balanced_sampler, split_indices
+from vitlit.data.split import split_indices
 from vitlit.errors import ConfigError
 from vitlit.schedule import training_progress
 from vitlit.types import Fraction, NonNegativeInt, PositiveFloat, PositiveInt, as_builtin
@@ -37,8 +37,6 @@ from vitlit.types import Fraction, NonNegativeInt, PositiveFloat, PositiveInt, a
 #: Normalisation statistics of ImageNet, the default of data modules that name none of their own.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-#: Channel counts the augmentation policies (torchvision's colour operations) accept.
-POLICY_CHANNELS = (1, 3)
 
 
 @runtime_checkable
@@ -173,27 +171,12 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
                 raise ConfigError(
                     f"{name}={size} is neither a count (1 or more) nor a fraction in (0, 1); use e.g. 5000 or 0.1."
                 )
-        for name, values in (("mean", mean), ("std", std)):
-            if values is not None and len(values) != in_chans:
-                raise ConfigError(
-                    f"{name}={list(values)} has {len(values)} value(s) but the images have {in_chans} channel(s); "
-                    f"give one per channel, e.g. --data.{name} [{','.join(['0.5'] * in_chans)}]."
-                )
-        if augment != "none" and in_chans not in POLICY_CHANNELS:
-            raise ConfigError(
-                f"augment={augment!r} needs 1 or 3 channels (torchvision's colour operations), but "
-                f"in_chans={in_chans}; pass --data.augment none."
-            )
+        crop_ranges = (tuple(crop_scale), tuple(crop_ratio)) != ((0.08, 1.0), (0.75, 1.3333333333333333))
+        if mean is not None or std is not None or augment != "none" or crop_ranges or batch_augment is not None:
+            from vitlit.preflight import check_data_options  # options given: checked together, before any work
+
+            check_data_options(in_chans, mean, std, augment, crop_scale, crop_ratio, batch_augment, batch_size)
         scale, ratio = tuple(crop_scale), tuple(crop_ratio)
-        # Past 1:100 no box of the scale fits an image, and every draw would fall back to the centre crop.
-        if not 0 < scale[0] <= scale[1] <= 1 or not 0.01 <= ratio[0] <= ratio[1] <= 100:
-            raise ConfigError(f"crop_scale={list(scale)} or crop_ratio={list(ratio)} is not a range [low, high] with "
-                              f"0 < low <= high (<= 1 for the scale, 0.01 to 100 for the ratio); e.g. [0.08, 1.0] and "
-                              f"[0.75, 1.333].")  # fmt: skip
-        if getattr(batch_augment, "mixes", False) and batch_size % 2:
-            raise ConfigError(
-                f"batch_size={batch_size} is odd, but Mixup/CutMix mix images in pairs; use an even size."
-            )
         self.img_size, self.in_chans, self.batch_size = (as_builtin(v) for v in (img_size, in_chans, batch_size))
         self.val_size, self.test_size = as_builtin(val_size), as_builtin(test_size)
         self.num_workers = as_builtin(num_workers)
@@ -338,11 +321,6 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """Class index of every item of one of this module's splits, through `targets_of`."""
         targets = self.targets_of(subset.dataset)
         return [targets[i] for i in subset.indices]
-
-    def predict_files(self) -> list[str] | None:
-        """The file behind each item ``predict`` sees, in order; ``None`` where unknown."""
-        files = self.files_of(self.predict_set.dataset) if self.predict_set is not None else None
-        return None if files is None else [files[i] for i in self.predict_set.indices]
 
     def predicting_folder(self) -> bool:
         """Whether this is a ``predict`` of ``predict_dir``: then no data set needs to be downloaded."""
@@ -513,9 +491,10 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             if world_size == 1:
                 return SequentialSampler(split)
             return UnrepeatedDistributedSampler(split, num_replicas=world_size, rank=rank, shuffle=False)
-        seed = int(os.environ.get("PL_GLOBAL_SEED", self.seed))
-        shard = {"num_replicas": world_size, "rank": rank, "seed": seed, "drop_last": True}
+        shard = {"num_replicas": world_size, "rank": rank, "seed": self.run_seed(), "drop_last": True}
         if self.class_balanced:
+            from vitlit.data.balanced import class_balanced_sampler  # --data.class_balanced only
+
             balanced = class_balanced_sampler(self.targets(split))
             return balanced if world_size == 1 else DistributedSamplerWrapper(balanced, **shard)
         return DistributedSampler(split, **shard)
@@ -551,8 +530,12 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             persistent_workers=self.persistent_workers and workers > 0,
             # The loader's own random numbers (its workers' seeds) are not drawn from the global generator, whose
             # draws are the pipeline's: both sources then draw the same augmentation for the same seed.
-            generator=torch.Generator().manual_seed(int(os.environ.get("PL_GLOBAL_SEED", self.seed))),
+            generator=torch.Generator().manual_seed(self.run_seed()),
         )
+
+    def run_seed(self) -> int:
+        """The run's seed (``seed_everything``), which every source's training order follows; else ``seed``."""
+        return int(os.environ.get("PL_GLOBAL_SEED", self.seed))
 
     def rank_and_world_size(self) -> tuple[int, int]:
         """This process's global rank and the number of data-parallel processes (``(0, 1)`` outside a Trainer)."""

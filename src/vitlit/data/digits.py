@@ -2,7 +2,8 @@
 
 `DigitsDataModule` is the first run on a machine without a GPU or network (``configs/digits.yaml``): it writes the
 images once as an image folder into a cache and reads them from there as `ImageFolderDataModule` reads any folder.
-The tests, notebooks and benchmarks write their own copies with `write_digits_folder`. Needs scikit-learn
+The tests, notebooks and benchmarks write their own copies with `write_digits_folder`
+(`vitlit.data.digits_writer`, also importable from here). Needs scikit-learn
 (``pip install -e ".[dev]"``).
 """
 
@@ -14,49 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from PIL import Image
-
 from vitlit.data.folder import ImageFolderDataModule
-from vitlit.errors import ConfigError
 from vitlit.text import say
-
-
-def write_digits_folder(
-    root: str | Path, size: int = 32, test_fraction: float = 0.25, seed: int = 0, val_fraction: float = 0.0
-) -> Path:
-    """Save the digits, upsampled to ``size`` px RGB, as ``root/{train,val,test}/<digit>/<index>.png``.
-
-    The split is a seeded permutation, so every caller with the same seed sees the same test images.
-
-    Args:
-        root: Folder to write into (created if missing).
-        size: Side of the saved images in pixels (bilinear upsampling of the 8x8 originals).
-        test_fraction: Fraction of the images held out in ``test/``.
-        seed: Seed of the split.
-        val_fraction: Fraction of the images written to ``val/`` (0: none; the data module then carves its own).
-
-    Returns:
-        ``root``, ready for ``ImageFolderDataModule(root)``.
-    """
-    try:
-        from sklearn.datasets import load_digits  # a dev dependency; only needed here
-    except ImportError:
-        msg = "the digits come with scikit-learn, which is not installed: pip install scikit-learn."
-        raise ConfigError(msg) from None
-
-    root = Path(root)
-    digits = load_digits()
-    order = np.random.default_rng(seed).permutation(len(digits.images))
-    n_test = int(len(order) * test_fraction)
-    n_val = int(len(order) * val_fraction)
-    for rank, i in enumerate(order):
-        split = "test" if rank < n_test else "val" if rank < n_test + n_val else "train"
-        folder = root / split / str(digits.target[i])
-        folder.mkdir(parents=True, exist_ok=True)
-        pixels = (digits.images[i] * (255 / 16)).astype(np.uint8)  # the originals range over 0..16
-        Image.fromarray(pixels).resize((size, size), Image.BILINEAR).convert("RGB").save(folder / f"{i}.png")
-    return root
 
 
 def default_digits_root() -> Path:
@@ -84,7 +44,9 @@ class DigitsDataModule(ImageFolderDataModule):
                 os.rename(root, stale / root.name)  # out of the way at once: another process writes its own copy
                 shutil.rmtree(stale, ignore_errors=True)
             if not root.exists():
-                _write_once(root)
+                from vitlit.data.digits_writer import write_once  # the first run on this machine only
+
+                write_once(root)
         super().__init__(root=root, **kwargs)
 
 
@@ -98,22 +60,10 @@ def _complete(root: Path) -> bool:
     return len(classes) == DIGITS_CLASSES and len(list(root.glob("*/*/*.png"))) == DIGITS_IMAGES
 
 
-def _write_once(folder: Path) -> None:
-    """Write the digits into a temporary folder beside ``folder`` and rename it: readers never see half a copy."""
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    except OSError as err:
-        raise ConfigError(
-            f"the digits cannot be written into {folder} ({err.strerror}); set XDG_CACHE_HOME to a folder you can "
-            f"write, or give --data.root a folder written with vitlit.data.digits.write_digits_folder."
-        ) from None
-    try:
-        write_digits_folder(tmp)
-        tmp.chmod(0o755)  # mkdtemp's folder is the owner's alone; a cache of public images need not be
-        os.rename(tmp, folder)  # fails if another process's copy got there first: then that one is used
-    except OSError:
-        if not folder.exists():
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def __getattr__(name: str) -> Any:
+    """`write_digits_folder` lives in `vitlit.data.digits_writer`, loaded where digits are written (PEP 562)."""
+    if name == "write_digits_folder":
+        from vitlit.data.digits_writer import write_digits_folder
+
+        return write_digits_folder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,7 +21,8 @@ from typing import Any, Literal
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import Dataset
 
-from vitlit.data.images import PIL_MODES, image_problem, inside, open_image, refuse_unlisted
+from vitlit.data.images import PIL_MODES, image_problem, open_image, refuse_unlisted
+from vitlit.data.paths import inside
 from vitlit.data.table import ItemTableDataModule, Scan
 from vitlit.errors import ConfigError
 from vitlit.hub import hub_unreachable
@@ -201,16 +202,6 @@ class HFImages(Dataset):
             return f"a file outside the data set's folder ({shown(named)!r}), which is never read"
         return image_problem(data, self.img_size) if data is not None else "no image"
 
-    def size(self, i: int) -> int:
-        """Row ``i``'s encoded image's size in bytes (-1 for none)."""
-        data = self.encoded(i)
-        return len(data) if isinstance(data, bytes) else data.stat().st_size if data is not None else -1
-
-    def content(self, i: int) -> bytes:
-        """Row ``i``'s encoded image (empty for none)."""
-        data = self.encoded(i)
-        return data if isinstance(data, bytes) else data.read_bytes() if data is not None else b""
-
     def keep(self, indices: list[int]) -> HFImages:
         """The rows at ``indices`` only."""
         kept = copy.copy(self)
@@ -228,7 +219,7 @@ class HFImages(Dataset):
         """Item ``i``'s encoded image: its embedded bytes, else the file its row names if inside ``root``, else None.
 
         A row's ``path`` beside embedded bytes is only a name (datasets keeps where a file came from); alone, it is
-        read only inside the data set's folder (`vitlit.data.images.inside`).
+        read only inside the data set's folder (`vitlit.data.paths.inside`).
         """
         data, path = self.value(i)
         if data:

@@ -167,22 +167,6 @@ def image_files(top: Path) -> Iterator[Path]:
                 yield Path(dirpath) / name
 
 
-def inside(root: Path, name: str | os.PathLike | None) -> Path | None:
-    """The file ``name`` (relative to ``root``, or absolute) resolved, if it is a file inside ``root``; else ``None``.
-
-    The one admission of a file that a data set names (a table's row, a Hugging Face row's ``path``, a saved data
-    set's metadata, a stream's index): a ``../``, an absolute path or a link that leads out of the data set's folder
-    is never read, whatever the format.
-    """
-    if not name:
-        return None
-    try:
-        file = (root / os.fspath(name)).resolve()
-        return file if file.is_relative_to(root.resolve()) and file.is_file() else None
-    except (OSError, RuntimeError, ValueError):  # a symbolic link loop; a NUL byte, which no file name holds
-        return None
-
-
 def image_problem(path: Path | bytes, img_size: int | None = None, decode: bool = False) -> str | None:
     """Why ``path`` cannot be trained on or classified, in a few words, or ``None`` if it looks like a complete image.
 
@@ -282,17 +266,6 @@ class ImageFiles(Dataset):
     def problem(self, i: int, decode: bool = False) -> str | None:
         """Why item ``i`` cannot be read (`image_problem`, from its header), or ``None``."""
         return image_problem(Path(self.samples[i][0]), self.img_size, decode)
-
-    def size(self, i: int) -> int:
-        """Item ``i``'s file size in bytes (-1 where it cannot be read)."""
-        try:
-            return os.stat(self.samples[i][0]).st_size
-        except OSError:
-            return -1
-
-    def content(self, i: int) -> bytes:
-        """Item ``i``'s bytes, as stored."""
-        return Path(self.samples[i][0]).read_bytes()
 
     def keep(self, indices: Sequence[int]) -> ImageFiles:
         """The items at ``indices`` only."""

@@ -15,7 +15,6 @@ source (`vitlit.data.augment`, on the training device).
 from __future__ import annotations
 
 import functools
-import importlib
 import io
 import json
 import multiprocessing
@@ -29,11 +28,14 @@ import numpy as np
 import torch
 
 from vitlit.data.base import ImageClassificationDataModule
-from vitlit.data.images import PIL_MODES, image_problem, inside, open_image
+from vitlit.data.images import PIL_MODES, image_problem, open_image
+from vitlit.data.paths import inside
 from vitlit.data.sources import Decode
 from vitlit.errors import CheckFailed, ConfigError
+from vitlit.messages import quoted
 from vitlit.owned import digest
-from vitlit.text import quoted, shown
+from vitlit.private import litdata_formats
+from vitlit.text import shown
 
 #: vitlit's description of a prepared data set, itself a one-item LitData set beside the splits, so that it is
 #: written and read by the storage code that moves the chunks (any folder or bucket LitData reaches).
@@ -86,8 +88,7 @@ def stream(where: str, **kwargs: Any) -> Any:
     format that can carry code and a chunk named outside its folder before LitData reads a chunk. The serializers
     given to LitData refuse those formats once more (`RefusedFormat`).
     """
-    names = getattr(importlib.import_module("litdata.streaming.serializers"), "_SERIALIZERS", {})
-    refused = {name: RefusedFormat(name) for name in names if name not in SAFE_FORMATS}
+    refused = {name: RefusedFormat(name) for name in litdata_formats() if name not in SAFE_FORMATS}
     dataset = litdata().StreamingDataset(where, serializers=refused, **kwargs)
     check_index(Path(dataset.input_dir.path) / "index.json", where, local="://" not in where)
     return dataset
@@ -256,10 +257,9 @@ class StreamingDataModule(ImageClassificationDataModule):
                               f"module has it.")  # fmt: skip
         raw, where = self.meta["format"] == "raw", f"{self.input_dir}/{split}"
         decode = None if raw else Decode(self.in_chans, self.stored_size(train), self.interpolation)  # as in memory
-        seed = int(os.environ.get("PL_GLOBAL_SEED", self.seed))  # the run's seed, as every source's order
         return stream(
             where, cache_dir=self.cache_dir, max_cache_size=self.max_cache_size, shuffle=train, drop_last=train,
-            seed=seed, transform=Sample(decode, where, len(self.meta["class_names"])),
+            seed=self.run_seed(), transform=Sample(decode, where, len(self.meta["class_names"])),
         )  # fmt: skip
 
     def setup(self, stage: str) -> None:
@@ -306,10 +306,6 @@ class StreamingDataModule(ImageClassificationDataModule):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Keep a checkpoint's place in the stream for the next training loader."""
         self._resume_from = state_dict.get("train_stream")
-
-    def predict_files(self) -> list[str] | None:
-        """``predict_dir``'s files; a streamed split keeps no file names."""
-        return None if hasattr(self.predict_set, "input_dir") else super().predict_files()
 
     def train_dataset(self) -> Any:
         return self._stream("train", True)

@@ -13,9 +13,7 @@ and list them in ``skipped``).
 
 from __future__ import annotations
 
-import hashlib
 import os
-import traceback
 from abc import abstractmethod
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -26,7 +24,7 @@ from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.images import PIL_MODES, BadImage, ImageFiles
 from vitlit.data.split import validation_count
 from vitlit.errors import ConfigError
-from vitlit.text import quoted, shown
+from vitlit.text import shown
 
 #: The splits a format may name: validation and test are only ever used as such.
 SPLITS = ("train", "val", "test")
@@ -107,17 +105,9 @@ class ItemTableDataModule(ImageClassificationDataModule):
         except ConfigError:
             raise
         except Exception as err:  # a bug in a format: not the user's config, and not a jsonargparse Union dump either
-            from vitlit.messages import one_line_error  # an error path only
+            from vitlit.messages import failed_in
 
-            if isinstance(err, OSError) and one_line_error(err) is not None:  # a path the system refused: the user's
-                raise
-            frames = traceback.extract_tb(err.__traceback__)
-            mine = type(self).scan.__code__.co_filename
-            at = next((f for f in reversed(frames) if f.filename == mine), frames[-1])
-            raise ConfigError(
-                f"{type(self).__name__}.scan() raised {quoted(err)} at {at.filename}:{at.lineno}; that "
-                f"is a bug in the data format's code (or a file it reads): fix it there."
-            ) from None
+            raise failed_in(err, type(self).scan) from None
 
     def _admit(self, scan: Scan) -> tuple[dict[str, Any], list[str]]:
         """Each split's rows as items, after the rules every format shares: split names, files, labels, sizes."""
@@ -198,7 +188,9 @@ class ItemTableDataModule(ImageClassificationDataModule):
                 rank_zero_info(f"vitlit: skipping {len(bad)} unreadable image(s) of {items.where} "
                                f"(--data.bad_images skip)")  # fmt: skip
             self._checked[name] = items.keep([i for i in range(len(items)) if i not in bad]) if bad else items
-            if name != "train":
+            if name != "train":  # a validation or test split of the data's own
+                from vitlit.data.copies import copies_of_training
+
                 copies_of_training(self._checked[name], self._split("train"), name)
         return self._checked.get(name)
 
@@ -220,29 +212,3 @@ class ItemTableDataModule(ImageClassificationDataModule):
         if not self.has_test_split:
             raise ConfigError(self.no_test_split())
         return self._split("test")
-
-
-def copies_of_training(items: Any, train: Any, split: str) -> None:
-    """Say in one line how many images of a validation or test split are byte copies of training images.
-
-    Such a copy is scored as an image the model has seen, so the split's accuracy overstates what it learned. Files
-    are compared by size first (``os.stat``, nothing read), and only those whose size some image of the other split
-    shares are read and hashed. Items that cannot say their bytes (``content``) are not compared.
-    """
-    if not all(hasattr(x, "size") and hasattr(x, "content") for x in (items, train)):
-        return
-    theirs: dict[int, list[int]] = {}
-    for i in range(len(train)):
-        if (size := train.size(i)) >= 0:
-            theirs.setdefault(size, []).append(i)
-    ours = [i for i in range(len(items)) if items.size(i) in theirs]
-    if not ours:
-        return
-    hashes = {hashlib.blake2b(train.content(i)).digest(): i for size in {items.size(i) for i in ours}
-              for i in theirs[size]}  # fmt: skip
-    copies = [(i, hashes[h]) for i in ours if (h := hashlib.blake2b(items.content(i)).digest()) in hashes]
-    if copies:
-        i, j = copies[0]
-        rank_zero_info(f"vitlit: {len(copies)} of the {len(items)} {split} images are byte copies of training images "
-                       f"(e.g. {shown(items.samples[i][0])} = {shown(train.samples[j][0])}); their accuracy "
-                       f"overstates what the model learned: remove them from one of the splits")  # fmt: skip

@@ -9,7 +9,6 @@ is flushed, and ``os.replace`` swaps it in (`vitlit.atomic`): a reader sees the 
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,7 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from vitlit.atomic import replacing
-from vitlit.errors import ConfigError
-from vitlit.runs.private import is_local_path
+from vitlit.private import is_local_path
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -37,16 +35,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 # the RuntimeError torch's zip writer raises for it, and `disk_full` can tell.
                 torch.save(checkpoint, f)
         except (OSError, RuntimeError) as err:
-            from vitlit.messages import disk_full
+            from vitlit.messages import save_failed  # a full disk's one line, or None: the error as it is
 
-            full = disk_full(err)
-            if full is None:
+            refused = save_failed(err, target)
+            if refused is None:
                 raise
-            free = shutil.disk_usage(target.parent).free / 2**30
-            raise ConfigError(
-                f"saving {target} failed: {full[0]} ({free:.2f} GiB free; the previous checkpoints are intact); "
-                f"{full[1]} (--trainer.default_root_dir), then resume."
-            ) from None
+            raise refused from None
         for stale in target.parent.glob(f".{target.name}.*.tmp"):  # left by a writer killed mid-save (one per target)
             stale.unlink(missing_ok=True)
 

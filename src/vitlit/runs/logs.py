@@ -1,7 +1,6 @@
-"""What a run logs beyond the model's metrics, and reading the logs back.
+"""What a run logs beyond the model's metrics: `SkippedImages` lists the files a data module left out.
 
-`SkippedImages` lists the files a data module left out; `read_scalars` reads a run's TensorBoard curves (the
-notebooks, benchmarks and tests use it).
+`vitlit.runs.curves.read_scalars` reads a run's curves back.
 """
 
 from __future__ import annotations
@@ -38,17 +37,3 @@ class SkippedImages(Callback):
         for logger in trainer.loggers:
             logger.log_metrics({"data/skipped_images": float(len(skipped))}, step=0)
         rank_zero_info(f"vitlit: {len(skipped)} skipped image(s) listed in {where / 'skipped_images.txt'}")
-
-
-def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar curve of a run as ``{tag: [(step, value), ...]}`` (``train/loss``, ``val/acc``, ...).
-
-    Args:
-        run_dir: A ``lightning_logs/version_N`` directory (it holds the ``events.out.tfevents.*`` files).
-    """
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    # size_guidance 0 keeps every point; TensorBoard's default would subsample long curves to 10,000 points.
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    events.Reload()
-    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}

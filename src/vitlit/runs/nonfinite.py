@@ -20,9 +20,9 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch.optim import Optimizer
 
 from vitlit.errors import TrainingHalted
-from vitlit.private import unscales_internally
-from vitlit.runs.private import clear_skip_flags, skip_flag, skip_next_step_if, state_key
+from vitlit.private import state_key
 from vitlit.schedule import logging_step
+from vitlit.step import clear_skip_flags, skip_flag, skip_step_if, unscales_internally
 from vitlit.types import PositiveInt
 
 
@@ -94,9 +94,9 @@ class NonFiniteGuard(Callback):
             self._count(bad, trainer.global_step)  # the GradScaler skips a step whose gradients are not finite
             return
         if _is_fused(optimizer) and _clips_with_vitlit(pl_module):
-            # The model's clipping adds its gradient norm's finiteness to the flag (`vitlit.clipping`): the step's one
+            # The model's clipping adds its gradient norm's finiteness to the flag (`vitlit.step`): the step's one
             # norm. The flag the step used is counted after it, in `on_train_batch_end`.
-            skip_next_step_if(optimizer, bad)
+            skip_step_if(optimizer, bad)
             self._deferred = True
             return
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
@@ -104,7 +104,7 @@ class NonFiniteGuard(Callback):
             bad = bad | ~torch.isfinite(torch.nn.utils.get_total_norm(grads))  # one fused kernel
         self._count(bad, trainer.global_step)
         if _is_fused(optimizer):
-            skip_next_step_if(optimizer, bad)  # the GradScaler's mechanism; cleared after the step
+            skip_step_if(optimizer, bad)  # the GradScaler's mechanism; cleared after the step
         elif bool(bad):  # the one host sync, for optimizers that cannot skip on the device
             optimizer.zero_grad(set_to_none=True)  # torch's optimizers leave parameters without a gradient alone
 
@@ -166,7 +166,7 @@ def _is_fused(optimizer: Optimizer) -> bool:
 
 
 def _clips_with_vitlit(pl_module: LightningModule) -> bool:
-    """Whether the model clips with `vitlit.clipping` (ViTClassifier's own hook), which completes the skip flag."""
+    """Whether the model clips with `vitlit.step` (ViTClassifier's own hook), which completes the skip flag."""
     from vitlit.model import ViTClassifier
 
     hook = type(pl_module).configure_gradient_clipping

@@ -6,6 +6,7 @@ Loaded by ``predict`` only.
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,7 +17,24 @@ from lightning.pytorch.utilities import rank_zero_info
 from vitlit.atomic import replacing
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import CheckFailed
-from vitlit.text import cell
+from vitlit.text import shown
+
+#: `_ACTIVE` less the newline and the undecodable bytes that are no C1 control: a file name's part CSV can hold.
+_IN_PATH = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\udc80-\udc9f]")
+#: What a spreadsheet reads as the start of a formula in a cell (OWASP's CSV injection list).
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def cell(text: object, path: bool = False) -> str:
+    """``text`` as a CSV cell a spreadsheet shows as text: escapes shown, and a formula's first character quoted.
+
+    OWASP's advice for CSV injection: a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return
+    gets a leading ``'``, so ``=HYPERLINK(...)`` or ``-2+3`` is shown, never evaluated. A ``path`` keeps what names
+    its file byte for byte (a newline, which CSV quotes; undecodable bytes, written back as they were) and shows only
+    what a terminal acts on (escapes, C1 controls as raw bytes, direction overrides).
+    """
+    value = _IN_PATH.sub(lambda m: ascii(m.group())[1:-1], str(text)) if path else shown(text)
+    return f"'{value}" if str(text).startswith(_FORMULA) else value
 
 
 def write_predictions(
@@ -46,12 +64,20 @@ def write_predictions(
     if not trainer.is_global_zero:
         return
     data = trainer.datamodule
-    files = data.predict_files() if isinstance(data, ImageClassificationDataModule) else None
+    files, labels = _files(data), _true_labels(data)
     sources = files if files is not None and len(files) == len(probs) else [""] * len(probs)
-    labels = _true_labels(data)
     labels = labels if labels is not None and len(labels) == len(probs) else None
     write_table(path, probs, _class_names(trainer, pl_module, probs.shape[1]), sources, top_k, probabilities, labels)
     rank_zero_info(f"vitlit: wrote {len(probs)} predictions to {path}")
+
+
+def _files(data: object) -> list[str] | None:
+    """The file behind each predicted image, in order (`files_of`); ``None`` where unknown (a stream keeps none)."""
+    split = getattr(data, "predict_set", None)
+    if not isinstance(data, ImageClassificationDataModule) or not hasattr(split, "indices"):
+        return None
+    files = data.files_of(split.dataset)
+    return None if files is None else [files[i] for i in split.indices]
 
 
 def _true_labels(data: object) -> list[int] | None:
@@ -97,7 +123,7 @@ def write_table(
     # them: bytes that are not UTF-8 are written as they are (Python's surrogateescape), and read back the same.
     with replacing(path) as tmp, tmp.open("w", newline="", encoding="utf-8", errors="surrogateescape") as f:
         writer = csv.writer(f)
-        # Text from the data (file and class names) as cells a spreadsheet shows, never runs (`vitlit.text.cell`).
+        # Text from the data (file and class names) as cells a spreadsheet shows, never runs (`cell`).
         writer.writerow([cell(name) for name in header])
         names = [cell(name) for name in classes]
         for i in range(len(probs)):

@@ -6,12 +6,7 @@ today; ``tests/test_private.py`` fails, naming the attribute, if a release renam
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-import torch
-from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
-from lightning.pytorch import Callback, Trainer
+from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import BatchSizeFinder, ModelCheckpoint
 from lightning.pytorch.utilities.parsing import lightning_setattr
 
@@ -44,43 +39,6 @@ def set_batch_size(trainer: Trainer, batch_size: int) -> None:
 
     lightning_setattr(trainer.lightning_module, "batch_size", batch_size)
     _reset_dataloaders(trainer)
-
-
-def state_key(callback: Callback, **settings: Any) -> str:
-    """Lightning's key for a callback's state in checkpoints, made from its class and ``settings``.
-
-    Two callbacks of one class (ModelCheckpoints with other settings) need distinct keys; Lightning builds them with
-    the callback's ``_generate_state_key``.
-    """
-    return callback._generate_state_key(**settings)
-
-
-#: The attributes through which PyTorch's GradScaler tells a fused optimizer's next step to skip itself (a non-zero
-#: ``found_inf``) and that the gradients are not scaled (``grad_scale`` None).
-_SKIP_FLAGS = ("found_inf", "grad_scale")
-
-
-def skip_next_step_if(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> None:
-    """Make a fused optimizer's next step a no-op where ``found_inf`` is non-zero, on the device (no host sync)."""
-    optimizer.found_inf = found_inf.float()
-    optimizer.grad_scale = None
-
-
-def skip_flag(optimizer: torch.optim.Optimizer) -> torch.Tensor | None:
-    """The ``found_inf`` flag the optimizer's last step was given (`skip_next_step_if`, then the clipping), or None."""
-    return vars(optimizer).get("found_inf")
-
-
-def clear_skip_flags(optimizer: torch.optim.Optimizer) -> None:
-    """Remove what `skip_next_step_if` set, so that the next step is an ordinary one."""
-    for name in _SKIP_FLAGS:
-        if name in vars(optimizer):
-            delattr(optimizer, name)
-
-
-def is_local_path(path: str | Path) -> bool:
-    """Whether ``path`` is on the local file system (not ``s3://``, ``gs://``, ...), as Lightning decides it."""
-    return _is_local_file_protocol(path)
 
 
 def kill_started_processes(trainer: Trainer, signum: int) -> None:

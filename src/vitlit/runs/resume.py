@@ -15,9 +15,6 @@ import numpy as np
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from vitlit.schedule import total_steps
-from vitlit.text import say
-
 
 class RNGStateCheckpoint(Callback):
     """Save torch's (CPU and CUDA), NumPy's and Python's generator states in checkpoints; restore them on resume.
@@ -54,18 +51,7 @@ class RNGStateCheckpoint(Callback):
         random.setstate((version, tuple(internal), gauss))
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        per_epoch = trainer.num_training_batches // max(trainer.accumulate_grad_batches, 1)
-        if trainer.ckpt_path is not None and isinstance(per_epoch, int) and per_epoch and trainer.is_global_zero:
-            done = trainer.global_step - trainer.current_epoch * per_epoch
-            where = f"vitlit: resuming in the middle of epoch {trainer.current_epoch} ({done} of {per_epoch} steps)"
-            if 0 < done < per_epoch and getattr(trainer.datamodule, "resumes_in_place", False):  # a LitData stream
-                say(f"{where} at its place in the stream: the rest of the epoch has the samples the stopped run "
-                      f"would have had", error=True)  # fmt: skip
-            elif 0 < done < per_epoch:  # said here in vitlit's words; Lightning's own warning is left out (cli.quiet)
-                say(f"{where}: the rest of it draws new batches, so the run is not bit-identical to one never "
-                      f"stopped (end-of-epoch checkpoints are)", error=True)  # fmt: skip
-        schedulers = pl_module.lr_schedulers()
-        kept, total = getattr(schedulers, "total_steps", None), total_steps(trainer)
-        if trainer.ckpt_path is not None and kept and total and kept != total and trainer.is_global_zero:
-            say(f"vitlit: resumed with the learning-rate schedule of the checkpoint's run ({kept} steps; this run "
-                  f"has {total}); steps after its end keep the final learning rate", error=True)  # fmt: skip
+        if trainer.ckpt_path is not None and trainer.is_global_zero:  # a resume only
+            from vitlit.checkpoints import say_resumed
+
+            say_resumed(trainer, pl_module)

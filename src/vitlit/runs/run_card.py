@@ -55,15 +55,6 @@ def git_state(folder: Path) -> dict[str, Any]:
     return {} if commit is None else {"git_commit": commit, "git_dirty": dirty}
 
 
-def read_card(run_dir: Path) -> dict[str, Any]:
-    """The card of the run in ``run_dir``, or ``{}`` if it has none (or an unreadable one)."""
-    try:
-        card = json.loads((run_dir / CARD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return card if isinstance(card, dict) else {}
-
-
 def write_card(run_dir: Path, card: dict[str, Any]) -> None:
     """Write ``run_card.json`` and a Markdown table of the same fields, ``run_card.md``."""
     write_atomically(run_dir / CARD, redacted(json.dumps(card, indent=2, default=str)) + "\n")
@@ -91,7 +82,11 @@ class RunCard(Callback):
         if trainer.fast_dev_run or trainer.logger is None:  # no run folder of its own: no card
             return
         self.run_dir, self._started = Path(trainer.logger.log_dir), time.monotonic()
-        earlier = read_card(self.run_dir) if trainer.ckpt_path else {}
+        earlier = {}
+        if trainer.ckpt_path:  # a resume: its card goes on
+            from vitlit.runs.tested import read_card
+
+            earlier = read_card(self.run_dir)
         self._wall_before = float(earlier.get("wall_seconds") or 0.0)
         batch = getattr(trainer.datamodule, "batch_size", 0) or 0
         self.card = {
@@ -106,7 +101,7 @@ class RunCard(Callback):
                         for lg in trainer.loggers],  # MLflow's and W&B's own run ids, to find the run there
             # What the options left to the run, as it took it (the schedule's length already asked for the loaders).
             "resolved": {**getattr(trainer.datamodule, "resolved", dict)(), "planned_steps": planned_steps(trainer),
-                         "warmup_steps": getattr(schedule_of(trainer), "warmup_steps", None), "seed": _seed()},
+                         "warmup_steps": getattr(schedule_of(trainer), "warmup_steps", None)},
         }  # fmt: skip
         config = saved_config(trainer, self.run_dir)
         if config.is_file():  # the saved config says what its options left to the run, as comments (YAML reads on)
@@ -151,13 +146,10 @@ class RunCard(Callback):
     @rank_zero_only
     def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Put ``test/acc`` on the card of the run whose checkpoint was tested (``<run>/checkpoints/*.ckpt``)."""
-        run = Path(trainer.ckpt_path).resolve().parent.parent if trainer.ckpt_path else None
-        card = read_card(run) if run is not None else {}
-        if card and "test/acc" in trainer.callback_metrics:
-            card["test_acc"] = float(trainer.callback_metrics["test/acc"])
-            card["test_checkpoint"] = Path(trainer.ckpt_path).name  # the last tested; each one's below
-            card.setdefault("test_acc_by_checkpoint", {})[card["test_checkpoint"]] = card["test_acc"]
-            write_card(run, card)
+        if trainer.ckpt_path and "test/acc" in trainer.callback_metrics:
+            from vitlit.runs.tested import record_test
+
+            record_test(Path(trainer.ckpt_path), float(trainer.callback_metrics["test/acc"]))
 
     def _write(self, trainer: Trainer) -> None:
         self.card["wall_seconds"] = round(self._wall_before + time.monotonic() - self._started, 1)
@@ -223,8 +215,8 @@ def _near_chance(card: dict[str, Any], trainer: Trainer) -> str | None:
     if epochs < 20:  # a short run first needs a longer one: nothing learns much in a few epochs
         helps = [f"more epochs (this run trained {epochs}; configs/own_images_scratch.yaml trains 100)", *helps[:2]]
     return (f"the best val/acc, {best:.2f} on {n} images, is within noise of guessing one of {k} classes "
-            f"({1 / k:.2f}): the model learned little. What helps: {', '.join(helps)} (docs/your-data.md: \"When a "
-            f"run learns nothing\")")  # fmt: skip
+            f"({1 / k:.2f}): the model learned little. What helps: {', '.join(helps)} "
+            f"(docs/your-data.md: \"When a run learns nothing\")")  # fmt: skip
 
 
 def _seed() -> int | None:
