@@ -1,7 +1,8 @@
 """Hostile round 6, class 2: every line vitlit prints and every CSV cell it writes leaves through one function.
 
 Escapes shown (`vitlit.text.clean`), credentials redacted wherever they stand (a library's quoted message too),
-spreadsheet formulas neutralised (`vitlit.runs.prediction_table.cell`); for fit's log lines, predict's CSV and prepare's lines.
+spreadsheet formulas neutralised (`vitlit.runs.prediction_table.cell`); for fit's log lines, predict's CSV and
+prepare's lines.
 """
 
 from __future__ import annotations
