@@ -108,3 +108,24 @@ def test_a_search_on_too_few_images_names_what_to_lower(tmp_path: Path, capsys: 
                    "--trainer.callbacks.init_val", "1", "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
     assert "init_val=1 leaves the 5 training images" in line and "--trainer.callbacks.min_steps" in line, line
     assert "smaller --trainer.callbacks.init_val" not in line
+
+
+def test_a_search_decodes_once_says_its_warmup_again_and_no_lightning_note(
+    digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 65, 3: "decoding 1213 images once" nine times; the warmup line said before the search was stale after
+    it; Lightning's "`weights_only` was not set" read against the README's weights-only loading."""
+    caplog.set_level("INFO")
+    cli = run_cli(
+        "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.source", "memory", "--data.batch_size",
+        "8", "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch", "--trainer.callbacks.steps_per_trial", "1",
+        "--trainer.max_epochs", "1", "--trainer.limit_val_batches", "1", "--model.scheduler.init_args.warmup_steps",
+        "0.1", "--trainer.default_root_dir", tmp_path,
+    )  # fmt: skip
+    said = [r.getMessage() for r in caplog.records] + capsys.readouterr().err.splitlines()
+    decoded = [line for line in said if "decoding" in line and "images once" in line]
+    assert len(decoded) == 2, decoded  # the training split and the validation split, once each, for every trial
+    steps = cli.trainer.lr_scheduler_configs[0].scheduler.total_steps
+    warmups = [line for line in said if "warmup_steps 0.1:" in line]
+    assert warmups[-1].endswith(f"of the run's {steps} optimizer steps"), warmups  # said again after the search
+    assert not [line for line in said if "weights_only" in line]

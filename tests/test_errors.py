@@ -591,6 +591,27 @@ def test_pretrained_weights_without_the_hub_are_one_line(
     assert "--model.pretrained_file" in err and not (tmp_path / "lightning_logs").exists()
 
 
+def test_weights_from_an_unreachable_hub_are_asked_for_once_and_both_ways_named(
+    tmp_path: Path, cifar_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 65, 3: offline, configs/own_images.yaml spent 54 s in 10 hub retries, and its line named one way out."""
+    import socket
+
+    from helpers.counting import calls_to
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with socket.socket() as closed:  # a port of this machine where nothing listens: the hub, unreachable
+        closed.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed.getsockname()[1]}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    with calls_to(monkeypatch, socket, "create_connection") as attempts, pytest.raises(SystemExit) as exit_info:
+        tiny_cifar_fit(cifar_dir, tmp_path, "--model.pretrained", "true")
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_info.value.code == 2 and len(attempts) == 1, attempts  # one probe, no retries
+    carries(line, "vitlit: error:", "test_vit", "cannot be reached", "--model.pretrained_file",
+            "configs/own_images_scratch.yaml")  # fmt: skip
+
+
 def test_a_malformed_shared_settings_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 36, class 8: a broken defaults.yaml was reported as '<unicode string>'."""
     broken = tmp_path / "defaults.yaml"

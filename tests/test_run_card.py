@@ -180,3 +180,5 @@ def test_a_fit_that_learned_nothing_says_so_instead_of_offering_its_model(
     warning = next(line for line in err.splitlines() if line.lstrip().startswith("warning"))
     assert "is within noise of guessing one of 3 classes (0.33): the model learned little" in warning
     assert "configs/own_images.yaml" in warning and "python -m vitlit test" not in err
+    # Issue 65, 3: a run of 2 epochs is first told to train longer, not to fetch weights from the hub.
+    assert warning.index("more epochs (this run trained 2") < warning.index("configs/own_images.yaml"), warning

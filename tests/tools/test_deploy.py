@@ -633,6 +633,10 @@ def test_a_timm_folder_loads_with_timm_alone_and_classifies_as_the_checkpoint(
         "config.json",
         "model.safetensors",
     ]
+    from vitlit.atomic import umask
+
+    modes = {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()}  # issue 65: safetensors wrote 0600
+    assert set(modes.values()) == {0o666 & ~umask()}, modes
     net, card = load_classifier(ckpt)
     images, _ = _test_batch(card, test_dir)
     torch.save(images[:64], tmp_path / "batch.pt")
