@@ -14,6 +14,7 @@ source (`vitlit.data.augment`, on the training device).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
@@ -368,13 +369,11 @@ def optimize(**kwargs: Any) -> None:
         said = outcome.recv()
     except EOFError:  # ended without a word: killed, or LitData's Ctrl-C handler with it
         said = None
-    except BaseException:  # Ctrl-C here: LitData's handler stops its workers before that process ends
-        os.kill(writer.pid, signal.SIGINT)
+    except BaseException:  # Ctrl-C here: LitData's handler stops its workers, given a few seconds to
+        os.killpg(writer.pid, signal.SIGINT)
+        _end(writer, wait=3)
         raise
-    finally:
-        writer.join(10)
-        if writer.is_alive():
-            writer.kill()
+    _end(writer, wait=10)
     if said is None:
         code = writer.exitcode or 0
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"ended with status {code}"
@@ -388,6 +387,17 @@ def optimize(**kwargs: Any) -> None:
         raise ConfigError(_could_not_write(where, text))
 
 
+def _end(writer: Any, wait: float) -> None:
+    """Wait up to ``wait`` seconds for the writer, then end its process group, workers included.
+
+    A worker LitData forked and its Ctrl-C handler missed would outlive this process, holding its output (a pipe's
+    reader waits for it forever) and writing into a folder that is gone.
+    """
+    writer.join(wait)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(writer.pid, signal.SIGKILL)
+
+
 def _could_not_write(where: str, words: str) -> str:
     return (f"LitData could not write {where} ({words}); check --output (a new folder, or a bucket URL whose "
             f"credentials are in the environment) and run it again.")  # fmt: skip
@@ -399,6 +409,7 @@ def _optimize_and_tell(told: Any, kwargs: dict[str, Any]) -> None:
     Sent: ``("done", "")``, ``("config", line)`` for a `ConfigError`, or ``("error", words)`` for another error (a
     storage client's may quote a URL: `vitlit.text.quoted` masks its credentials before it leaves this process).
     """
+    os.setpgrp()  # a process group of its own, with LitData's workers: `optimize` ends them all together
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C before LitData's handler is in place: just end
     try:
         litdata().optimize(**kwargs, start_method="fork")
