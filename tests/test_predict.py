@@ -70,10 +70,11 @@ def test_predict_a_nested_folder_names_the_unreadable_files_and_writes_the_rest(
         assert sum(float(row[f"p_{c}"]) for c in classes) == pytest.approx(1.0, abs=1e-4)
 
 
-def test_predictions_of_the_test_split_carry_the_true_label(digits_run: Path) -> None:
+def test_predictions_of_the_test_split_carry_the_true_label(digits_run: Path, tmp_path: Path) -> None:
     """Issue 65, 3: predictions.csv of the test split had no true label: its errors needed a join to be found."""
     predict = run_cli("predict", "--config", digits_run / "config.yaml", "--ckpt_path",
-                      digits_run / "checkpoints" / "last.ckpt")  # fmt: skip
+                      digits_run / "checkpoints" / "last.ckpt", "--trainer.default_root_dir",
+                      tmp_path)  # fmt: skip # not beside the run: the other tests count the run's predictions
     rows = list(csv.DictReader((Path(predict.trainer.log_dir) / "predictions.csv").open()))
     assert len(rows) == 449 and list(rows[0])[:6] == ["index", "source", "label", "correct", "predicted", "confidence"]
     for row in rows:  # the folder names the class: test/<label>/<file>
