@@ -492,7 +492,7 @@ def test_a_root_that_cannot_be_written_is_refused(
     tmp_path: Path, cifar_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Tests run as root, for whom every folder is writable: the permission check is made to say no.
-    monkeypatch.setattr(config, "_writable", lambda folder: False)
+    monkeypatch.setattr(config, "writable", lambda folder: False)
     with pytest.raises(SystemExit) as exit_info:
         tiny_cifar_fit(cifar_dir, tmp_path / "runs")
     assert exit_info.value.code == 2

@@ -25,6 +25,8 @@ MAX_YAML_BYTES, MAX_YAML_VALUES = 1_000_000, 100_000
 #: Arguments that name a file or folder, in any data module or model (their ``init_args``, or those of a class given
 #: to the model, such as a distillation's teacher); ``teacher`` is a path only where it names an existing file.
 PATH_ARGUMENTS = ("root", "data_dir", "predict_dir", "pretrained_file", "teacher_file", "teacher")
+#: The longest path a run's folder may have: PATH_MAX, less what a run adds below it.
+PATH_ROOM = 4096 - 200
 #: Arguments whose value is a name (a file, folder or URL), never a number: ``nan`` or ``inf`` there is a name.
 NAMED = (*PATH_ARGUMENTS, "path", "input_dir", "cache_dir", "output", "default_root_dir", "ckpt_path", "config")
 
@@ -146,10 +148,10 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
     seed, trainer = config.get("seed_everything"), config.get("trainer") or {}
     if not isinstance(seed, bool) and seed is not None and not 0 <= seed <= 2**32 - 1:  # NumPy's range
         raise ConfigError(f"--seed_everything={seed} is outside 0..4294967295; give a seed in that range, e.g. 42.")
-    started = max(int(environ.get(name, "1") or 1) for name in ("WORLD_SIZE", "SLURM_NTASKS"))
-    if seed is True and started > 1 and "PL_GLOBAL_SEED" not in environ:  # each process would draw its own
-        raise ConfigError(f"--seed_everything=true gives each of the {started} processes its own random seed, so "
-                          f"their data shards would overlap; give a number (e.g. --seed_everything 42).")  # fmt: skip
+    if seed is True:  # a seed drawn at random
+        from vitlit.preflight import check_drawn_seed
+
+        check_drawn_seed(environ)
     if config.get("ckpt_path") is None and subcommand != "fit":
         raise ConfigError(
             f"{subcommand} without --ckpt_path would evaluate untrained weights; give a checkpoint (a run's "
@@ -170,13 +172,10 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
         from vitlit.preflight import check_budget  # runs given a time budget only
 
         check_budget(trainer["max_time"])
-    precision, accelerator = str(trainer.get("precision")), str(trainer.get("accelerator"))
-    import torch  # not at the top: `vitlit --version` and the tools' --help must not load torch
+    if str(trainer.get("precision")) in ("16-mixed", "16"):  # fp16 needs a GPU
+        from vitlit.preflight import check_half_precision
 
-    gpu = torch.cuda.is_available() or torch.backends.mps.is_available()
-    if precision in ("16-mixed", "16") and (accelerator == "cpu" or (accelerator == "auto" and not gpu)):
-        raise ConfigError(f"--trainer.precision {precision} needs a GPU, and this run is on the CPU; CPUs run "
-                          f"bf16-mixed or 32-true (--trainer.precision bf16-mixed).")  # fmt: skip
+        check_half_precision(str(trainer.get("precision")), str(trainer.get("accelerator")))
     check_writable_folder(trainer.get("default_root_dir") or ".")
     data = (config.get("data") or {}).get("init_args") or {}
     root = data.get("root") if subcommand == "fit" else None
@@ -188,26 +187,20 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
 
 
 def check_writable_folder(folder: str | Path, flag: str = "--trainer.default_root_dir") -> None:
-    """Refuse a folder that cannot be created or written to, before a run starts writing into it."""
+    """Refuse a folder that cannot be created or written to, before a run starts writing into it.
+
+    An existing folder this user may write to, with room below it for a run's files, is taken at once; any other is
+    made sure of by `vitlit.preflight.check_new_folder`, which names what is wrong.
+    """
     path = Path(folder).expanduser().absolute()
-    if any(len(os.fsencode(part)) > 255 for part in path.parts):  # NAME_MAX of every common file system
-        raise ConfigError(f"{flag}={folder} has a name of over 255 characters, more than a folder's name may have.")
-    if len(os.fsencode(str(path))) > 4096 - 200:  # PATH_MAX, less what a run adds below it
-        raise ConfigError(f"{flag} is {len(str(path))} characters long, too long for the run's files below it; give "
-                          f"a shorter folder.")  # fmt: skip
-    existing = path
-    while not existing.exists():  # the nearest part of the path that exists must be a writable folder
-        if existing.is_symlink():
-            raise ConfigError(f"{flag}={folder}: {existing} is a symbolic link to {os.readlink(existing)}, which does "
-                              f"not exist; create its target or give another folder.")  # fmt: skip
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ConfigError(f"{flag}={folder} lies inside {existing}, which is a file; give a folder.")
-    if not _writable(existing):
-        raise ConfigError(f"{flag}={folder}: {existing} is not writable for this user; give a folder you can write to.")
+    if not (os.path.isdir(path) and writable(path)) or len(os.fsencode(str(path))) > PATH_ROOM:  # isdir: no OSError
+        from vitlit.preflight import check_new_folder  # a folder to create, or a refusal
+
+        check_new_folder(path, folder, flag)
 
 
-def _writable(folder: Path) -> bool:
+def writable(folder: Path) -> bool:
+    """Whether this user may create files in ``folder``."""
     return os.access(folder, os.W_OK | os.X_OK)
 
 

@@ -12,8 +12,6 @@ from typing import Any
 
 import torch
 
-from vitlit.errors import ConfigError
-
 #: Activations a transformer block keeps per token and channel for its backward pass, at least: the inputs and
 #: outputs of its two norms, q/k/v, the attention's output, its projection, and the MLP's two 4x-wide tensors.
 SAVED_PER_TOKEN_CHANNEL = 12
@@ -67,10 +65,6 @@ def check_activations(model: Any, data: Any, trainer: Any, subcommand: str) -> N
     free = free_memory(device)
     if need is None or free is None or need <= free:
         return
-    img_size = getattr(data, "img_size", "?")
-    fixes = "--data.img_size or --data.batch_size" + ("" if checkpointing or subcommand != "fit" else
-                                                      ", or --model.grad_checkpointing true")  # fmt: skip
-    raise ConfigError(
-        f"{subcommand} at --data.img_size {img_size} with batches of {batch_size} needs at least {need / 2**30:,.1f} "
-        f"GB for the model's activations, more than the {free / 2**30:,.1f} GB free on {device}; lower {fixes}."
-    )
+    from vitlit.messages import too_little_memory  # a refusal only
+
+    raise too_little_memory(subcommand, data, batch_size, need, free, device, checkpointing)

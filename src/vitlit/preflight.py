@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import warnings
 from collections.abc import Mapping
@@ -188,3 +189,58 @@ def check_metrics(subcommand: str, metrics: Mapping[str, torch.Tensor]) -> None:
         raise CheckFailed(f"{subcommand} gave {', '.join(bad)}: the model's outputs are not finite numbers; evaluate "
                           f"an earlier checkpoint of the run (its checkpoints/ folder) or one trained with "
                           f"--trainer.precision 32")  # fmt: skip
+
+
+def check_memory_source(size: str, need: int, free: int | None, device: torch.device) -> bool:
+    """Refuse ``--data.source memory`` where the splits (``need`` bytes as stored) cannot fit at all; else ``True``.
+
+    In host memory the decoded images and the splits' copies both live, so a CPU needs twice the stored bytes.
+    """
+    need *= 2 if device.type == "cpu" else 1
+    if free is not None and need > free:
+        raise ConfigError(f"--data.source memory: the {size} ({need / 2**30:,.1f} GB with copies), more than the "
+                          f"{free / 2**30:,.1f} GB free on {device}; use --data.source auto (or workers), or a "
+                          f"smaller --data.img_size.")  # fmt: skip
+    return True
+
+
+def check_new_folder(path: Path, folder: str | Path, flag: str) -> None:
+    """Refuse ``path`` (typed as ``folder`` for ``flag``) where it cannot be created and written to, naming why.
+
+    The name of each part fits every common file system (NAME_MAX), the whole leaves room for a run's files
+    (`vitlit.config.PATH_ROOM`), no part is a dangling link, and the nearest part that exists is a folder this user
+    may write to.
+    """
+    from vitlit import config
+
+    if any(len(os.fsencode(part)) > 255 for part in path.parts):
+        raise ConfigError(f"{flag}={folder} has a name of over 255 characters, more than a folder's name may have.")
+    if len(os.fsencode(str(path))) > config.PATH_ROOM:
+        raise ConfigError(f"{flag} is {len(str(path))} characters long, too long for the run's files below it; give "
+                          f"a shorter folder.")  # fmt: skip
+    existing = path
+    while not existing.exists():
+        if existing.is_symlink():
+            raise ConfigError(f"{flag}={folder}: {existing} is a symbolic link to {os.readlink(existing)}, which does "
+                              f"not exist; create its target or give another folder.")  # fmt: skip
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{flag}={folder} lies inside {existing}, which is a file; give a folder.")
+    if not config.writable(existing):
+        raise ConfigError(f"{flag}={folder}: {existing} is not writable for this user; give a folder you can write to.")
+
+
+def check_drawn_seed(environ: Mapping[str, str]) -> None:
+    """Refuse ``--seed_everything true`` where torchrun or SLURM started several processes: each would draw its own."""
+    started = max(int(environ.get(name, "1") or 1) for name in ("WORLD_SIZE", "SLURM_NTASKS"))
+    if started > 1 and "PL_GLOBAL_SEED" not in environ:
+        raise ConfigError(f"--seed_everything=true gives each of the {started} processes its own random seed, so "
+                          f"their data shards would overlap; give a number (e.g. --seed_everything 42).")  # fmt: skip
+
+
+def check_half_precision(precision: str, accelerator: str) -> None:
+    """Refuse fp16 (``16-mixed``) on the CPU, which Lightning would take and then fail on."""
+    gpu = torch.cuda.is_available() or torch.backends.mps.is_available()
+    if accelerator == "cpu" or (accelerator == "auto" and not gpu):
+        raise ConfigError(f"--trainer.precision {precision} needs a GPU, and this run is on the CPU; CPUs run "
+                          f"bf16-mixed or 32-true (--trainer.precision bf16-mixed).")  # fmt: skip

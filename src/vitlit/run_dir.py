@@ -26,7 +26,6 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
-from vitlit.errors import ConfigError
 from vitlit.text import say
 
 LOCK = ".vitlit.lock"
@@ -60,11 +59,9 @@ def lock(run_dir: Path) -> int:
         else:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        os.lseek(fd, 0, os.SEEK_SET)
-        owner = os.read(fd, 200).decode(errors="replace") or "another process"
-        os.close(fd)
-        raise ConfigError(f"{run_dir} is in use by a fit of {owner}; wait for it to end (or stop it), then run this "
-                          f"again.") from None  # fmt: skip
+        from vitlit.messages import in_use  # a refusal only
+
+        raise in_use(run_dir, fd) from None
     os.ftruncate(fd, 0)
     os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
     return fd

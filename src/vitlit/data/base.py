@@ -199,11 +199,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self._held: dict[int, sources.InMemory] = {}  # each split held in memory, by the split's identity
         self._augments: dict[bool, Augment] = {}  # the device half of the pipeline: training (True) and evaluation
         self.predict_dir = None if predict_dir is None else Path(predict_dir).expanduser()
-        self._predict_images = []
-        if self.predict_dir is not None:  # found now, before any work starts
-            from vitlit.data.predict_folder import predict_files
+        self._predict_folder = None
+        if self.predict_dir is not None:  # its files found now, before any work starts
+            from vitlit.data.predict_folder import PredictFolder
 
-            self._predict_images = predict_files(self.predict_dir, self.in_chans)
+            self._predict_folder = PredictFolder(self.predict_dir, self.in_chans)
         self.train_set: TransformedSubset | None = None
         self._said_test_split = False  # `hold_out_test` says the carved split once, for fit and test alike
         self.val_set: TransformedSubset | None = None
@@ -251,15 +251,10 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
 
         Unreadable files of the folder are named, one line each, and left out; its items have the class index -1.
         """
-        if self.predict_dir is None:
+        if self._predict_folder is None:
             return self.test_dataset()
         speak = self.trainer is None or self.trainer.is_global_zero
-        from vitlit.data.predict_folder import readable_images  # runs with a predict_dir only
-
-        self._predict_folder = readable_images(
-            self._predict_images, self.predict_dir, self.class_names, self.in_chans, self.img_size, speak
-        )
-        return self._predict_folder
+        return self._predict_folder.readable(self.class_names, self.img_size, speak)
 
     def targets_of(self, dataset: Dataset) -> Sequence[int]:
         """The class index of every item of ``dataset``, ideally without decoding an image.
@@ -333,7 +328,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
 
     def is_predict_folder(self, dataset: Dataset | None) -> bool:
         """Whether ``dataset`` is ``predict_dir``'s images (vitlit's own, not one of the subclass's datasets)."""
-        return self.predict_dir is not None and dataset is getattr(self, "_predict_folder", None)
+        return self._predict_folder is not None and dataset is self._predict_folder.images
 
     def stored_size(self, train: bool) -> int:
         """The side a split's images are handed over at by either source: ``native_size`` where they share one.
@@ -428,19 +423,17 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             return dataset
         bad = next(((i, t) for i, t in enumerate(self.targets_of(dataset)) if not 0 <= t < self.num_classes), None)
         if bad is not None:
-            raise ConfigError(f"{split} item {bad[0]} of {type(self).__name__} has the label {bad[1]}, but its "
-                              f"{self.num_classes} class_names take the indices 0 to {self.num_classes - 1}; correct "
-                              f"the labels or name every class in class_names.")  # fmt: skip
+            from vitlit.messages import unknown_label  # a refusal only
+
+            raise unknown_label(self, split, *bad)
         return dataset
 
     def _check_channels(self, dataset: Dataset) -> None:
         """Refuse data whose images have another channel count than ``in_chans``, before the first step."""
         channels = channels_of(dataset[0][0]) if len(dataset) else self.in_chans
         if channels != self.in_chans:
-            raise ConfigError(
-                f"the images of {type(self).__name__} have {channels} channel(s) but in_chans={self.in_chans}; pass "
-                f"--data.in_chans {channels}."
-            )
+            raise ConfigError(f"the images of {type(self).__name__} have {channels} channel(s) but in_chans="
+                              f"{self.in_chans}; pass --data.in_chans {channels}.")  # fmt: skip
 
     def pipeline(self, train: bool) -> Augment:
         """The device half of the pipeline for training (``train``) or evaluation batches (`vitlit.data.augment`)."""

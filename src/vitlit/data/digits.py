@@ -1,7 +1,8 @@
 """scikit-learn's digits: 1,797 real 8x8 images that ship with scikit-learn, small enough to learn on a CPU offline.
 
 `DigitsDataModule` is the first run on a machine without a GPU or network (``configs/digits.yaml``): it writes the
-images once as an image folder into a cache and reads them from there as `ImageFolderDataModule` reads any folder.
+images once as an image folder into a cache and reads them from there in the class-folder format
+(`vitlit.data.folder.class_folders`), as `ImageFolderDataModule` reads any folder: an item table like it.
 The tests, notebooks and benchmarks write their own copies with `write_digits_folder`
 (`vitlit.data.digits_writer`, also importable from here). Needs scikit-learn
 (``pip install -e ".[dev]"``).
@@ -10,13 +11,11 @@ The tests, notebooks and benchmarks write their own copies with `write_digits_fo
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from vitlit.data.folder import ImageFolderDataModule
-from vitlit.text import say
+from vitlit.data.folder import class_folders, no_test_folder
+from vitlit.data.table import ItemTableDataModule, Scan
 
 
 def default_digits_root() -> Path:
@@ -24,7 +23,7 @@ def default_digits_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vitlit" / "digits"
 
 
-class DigitsDataModule(ImageFolderDataModule):
+class DigitsDataModule(ItemTableDataModule):
     """scikit-learn's digits as 32 px images (1,348 train, of which 10% validation; 449 test), written on first use.
 
     Args:
@@ -32,29 +31,37 @@ class DigitsDataModule(ImageFolderDataModule):
             first use (whole or not at all: a process that starts meanwhile writes its own copy and keeps the
             first). A folder given here is read as it is (any class-folder layout), never written to: a mistyped
             path stops the run instead of filling a new folder with digits.
-        **kwargs: The options of `vitlit.data.ImageFolderDataModule` (``img_size``, ``batch_size``, ...).
+        **kwargs: The options of every item table (`vitlit.data.table.ItemTableDataModule`: ``bad_images``; then
+            ``img_size``, ``batch_size``, ``val_size``, ...).
     """
 
+    #: As `ImageFolderDataModule`'s: the files were found in the folder.
+    found_in_root = True
+
     def __init__(self, root: str | Path | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         if root is None:
             root = default_digits_root()
-            if root.exists() and not _complete(root):  # e.g. left half-written by an older version: train 2 classes?
-                say(f"vitlit: the digits in {root} are incomplete; writing them again", error=True)
-                stale = Path(tempfile.mkdtemp(prefix=f".{root.name}.stale.", dir=root.parent))
-                os.rename(root, stale / root.name)  # out of the way at once: another process writes its own copy
-                shutil.rmtree(stale, ignore_errors=True)
-            if not root.exists():
+            if not complete_copy(root):
                 from vitlit.data.digits_writer import write_once  # the first run on this machine only
 
                 write_once(root)
-        super().__init__(root=root, **kwargs)
+        self.root = Path(root).expanduser()
+
+    def scan(self) -> Scan:
+        """The copy's class folders (`vitlit.data.folder.class_folders`)."""
+        return class_folders(self.root)
+
+    def no_test_split(self) -> str:
+        """Test and predict need ``root/test`` (a folder given as ``root`` may have none)."""
+        return no_test_folder(self.root)
 
 
 #: Images in scikit-learn's digits, and their classes: what a complete copy in the cache holds.
 DIGITS_IMAGES, DIGITS_CLASSES = 1797, 10
 
 
-def _complete(root: Path) -> bool:
+def complete_copy(root: Path) -> bool:
     """Whether ``root`` holds every digit image in `write_digits_folder`'s layout (file names only: no decoding)."""
     classes = {p.name for p in root.glob("train/*") if p.is_dir()}
     return len(classes) == DIGITS_CLASSES and len(list(root.glob("*/*/*.png"))) == DIGITS_IMAGES

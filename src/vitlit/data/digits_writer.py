@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image
 
 from vitlit.errors import ConfigError
+from vitlit.text import say
 
 
 def write_digits_folder(
@@ -55,7 +56,20 @@ def write_digits_folder(
 
 
 def write_once(folder: Path) -> None:
-    """Write the digits into a temporary folder beside ``folder`` and rename it: readers never see half a copy."""
+    """Write the digits into a temporary folder beside ``folder`` and rename it: readers never see half a copy.
+
+    A ``folder`` that exists but is incomplete (left half-written by an older version) is said, moved out of the way
+    at once (another process then writes its own copy) and written again.
+    """
+    from vitlit.data.digits import complete_copy
+
+    if folder.exists() and not complete_copy(folder):  # not another process's copy, just renamed into place
+        say(f"vitlit: the digits in {folder} are incomplete; writing them again", error=True)
+        stale = Path(tempfile.mkdtemp(prefix=f".{folder.name}.stale.", dir=folder.parent))
+        os.rename(folder, stale / folder.name)
+        shutil.rmtree(stale, ignore_errors=True)
+    if folder.exists():
+        return
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))

@@ -6,7 +6,7 @@ This is the module to fork vitlit for new data: ``--data ImageFolderDataModule -
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from vitlit.data.images import IMAGE_SUFFIXES, image_files
 from vitlit.data.table import SPLITS, ItemTableDataModule, Scan
@@ -31,72 +31,73 @@ class ImageFolderDataModule(ItemTableDataModule):
         root: Folder holding ``train/`` and optionally ``val/`` and ``test/``; or only class folders
             (``root/<class>/<images>``, the layout of Hugging Face's ``imagefolder``), of which ``test_size`` is
             held out for ``test`` and ``val_size`` carved for validation, both seeded (``seed``).
-        val_size: Validation images carved from ``train`` when there is no ``val/``: a count (int) or a fraction
-            (float in (0, 1)); a fraction suits data sets of any size.
-        bad_images: What to do with files that cannot be read as images (empty, truncated, not an image, a
-            dangling link, over PIL's size limit): ``error`` stops before training and names the first one;
-            ``skip`` trains without them and lists them in ``skipped`` (the runs part writes them into the run's
-            ``skipped_images.txt`` and logs their count as ``data/skipped_images``).
-        test_size: With class folders only: test images held out, a count (int) or a fraction (float in (0, 1)).
-        **kwargs: The common options of `vitlit.data.ImageClassificationDataModule` (``img_size``,
-            ``batch_size``, ``val_size``, ``mean``, ``std``, ...). ``mean``/``std`` default to ImageNet's.
+        **kwargs: The options of every item table (`vitlit.data.table.ItemTableDataModule`: ``bad_images``) and
+            the common ones (`vitlit.data.ImageClassificationDataModule`: ``img_size``, ``batch_size``,
+            ``val_size``, ...): ``val_size`` carves validation from ``train/`` where there is no ``val/``,
+            ``test_size`` holds test images out of class folders only. ``mean``/``std`` default to ImageNet's.
     """
 
     #: The files were found in the folder: a class folder of links to images elsewhere is taken as it is.
     found_in_root = True
 
-    def __init__(
-        self,
-        root: str | Path,
-        val_size: int | float = 0.1,
-        bad_images: Literal["error", "skip"] = "error",
-        test_size: int | float = 0.1,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(val_size=val_size, bad_images=bad_images, test_size=test_size, **kwargs)
+    def __init__(self, root: str | Path, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.root = Path(root).expanduser()
 
     def scan(self) -> Scan:
-        """Check the layout and list the image files of each split's class folders."""
-        train_dir = self.root / "train"
-        if not train_dir.is_dir():
-            flat = _class_dirs(self.root) if self.root.is_dir() else []
-            if len(flat) >= 2 and not any((self.root / split).exists() for split in SPLITS):
-                from vitlit.data.flat import scan_flat  # this layout's runs only
-
-                return scan_flat(self.root, flat)
-            one = f"; it holds one class folder ({flat[0].name}), and a classifier needs 2" if len(flat) == 1 else ""
-            raise ConfigError(
-                f"{train_dir} does not exist; --data.root must hold train/<class>/<images> "
-                f"(and optionally val/ and test/), or class folders <class>/<images> only{one}."
-            )
-        classes, splits = [c.name for c in _class_dirs(train_dir)], {}
-        if len(classes) < 2:
-            raise ConfigError(f"{train_dir} has {len(classes)} class folder(s); a classifier needs at least 2.")
-        for split in SPLITS:
-            split_dir = self.root / split
-            if not split_dir.is_dir():
-                continue
-            rows = []
-            for class_dir in _class_dirs(split_dir):
-                if class_dir.name not in classes:
-                    raise ConfigError(
-                        f"{class_dir} is a class that {train_dir} does not have; add it to train/ or remove it."
-                    )
-                found = list(image_files(class_dir))
-                if not found:
-                    raise ConfigError(
-                        f"{class_dir} holds no image ({', '.join(IMAGE_SUFFIXES)}); add images or remove the folder."
-                    )
-                rows += [(path, class_dir.name) for path in found]
-            if not rows:
-                raise ConfigError(
-                    f"{split_dir} holds no class folder with images; add <class>/<images> to it or remove it"
-                    + (" (validation is then carved from train/)." if split == "val" else ".")
-                )
-            splits[split] = rows
-        return Scan(splits, classes)
+        """Check the layout and list the image files of each split's class folders (`class_folders`)."""
+        return class_folders(self.root)
 
     def no_test_split(self) -> str:
         """Test and predict need ``root/test``."""
-        return f"{self.root / 'test'} does not exist; test and predict need root/test/<class>/<images>."
+        return no_test_folder(self.root)
+
+
+def class_folders(root: Path) -> Scan:
+    """Check the layout of ``root`` and list the image files of each split's class folders.
+
+    The class-folder format: `ImageFolderDataModule`'s, and `vitlit.data.digits.DigitsDataModule`'s on its copy.
+    """
+    train_dir = root / "train"
+    if not train_dir.is_dir():
+        flat = _class_dirs(root) if root.is_dir() else []
+        if len(flat) >= 2 and not any((root / split).exists() for split in SPLITS):
+            from vitlit.data.flat import scan_flat  # this layout's runs only
+
+            return scan_flat(root, flat)
+        one = f"; it holds one class folder ({flat[0].name}), and a classifier needs 2" if len(flat) == 1 else ""
+        raise ConfigError(
+            f"{train_dir} does not exist; --data.root must hold train/<class>/<images> "
+            f"(and optionally val/ and test/), or class folders <class>/<images> only{one}."
+        )
+    classes, splits = [c.name for c in _class_dirs(train_dir)], {}
+    if len(classes) < 2:
+        raise ConfigError(f"{train_dir} has {len(classes)} class folder(s); a classifier needs at least 2.")
+    for split in SPLITS:
+        split_dir = root / split
+        if not split_dir.is_dir():
+            continue
+        rows = []
+        for class_dir in _class_dirs(split_dir):
+            if class_dir.name not in classes:
+                raise ConfigError(
+                    f"{class_dir} is a class that {train_dir} does not have; add it to train/ or remove it."
+                )
+            found = list(image_files(class_dir))
+            if not found:
+                raise ConfigError(
+                    f"{class_dir} holds no image ({', '.join(IMAGE_SUFFIXES)}); add images or remove the folder."
+                )
+            rows += [(path, class_dir.name) for path in found]
+        if not rows:
+            raise ConfigError(
+                f"{split_dir} holds no class folder with images; add <class>/<images> to it or remove it"
+                + (" (validation is then carved from train/)." if split == "val" else ".")
+            )
+        splits[split] = rows
+    return Scan(splits, classes)
+
+
+def no_test_folder(root: Path) -> str:
+    """The refusal of ``test`` and ``predict`` for class folders without ``root/test``."""
+    return f"{root / 'test'} does not exist; test and predict need root/test/<class>/<images>."

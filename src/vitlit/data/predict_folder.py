@@ -41,3 +41,22 @@ def readable_images(
     if len(bad) == len(files):
         raise ConfigError(f"predict_dir={folder} holds no readable image; all {len(bad)} were skipped.")
     return images.keep([i for i in range(len(images)) if i not in bad])
+
+
+class PredictFolder:
+    """``--data.predict_dir``: its image files, found when the data module is built, and later its readable images.
+
+    Args:
+        folder: The folder, which must hold at least one image file (`predict_files`).
+        in_chans: The channels the images are read with.
+    """
+
+    def __init__(self, folder: Path, in_chans: int) -> None:
+        self.folder, self.in_chans = folder, in_chans
+        self.files = predict_files(folder, in_chans)
+        self.images: ImageFiles | None = None  # the dataset `predict` classifies, once asked for
+
+    def readable(self, classes: list[str], img_size: int, speak: bool = True) -> ImageFiles:
+        """The folder's images that decode (`readable_images`): the dataset ``predict`` classifies."""
+        self.images = readable_images(self.files, self.folder, classes, self.in_chans, img_size, speak)
+        return self.images

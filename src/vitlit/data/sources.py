@@ -31,7 +31,6 @@ from torchvision.transforms.v2.functional import pil_to_tensor
 
 from vitlit.data.augment import Interpolation, resize_uint8
 from vitlit.data.images import PIL_MODES
-from vitlit.errors import ConfigError
 from vitlit.memory import free_memory
 
 #: ``source: auto`` holds the images in memory when they take at most this share of the device's free memory: the
@@ -156,14 +155,9 @@ def keep_in_memory(
     free = free_memory(device)
     size = f"{sum(len(s) for s in splits):,} images take {need / 2**20:,.1f} MB as stored"
     if forced:  # refused only where it cannot fit at all, before anything is decoded
-        need *= 2 if device.type == "cpu" else 1  # in host memory, the decoded images and the splits' copies
-        if free is not None and need > free:
-            raise ConfigError(
-                f"--data.source memory: the {size} ({need / 2**30:,.1f} GB with copies), more than the "
-                f"{free / 2**30:,.1f} GB free on {device}; use --data.source auto (or workers), or a smaller "
-                f"--data.img_size."
-            )
-        return True
+        from vitlit.preflight import check_memory_source  # --data.source memory only
+
+        return check_memory_source(size, need, free, device)
     fits = free is not None and need <= AUTO_DEVICE_FRACTION * free
     if trainer is not None and trainer.world_size > 1:
         # Every DDP process must take the same source (their batch counts may differ): memory only where it fits on

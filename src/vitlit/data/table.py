@@ -18,10 +18,8 @@ from abc import abstractmethod
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from lightning.pytorch.utilities import rank_zero_info
-
 from vitlit.data.base import ImageClassificationDataModule
-from vitlit.data.images import PIL_MODES, BadImage, ImageFiles
+from vitlit.data.images import PIL_MODES, ImageFiles
 from vitlit.data.split import validation_count
 from vitlit.errors import ConfigError
 from vitlit.text import shown
@@ -178,16 +176,12 @@ class ItemTableDataModule(ImageClassificationDataModule):
         if name in items_by_split and name not in self._checked:
             items = items_by_split[name]
             bad = {i: problem for i in range(len(items)) if (problem := items.problem(i)) is not None}
-            if bad and self.bad_images == "error":
-                (i, problem), more = next(iter(bad.items())), f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-                raise ConfigError(f"{items.ITEM.format(items.samples[i][0])} is {problem}{more}; remove or replace "
-                                  f"it, or pass --data.bad_images skip to train without such images.")  # fmt: skip
-            if bad:  # the runs part lists them in the run's skipped_images.txt (`vitlit.runs.logs.SkippedImages`)
-                self.skipped += [BadImage(Path(items.samples[i][0]), problem) for i, problem in bad.items()]
-                # A log line, not a Python warning: a warning would print vitlit's own source line under it.
-                rank_zero_info(f"vitlit: skipping {len(bad)} unreadable image(s) of {items.where} "
-                               f"(--data.bad_images skip)")  # fmt: skip
-            self._checked[name] = items.keep([i for i in range(len(items)) if i not in bad]) if bad else items
+            if bad:  # refused, or left out and listed
+                from vitlit.data.bad_images import left_out
+
+                items, left = left_out(items, bad, self.bad_images)
+                self.skipped += left
+            self._checked[name] = items
             if name != "train":  # a validation or test split of the data's own
                 from vitlit.data.copies import copies_of_training
 

@@ -19,7 +19,6 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.optim import Optimizer
 
-from vitlit.errors import TrainingHalted
 from vitlit.private import state_key
 from vitlit.schedule import logging_step
 from vitlit.step import clear_skip_flags, skip_flag, skip_step_if, unscales_internally
@@ -139,16 +138,12 @@ class NonFiniteGuard(Callback):
         self.skipped = skipped
         if first < 0:
             return
-        where = f"step {first}"
         if self.action == "stop" or longest >= self.max_consecutive_skips:
-            repeated = f" and on {longest} steps in a row" if self.action == "skip" else ""
-            raise TrainingHalted(
-                f"the loss or the gradients became NaN/inf at {where}{repeated} (that update was skipped; stopped at "
-                f"step {trainer.global_step}, epoch {trainer.current_epoch}); lower the learning rate "
-                f"(--model.optimizer.init_args.lr) or train in bf16 (--trainer.precision bf16-mixed)"
-            )
+            from vitlit.messages import halted  # the end of the run
+
+            raise halted(trainer, first, longest if self.action == "skip" else None)
         if skipped > self._reported:
-            rank_zero_warn(f"NonFiniteGuard: skipped {skipped - self._reported} NaN/inf steps since {where}.")
+            rank_zero_warn(f"NonFiniteGuard: skipped {skipped - self._reported} NaN/inf steps since step {first}.")
             self._reported = skipped
         self._counts[1] = -1  # report the next bad step afresh
 
