@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers.cli import DIGITS_CONFIG, ROOT, TINY_CONFIG, TINY_MODEL, run_cli, vitlit_command
+from helpers.cli import DIGITS_CONFIG, ROOT, TINY_CONFIG, TINY_MODEL, run_cli, said_with, vitlit_command
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DistributedSampler
 
@@ -101,7 +101,7 @@ def test_device_path_evaluation_shards_cover_every_image_once_and_interleave_bac
     shards = [_epoch(rank, 2) for rank in range(2)]
     assert [len(s) for s in shards] == [51, 50]  # no image repeated to even them out
     assert interleave([torch.tensor(s) for s in shards]).tolist() == list(range(101))
-    with pytest.raises(ValueError, match=r"shard 0 of 2 holds 51 items, but positions 0, 2, \.\.\. of 99 are 50"):
+    with pytest.raises(ValueError, match=r"shard 0 of 2.* 51 .* 99 .* 50"):
         interleave([torch.tensor(shards[0]), torch.tensor(shards[1][:-2])])
 
 
@@ -276,7 +276,7 @@ def test_the_tiny_recipe_as_shipped_trains_in_two_processes(source: str, tmp_pat
         "--trainer.default_root_dir", root,
     )  # fmt: skip
     assert fit.returncode == 0, fit.stderr[-3000:]
-    assert "effective batch 32 (16 per device x 1 accumulated x 2 procs)" in fit.stderr
+    said_with(fit.stderr, "effective batch 32", "16 per device", "1 accumulated", "2 procs")
     run = root / "lightning_logs" / "version_0"
     assert sorted(p.name for p in (root / "lightning_logs").iterdir()) == ["version_0"]
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)

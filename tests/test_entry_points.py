@@ -177,7 +177,7 @@ def test_a_flag_value_that_expands_without_end_is_refused_before_parsing(capsys:
         f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdef", "bcdefg", strict=True)
     )
     line = refused(capsys, "fit", "--config", DIGITS_CONFIG, "--model.class_names", bomb)
-    assert "the value of --model.class_names expands to more than" in line
+    carries(line, "--model.class_names", "100,000", "&, *")
 
 
 def test_a_nul_byte_in_a_config_or_a_flag_value_is_named_with_where_it_is(

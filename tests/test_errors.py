@@ -396,7 +396,7 @@ def test_split_larger_than_the_files_is_refused_in_setup(
             tmp_path,
         )
     assert exit_info.value.code == 2
-    assert "vitlit: error: val_size=80 asks for 80 of the 80 training images" in capsys.readouterr().err
+    carries(capsys.readouterr().err.strip(), "vitlit: error:", "val_size=80", "80 of the 80", "--data.val_size", "79")
     assert not list(tmp_path.rglob("*.*")), "a failed start left files behind"
 
 
@@ -421,7 +421,7 @@ def test_checkpoint_of_other_class_count_is_refused(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    assert "vitlit: error: the checkpoint was trained with num_classes=10 but this run has num_classes=100" in err
+    carries(err.strip().splitlines()[-1], "vitlit: error:", "num_classes=10", "num_classes=100")
     assert tree_digest(existing_run) == before  # the refused run's fresh version_N directory is removed too
     assert sorted(p.name for p in (existing_run / "lightning_logs").iterdir()) == ["version_0"]
 
@@ -441,7 +441,7 @@ def test_ckpt_path_last_without_a_run_is_refused(
     with pytest.raises(SystemExit) as exit_info:
         tiny_cifar_fit(cifar_dir, tmp_path, "--ckpt_path", "last")
     assert exit_info.value.code == 2
-    assert "vitlit: error: --ckpt_path last found no last.ckpt under" in capsys.readouterr().err
+    carries(capsys.readouterr().err.strip(), "vitlit: error:", "--ckpt_path last", "last.ckpt", tmp_path)
     assert not list(tmp_path.rglob("*.*"))
 
 
@@ -469,8 +469,7 @@ def test_failed_download_is_one_line_with_the_offline_way(
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("vitlit: error:")]
     assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
-    assert "cifar10 could not be downloaded from http://127.0.0.1:9/" in lines[0]
-    assert f"copy cifar-10-python.tar.gz (or the extracted cifar-10-batches-py/) into {data}" in lines[0]
+    carries(lines[0], "cifar10", "http://127.0.0.1:9/", "cifar-10-python.tar.gz", "cifar-10-batches-py/", data)
     assert "--data.download false" in lines[0]
     assert not data.exists() and not list((tmp_path / "runs").rglob("*.*"))
 
@@ -538,7 +537,7 @@ def test_a_sub_folder_this_user_may_not_list_is_named_not_left_out(tmp_path: Pat
         return listing(path)
 
     monkeypatch.setattr(os, "scandir", refuse)
-    with pytest.raises(config.ConfigError, match=r"a/locked cannot be listed \(Permission denied\); check its perm"):
+    with pytest.raises(config.ConfigError, match=r"a/locked.*Permission denied.*permissions"):
         list(image_files(tmp_path))
 
 

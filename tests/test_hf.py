@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.cli import DIGITS_CONFIG, refused, run_cli, vitlit_command
+from helpers.cli import DIGITS_CONFIG, carries, refused, run_cli, said_with, vitlit_command
 from helpers.counting import calls_to
 from helpers.hf import write_hub_cache, write_parquet, write_saved
 
@@ -50,8 +50,8 @@ def test_a_saved_data_set_with_string_labels_and_no_test_split_is_carved(
         fit = _fit(folder, tmp_path / "runs", "--data.test_size", "0.2")
     data = fit.datamodule
     assert data.class_names == [f"d{d}" for d in range(10)]  # strings, in sorted order, and said so
-    assert "the 10 labels of column 'label' are the classes, in sorted order: d0, d1" in caplog.text
-    assert "120 of 600 images held out for test (--data.test_size 0.2, seed 42)" in caplog.text
+    said_with(caplog.text, "10 labels", "'label'", "d0, d1")
+    said_with(caplog.text, "120 of 600", "test", "--data.test_size 0.2", "seed 42")
     data.setup("test")
     held, trained = set(data.test_set.dataset.rows), set(data.train_set.dataset.rows)
     assert len(held) == 120 and not held & trained  # the carved test split never trains
@@ -165,7 +165,7 @@ def test_the_hubs_cifar_layouts_load_with_only_the_path(
     assert fit.datamodule.image_column == "img" and fit.datamodule.label_column == column
     assert fit.datamodule.num_classes == labels[column]
     assert ("labels from column 'fine_label' (100 classes)" in caplog.text) == (column == "fine_label")
-    assert "has no validation split: 27 of 270 training images carved for it (--data.val_size 0.1" in caplog.text
+    said_with(caplog.text, "27 of 270", "--data.val_size 0.1")
 
 
 def test_two_label_columns_of_one_size_are_refused_naming_them(
@@ -174,7 +174,7 @@ def test_two_label_columns_of_one_size_are_refused_naming_them(
     folder = _hub_layout(tmp_path / "hub", {"a": 10, "b": 10})
     line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *HF, "--data.path", folder,
                    "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
-    assert "has the ClassLabel columns a, b; name the one to use with --data.label_column" in line
+    carries(line, "ClassLabel", "a, b", "--data.label_column")
 
 
 def _rows(folder: Path, labels: list, splits: tuple[str, ...] = ("train",)) -> Path:

@@ -335,7 +335,7 @@ def test_holding_the_images_in_memory_is_refused_where_they_cannot_fit(
     dm = CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, batch_size=8, source="memory")
     dm.setup("fit")
     monkeypatch.setattr(sources_module, "in_memory", lambda *args: pytest.fail("decoded before the refusal"))
-    with pytest.raises(ConfigError, match=r"--data.source memory: the 80 images take 0.2 MB as stored"):
+    with pytest.raises(ConfigError, match=r"--data.source memory.* 80 images .*0.2 MB.*--data.source auto"):
         dm.train_dataloader()
 
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers.cli import DIGITS_CONFIG, ROOT, run_cli
+from helpers.cli import DIGITS_CONFIG, ROOT, carries, run_cli
 from helpers.shapes import write_shapes
 
 from vitlit.runs.run_card import _near_chance
@@ -178,7 +178,7 @@ def test_a_fit_that_learned_nothing_says_so_instead_of_offering_its_model(
             "--trainer.max_epochs", "2", "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
     err = capsys.readouterr().err
     warning = next(line for line in err.splitlines() if line.lstrip().startswith("warning"))
-    assert "is within noise of guessing one of 3 classes (0.33): the model learned little" in warning
+    carries(warning, "3 classes", "(0.33)")
     assert "configs/own_images.yaml" in warning and "python -m vitlit test" not in err
     # Issue 65, 3: a run of 2 epochs is first told to train longer, not to fetch weights from the hub.
     assert warning.index("more epochs (this run trained 2") < warning.index("configs/own_images.yaml"), warning

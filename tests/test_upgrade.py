@@ -10,7 +10,7 @@ import pytest
 import timm
 import torch
 import yaml
-from helpers.cli import DIGITS_CONFIG, ROOT, run_cli
+from helpers.cli import DIGITS_CONFIG, ROOT, carries, run_cli
 
 from vitlit.model import ViTClassifier
 
@@ -73,7 +73,7 @@ def test_a_0_3_config_names_the_upgrade_and_trains_after_it(
         run_cli("fit", "--config", config, "--trainer.default_root_dir", tmp_path / "b")
     err = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 2 and len(err) == 1, err
-    assert "vitlit.fast.loader.DeviceData is not in this vitlit" in err[0] and "scripts/upgrade_config.py" in err[0]
+    carries(err[0], "vitlit.fast.loader.DeviceData", "scripts/upgrade_config.py")
     upgrade_config.main([str(config)])
     assert "DeviceData" not in config.read_text()
     assert run_cli("fit", "--config", config, "--trainer.default_root_dir", tmp_path / "b").trainer.global_step == 1

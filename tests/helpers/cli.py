@@ -153,6 +153,16 @@ def refused(capsys: pytest.CaptureFixture[str], *args: object) -> str:
     return lines[0]
 
 
+def said_with(text: str, *parts: object) -> str:
+    """The first line of ``text`` (a log, a command's output) that carries every one of ``parts``, asserted to exist.
+
+    For lines that report what happened (the numbers, the flag that changes it), not their wording.
+    """
+    line = next((line for line in text.splitlines() if all(str(part) in line for part in parts)), None)
+    assert line is not None, ([str(p) for p in parts], text[-3000:])
+    return line
+
+
 def carries(line: str, *parts: object) -> None:
     """Assert that a refusal is one line carrying what it must: the bad value, where it is, the flag that fixes it.
 

@@ -25,7 +25,7 @@ import pytest
 import timm
 import torch
 import yaml
-from helpers.cli import DIGITS_CONFIG, ROOT, refused, run_cli
+from helpers.cli import DIGITS_CONFIG, ROOT, carries, refused, run_cli
 from helpers.http import free_port, post_file, post_json, post_raw, wait_for
 from helpers.learning import CASES
 from PIL import Image
@@ -314,8 +314,10 @@ def test_export_never_overwrites_the_checkpoint_or_an_existing_file(
     assert "already exist" in refused(capsys, "export", "--ckpt_path", ckpt, "--output", existing)
     assert existing.read_bytes() == b"an earlier export"
     assert "is a folder" in refused(capsys, "export", "--ckpt_path", ckpt, "--output", tmp_path)
-    assert "opset=99 is not one this PyTorch can export" in refused(
-        capsys, "export", "--ckpt_path", ckpt, "--output", tmp_path / "new.onnx", "--opset", "99"
+    carries(
+        refused(capsys, "export", "--ckpt_path", ckpt, "--output", tmp_path / "new.onnx", "--opset", "99"),
+        "opset=99",
+        "17",
     )
     assert not (tmp_path / "new.onnx").exists()
     run_cli("export", "--ckpt_path", ckpt, "--output", existing, "--overwrite", "true")
@@ -590,7 +592,7 @@ def test_a_weights_only_checkpoint_is_refused_for_a_resume_in_one_line(
     ckpt = _edited(trained[0], tmp_path / "weights.ckpt", "weights-only")
     line = refused(capsys, "fit", "--config", trained[0].parent.parent / "config.yaml", "--ckpt_path", ckpt,
                    "--trainer.default_root_dir", tmp_path / "out")  # fmt: skip
-    assert "weights.ckpt holds no optimizer_states (saved with weights only), so a fit cannot continue" in line
+    carries(line, ckpt, "optimizer_states")
 
 
 def test_export_of_a_model_whose_outputs_are_nan_fails(trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
@@ -699,7 +701,7 @@ def test_an_export_replaces_only_a_folder_an_export_wrote(
     monkeypatch.chdir(tmp_path)
     line = refused(capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--overwrite", "true", "--output",
                     project)  # fmt: skip
-    assert "holds notes.txt, src, which no vitlit export wrote" in line
+    carries(line, project, "notes.txt, src")
     assert (project / "notes.txt").read_text() == "mine" and (project / "src").is_dir()
     # An earlier export's folder is replaced; the same folder with a file of the user's in it is not.
     export(ckpt, tmp_path / "vit", "timm", images=test_dir)
@@ -708,7 +710,8 @@ def test_an_export_replaces_only_a_folder_an_export_wrote(
     (tmp_path / "vit" / "eval.txt").write_text("mine too")
     line = refused(capsys, "export", "--ckpt_path", ckpt, "--format", "timm", "--overwrite", "true", "--output",
                     tmp_path / "vit")  # fmt: skip
-    assert "holds eval.txt, which no vitlit export wrote" in line and (tmp_path / "vit" / "eval.txt").is_file()
+    carries(line, tmp_path / "vit", "eval.txt")
+    assert (tmp_path / "vit" / "eval.txt").is_file()
     empty = tmp_path / "empty"
     empty.mkdir()
     assert "is a folder no vitlit export wrote" in refused(
