@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import timm
 import torch
+from helpers.cli import said_with
 from safetensors.torch import save_file
 
 from vitlit import ViTClassifier
@@ -29,7 +30,7 @@ def test_pretrained_file_loads_through_timm_and_adapts_to_32px(
         model = ViTClassifier("test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(path))
     net = model.net
     said = caplog.text  # issue 36, stumble 14: what was loaded and what adapted
-    assert f"vitlit: loaded {path} into test_vit; adapted: pos_embed (1, 101, 64) -> (1, 65, 64) (resampled)" in said
+    said_with(said, path, "test_vit", "pos_embed (1, 101, 64) -> (1, 65, 64)", "resampled")
     assert "head.weight (1000, 64) -> (7, 64) (new)" in said
     torch.testing.assert_close(net.blocks[3].mlp.fc1.weight, source.blocks[3].mlp.fc1.weight)
     assert net.patch_embed.proj.weight.shape[-2:] == (4, 4)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.cli import tiny_cifar_fit
+from helpers.cli import carries, tiny_cifar_fit
 from helpers.faults import PoisonBatch
 
 from vitlit.runs.nonfinite import NonFiniteGuard
@@ -30,8 +30,15 @@ def test_stop_skips_the_update_and_halts_with_a_resumable_checkpoint(
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("vitlit: error:")]
     assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
-    assert f"became NaN/inf at step 3 (that update was skipped; stopped at step {stopped_at}, epoch 0)" in lines[0]
-    assert "--trainer.precision bf16-mixed" in lines[0]
+    carries(
+        lines[0],
+        "NaN/inf",
+        "step 3",
+        f"step {stopped_at}",
+        "epoch 0",
+        "--model.optimizer.init_args.lr",
+        "--trainer.precision bf16-mixed",
+    )
     last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
     assert lines[0].endswith(f"--ckpt_path {last}")
     checkpoint = torch.load(last, map_location="cpu", weights_only=True)
