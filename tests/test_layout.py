@@ -22,7 +22,7 @@ import guard_lines  # noqa: E402
 PARTS = code_size.PARTS
 #: The bound of issue 34 (2,400), raised in issues 45-46 to what their guards added (see RESULTS.md), lowered to what
 #: the default run loads as issues 54 and 66 ask (issue 66's goal: 2,300). A change that needs more removes other lines.
-MAX_DEFAULT_RUN_LINES = 2298
+MAX_DEFAULT_RUN_LINES = 2297
 
 
 def _imports(path: Path) -> set[str]:

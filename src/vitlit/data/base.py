@@ -64,32 +64,19 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     ``native_size`` says that every image has that size (stored so, resized on the device), ``default_mean``/
     ``default_std`` give the data's statistics. Nothing else of a dataset is read.
 
+    The options come in groups, in this order in the signature, ``--help`` and the saved config: the images the model
+    sees (``img_size`` to ``crop_pct``: linked to the model's inputs), the splits (``val_size``, ``test_size``,
+    ``seed``), the batches and where their bytes come from (``batch_size`` to ``persistent_workers``), training
+    augmentation (``crop`` to ``batch_augment``) and ``predict_dir``. Flags stay flat (``--data.num_workers``), as in
+    Lightning's data modules and timm's ``train.py``.
+
     Args:
         img_size: Side of the square images fed to the model; linked to ``model.img_size`` by the CLI.
         in_chans: Channels of the images (1 grey, 3 RGB, 4 RGBA or any count a data module delivers); linked to
             ``model.in_chans``. Pretrained weights are adapted by timm (their patch embedding).
-        batch_size: Images per batch (per device); the effective batch also counts
-            ``trainer.accumulate_grad_batches``.
-        val_size: Validation images carved from the training set when the data has no validation split of its own:
-            a count (int) or a fraction (float in (0, 1)); a data set may set its own default (CIFAR: 5000). The
-            test split is never used for validation.
-        test_size: Test images held out of the training set, seeded, where the data has no test split of its own (a
-            subclass that gives no ``test_dataset``, class folders without ``train/``, a Hugging Face data set
-            without one): a count (int) or a fraction (float in (0, 1)); said in one line when it happens.
-        num_workers: DataLoader worker processes (0 loads in the main process); capped at the CPU cores available.
-        pin_memory: Pin host memory for faster copies to the GPU (ignored when no GPU is present).
-        persistent_workers: Keep workers alive between epochs; restarting them costs seconds per short epoch.
-        seed: Seed of the train/validation split (independent of ``seed_everything``, so the split never changes).
         mean: Per-channel normalisation mean, one value per channel; ``None`` uses the data's own statistics, or
             with pretrained weights those the weights were trained with (timm's pretrained config).
         std: Per-channel normalisation standard deviation; ``None`` as for ``mean``.
-        crop: The training crop: ``pad`` (CIFAR's: a random ``img_size`` window of the image zero-padded by
-            ``crop_padding``), ``resized`` (RandomResizedCrop as in timm's and DeiT's recipes: a box of
-            ``crop_scale`` of the area and ``crop_ratio`` aspect, resized to ``img_size``) or ``none``.
-        crop_padding: ``crop: pad``: padding in pixels on each side; ``None`` means ``img_size // 8`` (4 at 32 px),
-            0 disables the crop.
-        crop_scale: ``crop: resized``: the range of the box's share of the image's area (timm's ``--scale``).
-        crop_ratio: ``crop: resized``: the range of the box's aspect ratio, width / height (timm's ``--ratio``).
         interpolation: How images are resampled, ``bilinear`` or ``bicubic``: RandomResizedCrop's box and every
             resize to ``img_size``. ``None``: with pretrained weights the interpolation they were trained with
             (timm's pretrained config), else ``bilinear``.
@@ -97,11 +84,36 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             resize the shorter side to ``floor(img_size / crop_pct)`` and keep the centre ``img_size`` square.
             ``None``: with pretrained weights the weights' own (0.9 for the AugReg ViTs), else 1.0 (the whole
             image).
+        val_size: Validation images carved from the training set when the data has no validation split of its own:
+            a count (int) or a fraction (float in (0, 1)); a data set may set its own default (CIFAR: 5000). The
+            test split is never used for validation.
+        test_size: Test images held out of the training set, seeded, where the data has no test split of its own (a
+            subclass that gives no ``test_dataset``, class folders without ``train/``, a Hugging Face data set
+            without one): a count (int) or a fraction (float in (0, 1)); said in one line when it happens.
+        seed: Seed of the train/validation split (independent of ``seed_everything``, so the split never changes).
+        batch_size: Images per batch (per device); the effective batch also counts
+            ``trainer.accumulate_grad_batches``.
+        class_balanced: Draw training images with probability inversely proportional to their class's frequency
+            (with replacement, one epoch = as many draws as images), for class-imbalanced data.
+        source: Where the uint8 images come from (`vitlit.data.sources`): ``memory`` holds every split as one uint8
+            tensor on the training device (no worker processes), ``workers`` streams them through ``num_workers``
+            DataLoader workers, ``auto`` holds them where they fit, at their stored size, in a quarter of the device's
+            free memory, and says which it took. The batches are the same either way (only the bytes' way differs).
         store_size: The side images of many sizes are stored at (the shorter side resized, the centre cropped) by
             either source, and every training crop is taken from on the training device: ``None`` stores them at
             ``img_size``. Larger gives ``crop: resized`` finer detail to crop from (e.g. 37 for ``img_size`` 32,
             timm's 0.875 crop), at ``(store_size / img_size)^2`` the memory. Images that share one size
             (``native_size``, CIFAR's) are stored as they are.
+        num_workers: DataLoader worker processes (0 loads in the main process); capped at the CPU cores available.
+        pin_memory: Pin host memory for faster copies to the GPU (ignored when no GPU is present).
+        persistent_workers: Keep workers alive between epochs; restarting them costs seconds per short epoch.
+        crop: The training crop: ``pad`` (CIFAR's: a random ``img_size`` window of the image zero-padded by
+            ``crop_padding``), ``resized`` (RandomResizedCrop as in timm's and DeiT's recipes: a box of
+            ``crop_scale`` of the area and ``crop_ratio`` aspect, resized to ``img_size``) or ``none``.
+        crop_padding: ``crop: pad``: padding in pixels on each side; ``None`` means ``img_size // 8`` (4 at 32 px),
+            0 disables the crop.
+        crop_scale: ``crop: resized``: the range of the box's share of the image's area (timm's ``--scale``).
+        crop_ratio: ``crop: resized``: the range of the box's aspect ratio, width / height (timm's ``--ratio``).
         hflip: Random horizontal flips in training.
         augment: Augmentation policy after crop and flip, torchvision's drawn per image on whole batches: ``none``,
             ``trivialaugment`` (TrivialAugmentWide), ``randaugment`` or ``autoaugment`` (the CIFAR-10 policy). 1 or 3
@@ -111,12 +123,6 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         batch_augment: A transform of whole training batches on the training device (`BatchTransform`, given like
             the model's optimizer: ``class_path`` and ``init_args``), e.g.
             `vitlit.regularize.batch_augment.BatchAugment` for random erasing and Mixup/CutMix; ``None`` for none.
-        class_balanced: Draw training images with probability inversely proportional to their class's frequency
-            (with replacement, one epoch = as many draws as images), for class-imbalanced data.
-        source: Where the uint8 images come from (`vitlit.data.sources`): ``memory`` holds every split as one uint8
-            tensor on the training device (no worker processes), ``workers`` streams them through ``num_workers``
-            DataLoader workers, ``auto`` holds them where they fit, at their stored size, in a quarter of the device's
-            free memory, and says which it took. The batches are the same either way (only the bytes' way differs).
         predict_dir: A folder of images for ``predict`` to classify instead of the test split: any layout, nested
             folders included, no class folders needed; files that cannot be read are named and left out.
     """
@@ -136,31 +142,37 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
 
     def __init__(
         self,
+        *,
+        # The images the model sees (linked to the model's inputs)
         img_size: PositiveInt = 32,
         in_chans: PositiveInt = 3,
-        batch_size: PositiveInt = 128,
+        mean: list[float] | None = None,
+        std: list[PositiveFloat] | None = None,
+        interpolation: Interpolation | None = None,
+        crop_pct: Fraction | None = None,
+        # The splits, where the data has none of its own
         val_size: int | float = 0.1,
         test_size: int | float = 0.1,
+        seed: int = 42,
+        # The batches, and where their bytes come from
+        batch_size: PositiveInt = 128,
+        class_balanced: bool = False,
+        source: Literal["auto", "memory", "workers"] = "auto",
+        store_size: PositiveInt | None = None,
         num_workers: NonNegativeInt = 4,
         pin_memory: bool = True,
         persistent_workers: bool = True,
-        seed: int = 42,
-        mean: list[float] | None = None,
-        std: list[PositiveFloat] | None = None,
+        # Training augmentation, on the training device
         crop: Crop = "pad",
         crop_padding: NonNegativeInt | None = None,
         crop_scale: tuple[PositiveFloat, PositiveFloat] = (0.08, 1.0),
         crop_ratio: tuple[PositiveFloat, PositiveFloat] = (0.75, 1.3333333333333333),
-        interpolation: Interpolation | None = None,
-        crop_pct: Fraction | None = None,
-        store_size: PositiveInt | None = None,
         hflip: bool = True,
         augment: Policy = "none",
         randaugment_num_ops: PositiveInt = 2,
         randaugment_magnitude: Magnitude = 9,
         batch_augment: BatchTransform | None = None,
-        class_balanced: bool = False,
-        source: Literal["auto", "memory", "workers"] = "auto",
+        # What predict classifies instead of the test split
         predict_dir: str | Path | None = None,
     ) -> None:
         super().__init__()
@@ -176,25 +188,27 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             from vitlit.preflight import check_data_options  # options given: checked together, before any work
 
             check_data_options(in_chans, mean, std, augment, crop_scale, crop_ratio, batch_augment, batch_size)
-        scale, ratio = tuple(crop_scale), tuple(crop_ratio)
-        self.img_size, self.in_chans, self.batch_size = (as_builtin(v) for v in (img_size, in_chans, batch_size))
-        self.val_size, self.test_size = as_builtin(val_size), as_builtin(test_size)
-        self.num_workers = as_builtin(num_workers)
-        self.pin_memory, self.persistent_workers = pin_memory, persistent_workers
-        self.seed = as_builtin(seed)
+        # The images the model sees
+        self.img_size, self.in_chans = as_builtin(img_size), as_builtin(in_chans)
         self._mean = None if mean is None else tuple(float(v) for v in mean)
         self._std = None if std is None else tuple(float(v) for v in std)
-        self.crop = crop
-        self.crop_padding = self.img_size // 8 if crop_padding is None else int(crop_padding)
-        self.crop_scale, self.crop_ratio = scale, ratio
         self.interpolation: Interpolation = interpolation or "bilinear"  # the CLI fills a pretrained model's in
         self.crop_pct = 1.0 if crop_pct is None else float(crop_pct)
+        # The splits
+        self.val_size, self.test_size, self.seed = as_builtin(val_size), as_builtin(test_size), as_builtin(seed)
+        # The batches
+        self.batch_size, self.class_balanced, self.source = as_builtin(batch_size), class_balanced, source
         self.store_size = None if store_size is None else as_builtin(store_size)
+        self.num_workers = as_builtin(num_workers)
+        self.pin_memory, self.persistent_workers = pin_memory, persistent_workers
+        # Training augmentation
+        self.crop = crop
+        self.crop_padding = self.img_size // 8 if crop_padding is None else int(crop_padding)
+        self.crop_scale, self.crop_ratio = tuple(crop_scale), tuple(crop_ratio)
         self.hflip, self.augment = hflip, augment
         self.randaugment_num_ops = as_builtin(randaugment_num_ops)
         self.randaugment_magnitude = as_builtin(randaugment_magnitude)
-        self.batch_augment, self.class_balanced = batch_augment, class_balanced
-        self.source = source
+        self.batch_augment = batch_augment
         self._in_memory: bool | None = None  # decided at the first loader (`vitlit.data.sources.keep_in_memory`)
         self._held: dict[int, sources.InMemory] = {}  # each split held in memory, by the split's identity
         self._augments: dict[bool, Augment] = {}  # the device half of the pipeline: training (True) and evaluation
