@@ -172,10 +172,10 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
         from vitlit.preflight import check_budget  # runs given a time budget only
 
         check_budget(trainer["max_time"])
-    if str(trainer.get("precision")) in ("16-mixed", "16"):  # fp16 needs a GPU
+    if (precision := str(trainer.get("precision"))) in ("16-mixed", "16"):  # fp16 needs a GPU
         from vitlit.preflight import check_half_precision
 
-        check_half_precision(str(trainer.get("precision")), str(trainer.get("accelerator")))
+        check_half_precision(precision, str(trainer.get("accelerator")))
     check_writable_folder(trainer.get("default_root_dir") or ".")
     data = (config.get("data") or {}).get("init_args") or {}
     root = data.get("root") if subcommand == "fit" else None

@@ -42,9 +42,9 @@ def copies_of_training(items: Any, train: Any, split: str) -> None:
     for i in range(len(train)):
         if (size := _size(train, i)) >= 0:
             theirs.setdefault(size, []).append(i)
-    ours = [i for i in range(len(items)) if _size(items, i) in theirs]
-    digest = lambda split, i: hashlib.blake2b(_content(split, i)).digest()  # noqa: E731
-    hashes = {digest(train, i): i for size in {_size(items, i) for i in ours} for i in theirs[size]}
+    ours = {i: size for i in range(len(items)) if (size := _size(items, i)) in theirs}  # each size read once
+    digest = lambda of, i: hashlib.blake2b(_content(of, i)).digest()  # noqa: E731
+    hashes = {digest(train, j): j for size in set(ours.values()) for j in theirs[size]}
     copies = [(i, hashes[h]) for i in ours if (h := digest(items, i)) in hashes]
     if copies:
         i, j = copies[0]
