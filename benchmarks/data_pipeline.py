@@ -2,7 +2,7 @@
 
 Default: 20,000 random CIFAR-shaped images (the work does not depend on the pixel values), training batches of
 ``--batch-size``, crop (pad 4) + flip + normalise, and again with AutoAugment (the CIFAR-10 policy, batched), from
-both sources of `vitlit.data.sources`: held in memory (``--data.source memory``: one uint8 tensor, a batch is one
+both sources of `vitlit.data.pipeline`: held in memory (``--data.source memory``: one uint8 tensor, a batch is one
 gather) and streamed (``false``: ``--workers`` DataLoader workers decode each PIL image to uint8 and collate). Either
 way the batch then goes through the data module's ``on_after_batch_transfer`` (the training device's half of the
 pipeline), here on the CPU: the figures are the pipeline's own speed, before a GPU multiplies the in-memory one.

@@ -1,8 +1,8 @@
 """Training throughput and MFU on one GPU: ViT-Ti/4 and ViT-S/4 at 32 px, ViT-B/16 at 224 px, eager and compiled.
 
 Each case is a real ``Trainer.fit`` of ViTClassifier in bf16-mixed with fused AdamW, fed by a data module whose
-images are held in memory on the GPU (`vitlit.data.sources`: uint8, as stored) and go through vitlit's one pipeline
-there (`vitlit.data.augment`: random crop + flip + normalise per batch; the 224 px case stores 32 px images and
+images are held in memory on the GPU (`vitlit.data.pipeline`: uint8, as stored) and go through vitlit's one pipeline
+there (`vitlit.data.pipeline`: random crop + flip + normalise per batch; the 224 px case stores 32 px images and
 resizes each batch, as CIFAR at 224 does). The images are random (no data set can be
 downloaded on a benchmark machine); the work per step does not depend on the pixels. After ``--warmup`` steps
 (compilation, allocator, cuDNN autotuning) the clock runs for ``--steps`` steps between two synchronisations.

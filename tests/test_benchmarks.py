@@ -21,7 +21,7 @@ import torch
 from helpers.cli import ROOT
 from helpers.counting import Kernels, calls_to, python_calls
 
-from vitlit.data.sources import InMemory
+from vitlit.data.pipeline import InMemory
 from vitlit.model import ViTClassifier
 from vitlit.runs.flops import flops_per_image
 from vitlit.runs.monitor import SpeedMonitor

@@ -18,7 +18,7 @@ from helpers.cli import CPU, DIGITS_CONFIG, ROOT, TINY_CONFIG, TINY_MODEL, run_c
 import vitlit
 from vitlit import ImageFolderDataModule
 from vitlit.cli import TOOLS
-from vitlit.data.sources import InMemory
+from vitlit.data.pipeline import InMemory
 from vitlit.optim import WarmupCosineLR
 
 

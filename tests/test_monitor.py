@@ -10,11 +10,10 @@ from helpers.cli import tiny_cifar_fit
 from lightning.pytorch.plugins.precision import Precision
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from vitlit.model import ViTClassifier
+from vitlit.model import ViTClassifier, clip_true_gradients
 from vitlit.runs.curves import read_scalars
 from vitlit.runs.flops import available_flops, flops_per_image
 from vitlit.runs.monitor import SpeedMonitor
-from vitlit.step import clip_true_gradients
 
 
 def test_flops_per_image_is_three_forward_passes_of_the_published_count() -> None:

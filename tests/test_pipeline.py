@@ -20,12 +20,10 @@ from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 from vitlit.data import ImageClassificationDataModule
-from vitlit.data import sources as sources_module
-from vitlit.data.augment import Augment, random_crop, random_flip
+from vitlit.data import pipeline as sources_module
 from vitlit.data.cifar import CIFARDataModule
+from vitlit.data.pipeline import Augment, InMemory, random_crop, random_flip, random_resized_crop, resized_crop_boxes
 from vitlit.data.policies import BatchPolicy
-from vitlit.data.resized_crop import random_resized_crop, resized_crop_boxes
-from vitlit.data.sources import InMemory
 from vitlit.errors import ConfigError
 
 N = 4000  # draws per pipeline: a frequency's standard error is below 0.008
@@ -81,7 +79,7 @@ def test_a_resized_crop_resamples_its_box_as_torchvision_resizes_the_crop(
 ) -> None:
     images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     boxes = torch.tensor([[0.0, 0.0, 32.0, 32.0], [3.0, 5.0, 20.0, 17.0], [10.0, 0.0, 9.0, 30.0], [7.0, 7.0, 8.0, 8.0]])
-    monkeypatch.setattr("vitlit.data.resized_crop.resized_crop_boxes", lambda *args: boxes)
+    monkeypatch.setattr("vitlit.data.pipeline.resized_crop_boxes", lambda *args: boxes)
     ours = random_resized_crop(images, 64, (0.08, 1.0), (0.75, 1.33), interpolation)
     mode = v2.InterpolationMode(interpolation)
     for image, (top, left, h, w), got in zip(images, boxes.int().tolist(), ours, strict=True):
@@ -97,7 +95,7 @@ def test_a_resized_crop_resamples_its_box_as_torchvision_resizes_the_crop(
     # Shrinking (a 32 px box to 8 px) averages the box's pixels rather than picking some: an image of stripes one
     # pixel wide becomes an even grey, as an antialiased resize makes it.
     stripes = (torch.arange(32) % 2 * 255).to(torch.uint8).expand(1, 3, 32, 32)
-    monkeypatch.setattr("vitlit.data.resized_crop.resized_crop_boxes", lambda *args: boxes[:1])
+    monkeypatch.setattr("vitlit.data.pipeline.resized_crop_boxes", lambda *args: boxes[:1])
     grey = random_resized_crop(stripes, 8, (0.08, 1.0), (0.75, 1.33), "bilinear")
     assert (grey.float() - 127.5).abs().max() <= 1
 

@@ -11,7 +11,7 @@ from helpers.learning import CASES as LEARNING
 from scipy.stats import binomtest, chisquare
 from torchvision.transforms import v2
 
-from vitlit.data.augment import Augment, random_crop
+from vitlit.data.pipeline import Augment, InMemory, random_crop
 from vitlit.data.policies import (
     _AUTOAUGMENT_SPACE,
     _RANDAUGMENT_SPACE,
@@ -22,7 +22,6 @@ from vitlit.data.policies import (
     BatchPolicy,
     apply_operations,
 )
-from vitlit.data.sources import InMemory
 
 # The operations as torchvision applies them to one image (its policies' shared dispatch, nearest, zero fill).
 _TORCHVISION = v2.AutoAugment()
@@ -134,7 +133,7 @@ def test_autoaugment_draws_sub_policies_with_their_probabilities() -> None:
 def _spread_digits(folder: Path, n: int) -> torch.Tensor:
     """``n`` images spread over ``folder`` (every class) as (n, 3, H, W) uint8, decoded as the sources do."""
     from vitlit.data.images import ImageFiles, image_files
-    from vitlit.data.sources import Decode
+    from vitlit.data.pipeline import Decode
 
     files = list(image_files(folder))
     files = files[:: len(files) // n][:n]

@@ -1,5 +1,5 @@
 """The private names of Lightning, PyTorch and LitData that vitlit uses (in `vitlit.private`, `vitlit.runs.private`
-and, for the optimizer step, `vitlit.step`) still exist and work."""
+and, for the optimizer step, `vitlit.model`) still exist and work."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from vitlit.model import skip_step_if, take_skip_flag, unscales_internally
 from vitlit.private import is_local_path, litdata_formats, state_key
 from vitlit.runs.private import cap_batch_search, kill_started_processes, set_checkpoint_interval
-from vitlit.step import clear_skip_flags, skip_step_if, unscales_internally
 
 
 def test_checkpoint_interval_can_be_changed_after_construction() -> None:
@@ -52,7 +52,7 @@ def test_a_fused_optimizer_skips_a_flagged_step_on_the_device() -> None:
         param.grad = torch.ones(3)
         skip_step_if(optimizer, torch.tensor(skip))
         optimizer.step()
-        clear_skip_flags(optimizer)
+        take_skip_flag(optimizer)
         assert "found_inf" not in vars(optimizer) and "grad_scale" not in vars(optimizer)
         assert (not torch.equal(param, before)) == expect_change, "torch's fused step ignored found_inf"
 

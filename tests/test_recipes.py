@@ -14,7 +14,7 @@ from timm.data.random_erasing import RandomErasing
 
 from vitlit import ImageFolderDataModule, ViTClassifier
 from vitlit.cli import main
-from vitlit.data.augment import Policy
+from vitlit.data.pipeline import Policy
 from vitlit.data.policies import BatchPolicy
 from vitlit.regularize.batch_augment import BatchAugment, random_erasing
 from vitlit.runs.stopping import EarlyStop

@@ -19,7 +19,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from timm.models import get_pretrained_cfg
 from torch import nn
 
-from vitlit.data.augment import channel_statistics
+from vitlit.data.pipeline import channel_statistics
 from vitlit.errors import ConfigError
 
 

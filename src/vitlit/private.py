@@ -1,7 +1,8 @@
 """Every private attribute of Lightning, PyTorch or LitData that vitlit's core reads or writes, in one place.
 
 The runs part keeps its own, used by it alone, in `vitlit.runs.private`; the optimizer step's (GradScaler's flags
-for fused optimizers) sit in `vitlit.step`, beside the protocol that uses them. Each has no public equivalent today.
+for fused optimizers) sit in `vitlit.model`, beside the step's protocol that uses them. Each has no public
+equivalent today.
 Checked against Lightning 2.5 and 2.6 and PyTorch 2.4 to 2.14; ``tests/test_private.py`` fails, naming the
 attribute, if a release renames or removes one, so a version bump shows here first instead of as a silent change in
 behaviour.

@@ -17,9 +17,8 @@ import torch
 from torch import nn
 
 from vitlit.checkpoints import check_weights, read_checkpoint
-from vitlit.data.augment import Augment, resized_side
 from vitlit.data.images import PIL_MODES, ImageFiles
-from vitlit.data.sources import Decode
+from vitlit.data.pipeline import Augment, Decode, resized_side
 from vitlit.errors import CheckFailed, ConfigError
 
 

@@ -5,9 +5,9 @@ optionally, cheaper ways to read targets, raw images and file names); everything
 here once and reads the data only through those hooks. The forking guide walks through one subclass
 (docs/your-data.md: "Fork it for your data").
 
-Images take one way whatever their source: a source (`vitlit.data.sources`: in memory, or streamed by DataLoader
+Images take one way whatever their source: a source (`vitlit.data.pipeline`: in memory, or streamed by DataLoader
 workers) hands over uint8 batches of one size, and `on_after_batch_transfer` runs the pipeline
-(`vitlit.data.augment`: resize, crop, flip, policy, normalise; then ``batch_augment``) on the training device.
+(`vitlit.data.pipeline`: resize, crop, flip, policy, normalise; then ``batch_augment``) on the training device.
 """
 
 from __future__ import annotations
@@ -25,10 +25,18 @@ from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler, TensorDataset
 
-import vitlit.data.sources as sources
-from vitlit.data.augment import Augment, Crop, Interpolation, Magnitude, Policy, channel_statistics, resized_side
+import vitlit.data.pipeline as pipeline
 from vitlit.data.images import channels_of
-from vitlit.data.sources import TransformedSubset
+from vitlit.data.pipeline import (
+    Augment,
+    Crop,
+    Interpolation,
+    Magnitude,
+    Policy,
+    TransformedSubset,
+    channel_statistics,
+    resized_side,
+)
 from vitlit.data.split import split_indices
 from vitlit.errors import ConfigError
 from vitlit.schedule import training_progress
@@ -95,7 +103,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             ``trainer.accumulate_grad_batches``.
         class_balanced: Draw training images with probability inversely proportional to their class's frequency
             (with replacement, one epoch = as many draws as images), for class-imbalanced data.
-        source: Where the uint8 images come from (`vitlit.data.sources`): ``memory`` holds every split as one uint8
+        source: Where the uint8 images come from (`vitlit.data.pipeline`): ``memory`` holds every split as one uint8
             tensor on the training device (no worker processes), ``workers`` streams them through ``num_workers``
             DataLoader workers, ``auto`` holds them where they fit, at their stored size, in a quarter of the device's
             free memory, and says which it took. The batches are the same either way (only the bytes' way differs).
@@ -209,8 +217,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self.randaugment_num_ops = as_builtin(randaugment_num_ops)
         self.randaugment_magnitude = as_builtin(randaugment_magnitude)
         self.batch_augment = batch_augment
-        self._in_memory: bool | None = None  # decided at the first loader (`vitlit.data.sources.keep_in_memory`)
-        self._held: dict[int, sources.InMemory] = {}  # each split held in memory, by the split's identity
+        self._in_memory: bool | None = None  # decided at the first loader (`vitlit.data.pipeline.keep_in_memory`)
+        self._held: dict[int, pipeline.InMemory] = {}  # each split held in memory, by the split's identity
         self._augments: dict[bool, Augment] = {}  # the device half of the pipeline: training (True) and evaluation
         self.predict_dir = None if predict_dir is None else Path(predict_dir).expanduser()
         self._predict_folder = None
@@ -383,7 +391,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             size = resized_side(self.img_size, self.crop_pct)
         else:  # images that share one size are kept as they are
             size = None if self.native_size else self.stored_size(train)
-        return TransformedSubset(dataset, indices, sources.Decode(self.in_chans, size, self.interpolation))
+        return TransformedSubset(dataset, indices, pipeline.Decode(self.in_chans, size, self.interpolation))
 
     def hold_out_test(self, n: int, said: str | None = None) -> tuple[list[int], list[int]]:
         """The seeded (training, test) indices of ``n`` training items where the test split is carved out of them.
@@ -450,7 +458,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
                               f"{self.in_chans}; pass --data.in_chans {channels}.")  # fmt: skip
 
     def pipeline(self, train: bool) -> Augment:
-        """The device half of the pipeline for training (``train``) or evaluation batches (`vitlit.data.augment`)."""
+        """The device half of the pipeline for training (``train``) or evaluation batches (`vitlit.data.pipeline`)."""
         if train not in self._augments:
             policy = None
             if train and self.augment != "none":
@@ -512,7 +520,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             raise RuntimeError("setup() must run before the loaders are requested; the Trainer does this for you.")
         if self._in_memory is None:
             splits = [s for s in (self.train_set, self.val_set, self.test_set, self.predict_set) if s is not None]
-            self._in_memory = self.source != "workers" and sources.keep_in_memory(
+            self._in_memory = self.source != "workers" and pipeline.keep_in_memory(
                 splits, self.native_size, self.source == "memory", self.device(), self.trainer
             )
         sampler = self.sampler(split, train)
@@ -520,8 +528,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             if id(split) not in self._held:  # decoded once per split: a batch size search rebuilds the loaders
                 images = None if self.is_predict_folder(split.dataset) else self.uint8_images_of(split.dataset)
                 targets = None if images is None else self.targets_of(split.dataset)  # decoded items bring their own
-                self._held[id(split)] = sources.in_memory(split, images, targets, self.device())
-            dataset, workers, collate = self._held[id(split)], 0, sources.whole_batch
+                self._held[id(split)] = pipeline.in_memory(split, images, targets, self.device())
+            dataset, workers, collate = self._held[id(split)], 0, pipeline.whole_batch
         else:
             dataset, workers, collate = split, self.workers, None
         return DataLoader(

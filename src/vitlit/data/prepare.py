@@ -23,7 +23,7 @@ import torch
 from PIL import Image
 
 from vitlit.data.base import ImageClassificationDataModule
-from vitlit.data.sources import Decode
+from vitlit.data.pipeline import Decode
 from vitlit.data.streaming import (
     MANIFEST,
     SPLITS,

@@ -9,7 +9,7 @@ from a folder or object storage (``s3://``, ``gs://``, ...), caches them locally
 shard of each epoch, and keeps its place in the checkpoint, so a run stopped mid-epoch resumes at the sample it
 stopped at. Each sample is a uint8 image (``raw``: at the stored size) or the image's encoded bytes (``encoded``,
 decoded by vitlit's decoder in the workers); either way the batches go through the same pipeline as every other
-source (`vitlit.data.augment`, on the training device).
+source (`vitlit.data.pipeline`, on the training device).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch
 from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.images import PIL_MODES, image_problem, open_image
 from vitlit.data.paths import inside
-from vitlit.data.sources import Decode
+from vitlit.data.pipeline import Decode
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.messages import quoted
 from vitlit.owned import digest
@@ -173,7 +173,7 @@ class Sample:
     """A streamed sample as ``(uint8 image, class index)``: LitData's ``transform``, run in its workers.
 
     Args:
-        decode: The per-image geometry (`vitlit.data.sources.Decode`) of encoded images; ``None`` for raw ones.
+        decode: The per-image geometry (`vitlit.data.pipeline.Decode`) of encoded images; ``None`` for raw ones.
         where: The split, to name in messages.
         classes: The number of classes the description names: a label past them is refused, naming its sample.
     """

@@ -4,7 +4,7 @@ Mixup/CutMix is timm's (``timm.data.Mixup`` mixes pairs of images and their one-
 timm's distribution (``timm.data.RandomErasing`` with ``mode="pixel"``: area 2-33% of the image, aspect ratio
 0.3-3.3 log-uniform, up to 10 attempts to fit, per-pixel normal noise) but for the whole batch at once: timm's
 version loops over the images in Python with one host-side draw and one kernel per erased image, which on a GPU
-costs more than the erasing itself. Both run after the rest of the pipeline (`vitlit.data.augment`), on the
+costs more than the erasing itself. Both run after the rest of the pipeline (`vitlit.data.pipeline`), on the
 normalised batch, and the erasing probability may follow the progress of training.
 """
 

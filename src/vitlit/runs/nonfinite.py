@@ -19,9 +19,9 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.optim import Optimizer
 
+from vitlit.model import ViTClassifier, skip_step_if, take_skip_flag, unscales_internally
 from vitlit.private import state_key
 from vitlit.schedule import logging_step
-from vitlit.step import clear_skip_flags, skip_flag, skip_step_if, unscales_internally
 from vitlit.types import PositiveInt
 
 
@@ -61,6 +61,12 @@ class NonFiniteGuard(Callback):
         self._pending: torch.Tensor | None = None  # bad micro-batches of the step being accumulated
         self._deferred = False  # this step's flag is completed by the model's clipping and counted after the step
         self._counts: torch.Tensor | None = None  # on the device: [skipped, first bad step, run of bad steps, longest]
+        self._fused: dict[int, bool] = {}  # per optimizer (by id): whether it can skip a step on the device
+        self._fused_and_clipped = False  # every optimizer fused, and the model's clipping completes their flag
+        # Two guards (the shared one and one appended) need their own keys in checkpoints: their settings differ.
+        self._state_key = state_key(
+            self, action=action, every=self.check_every_n_steps, skips=self.max_consecutive_skips
+        )
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         guards = [cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard)]
@@ -68,8 +74,7 @@ class NonFiniteGuard(Callback):
 
     @property
     def state_key(self) -> str:
-        # Two guards (the shared one and one appended) need their own keys in checkpoints: their settings differ.
-        return state_key(self, action=self.action, every=self.check_every_n_steps, skips=self.max_consecutive_skips)
+        return self._state_key
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self.active:
@@ -77,6 +82,15 @@ class NonFiniteGuard(Callback):
             return
         self._counts = torch.tensor([self.skipped, -1, 0, 0], dtype=torch.long, device=pl_module.device)
         self._reported = self.skipped
+        # Whether the model clips with its own hook, which completes the skip flag with the gradient norm's finiteness.
+        hook = type(pl_module).configure_gradient_clipping
+        clips = isinstance(pl_module, ViTClassifier) and hook is ViTClassifier.configure_gradient_clipping
+        self._fused = {
+            id(optimizer): unscales_internally(optimizer)
+            and all(group.get("fused") for group in optimizer.param_groups)
+            for optimizer in trainer.optimizers
+        }
+        self._fused_and_clipped = clips and all(self._fused.values())
 
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
         if self._counts is None:
@@ -92,9 +106,10 @@ class NonFiniteGuard(Callback):
         if isinstance(plugin, MixedPrecision) and plugin.scaler is not None:
             self._count(bad, trainer.global_step)  # the GradScaler skips a step whose gradients are not finite
             return
-        if _is_fused(optimizer) and _clips_with_vitlit(pl_module):
-            # The model's clipping adds its gradient norm's finiteness to the flag (`vitlit.step`): the step's one
-            # norm. The flag the step used is counted after it, in `on_train_batch_end`.
+        fused = self._fused.get(id(optimizer), False)
+        if fused and self._fused_and_clipped:
+            # The model's clipping adds its gradient norm's finiteness to the flag (`vitlit.model`'s step protocol):
+            # the step's one norm. The flag the step used is counted after it, in `on_train_batch_end`.
             skip_step_if(optimizer, bad)
             self._deferred = True
             return
@@ -102,7 +117,7 @@ class NonFiniteGuard(Callback):
         if grads:
             bad = bad | ~torch.isfinite(torch.nn.utils.get_total_norm(grads))  # one fused kernel
         self._count(bad, trainer.global_step)
-        if _is_fused(optimizer):
+        if fused:
             skip_step_if(optimizer, bad)  # the GradScaler's mechanism; cleared after the step
         elif bool(bad):  # the one host sync, for optimizers that cannot skip on the device
             optimizer.zero_grad(set_to_none=True)  # torch's optimizers leave parameters without a gradient alone
@@ -118,10 +133,9 @@ class NonFiniteGuard(Callback):
         if self._counts is None:  # not the guard that acts (only the last one does): its flags are not these
             return
         for optimizer in trainer.optimizers:
-            flag = skip_flag(optimizer)
+            flag = take_skip_flag(optimizer)
             if self._deferred and flag is not None:
                 self._count(flag > 0, trainer.global_step - 1)  # the step just taken
-            clear_skip_flags(optimizer)
         self._deferred = False
         if logging_step(trainer):  # a device tensor, read by Lightning when it writes the logs
             pl_module.log("train/nonfinite_steps", self._counts[0].float(), on_step=True, on_epoch=False)
@@ -154,15 +168,3 @@ class NonFiniteGuard(Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.skipped = int(state_dict.get("skipped", 0))
-
-
-def _is_fused(optimizer: Optimizer) -> bool:
-    return unscales_internally(optimizer) and all(group.get("fused") for group in optimizer.param_groups)
-
-
-def _clips_with_vitlit(pl_module: LightningModule) -> bool:
-    """Whether the model clips with `vitlit.step` (ViTClassifier's own hook), which completes the skip flag."""
-    from vitlit.model import ViTClassifier
-
-    hook = type(pl_module).configure_gradient_clipping
-    return isinstance(pl_module, ViTClassifier) and hook is ViTClassifier.configure_gradient_clipping
