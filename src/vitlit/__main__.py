@@ -30,7 +30,7 @@ def run() -> None:
 
         from vitlit.text import redacted
 
-        print(redacted(traceback.format_exc()), file=sys.stderr, end="")
+        print(redacted(traceback.format_exc(), learned=True), file=sys.stderr, end="")
         raise SystemExit(1) from None
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -44,6 +45,8 @@ TOOLS = {
 }
 TOOLS = {name: to for name, to in TOOLS.items()
          if Path(__file__).parent.joinpath(*to.split(":")[0].split(".")[1:]).with_suffix(".py").is_file()}  # fmt: skip
+#: Whether a config is being dumped: the outermost dump is what is printed or saved, and only it is masked.
+_DUMPING: ContextVar[bool] = ContextVar("_DUMPING", default=False)
 
 
 def _exit(text: object, status: int = 2) -> NoReturn:
@@ -76,10 +79,16 @@ class VitLitArgumentParser(LightningArgumentParser):
     """
 
     def dump(self, cfg: Any, *args: Any, **kwargs: Any) -> str:
+        if _DUMPING.get():  # jsonargparse dumps each class's arguments and loads them back: nothing masked there
+            return super().dump(cfg, *args, **kwargs)
         if all(hasattr(cfg.get(key), "init_args") for key in ("model", "data")) and cfg.get("trainer"):
             cfg = cfg.clone()
             resolve_config(cfg)
-        return redacted(super().dump(cfg, *args, **kwargs))
+        dumping = _DUMPING.set(True)
+        try:
+            return redacted(super().dump(cfg, *args, **kwargs))
+        finally:
+            _DUMPING.reset(dumping)
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         from vitlit.messages import parser_error  # an error path only

@@ -8,8 +8,13 @@ Formats with their own quoting (JSON, YAML written by a YAML library) need no es
 run's config, its card) goes through `redacted` too.
 
 Every line vitlit prints leaves through `clean`: `say` prints vitlit's lines, and the command line's log filter
-(`vitlit.runtime.quiet`) cleans Lightning's and vitlit's own ``rank_zero_info``: escapes shown, credentials redacted
-wherever they stand, a library's quoted message included.
+(`vitlit.runtime.quiet`) cleans Lightning's and vitlit's own ``rank_zero_info``: escapes shown, credentials redacted,
+a library's quoted message included.
+
+What is masked is the URL's credential (its user-info, its secret query values), never a word: a password ``model``
+must not turn every ``model`` of a saved config into ``***``, nor a user name the folder of the same name in a path.
+A credential seen in a URL of the command line is masked without its URL (a cloud client's "invalid key KEY") only
+in printed lines, only where it cannot be a word (`learn_secrets`), and only as a whole token.
 """
 
 from __future__ import annotations
@@ -26,17 +31,21 @@ _ACTIVE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-
 #: Characters Markdown or HTML would read as syntax inside a line (emphasis, links, code, tables, HTML, math).
 _MARKDOWN = re.compile(r"([\\`*_\[\]<>|~&$#])")
 #: A URL's user-info (``scheme://user:password@host``, or a token as the user), up to the authority's last ``@``: a
-#: password may hold an ``@`` of its own (``postgresql://alice:p@ss@host/db``).
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^/?#\s\"'<>]*)@")
+#: password may hold an ``@`` of its own (``postgresql://alice:p@ss@host/db``). Also where a path's normalisation
+#: made ``//`` one ``/`` (``Path("http://u:pw@h")`` is ``http:/u:pw@h``); a scheme of one letter there is a drive.
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://|[a-z][a-z0-9+.\-]+:/)([^/?#\s\"'<>]*)@")
 #: Query parameters that carry a credential or a signature, by their name (``token``, ``X-Amz-Security-Token``,
 #: ``X-Amz-Signature``, ``X-Amz-Credential``, ``X-Goog-Signature``, Azure's ``sig``, ``api_key``, ``password``, ...).
 _SECRET_QUERY = re.compile(
     r"(?i)([?&;][\w.\-]*(?:token|sig|secret|passw|pwd|credential|key|auth)[\w.\-]*=)([^&;#\s\"'<>]*)"
 )
-#: The credentials seen in URLs (this process's arguments, or text passed to `redacted`): a library that quotes them
-#: without the URL around them (a cloud client's "invalid key KEY", a bucket name with the key in it) has them
-#: redacted too.
+#: The credentials seen in URLs (this process's arguments, or printed text): a library that quotes them without the
+#: URL around them (a cloud client's "invalid key KEY", a bucket name with the key in it) has them masked in what
+#: vitlit prints. Only those that cannot be words: 8 characters or more, and not letters of one word or a few joined
+#: by ``.``, ``_`` or ``-`` (``model``, ``alice``, ``john.smith`` stay; ``AKIA...``, ``Sup3rSecret`` are masked).
 _SECRETS: set[str] = set()
+_MIN_SECRET = 8
+_WORDS = re.compile(r"[A-Za-z][a-z]*(?:[._\-][A-Za-z][a-z]*)*")
 #: A line longer than this is cut in what vitlit prints: a class name of a megabyte is not a message.
 LONGEST_LINE = 2000
 
@@ -58,33 +67,49 @@ def markdown(text: object) -> str:
 
 
 def learn_secrets(texts: Iterable[object]) -> None:
-    """Remember the credentials of every URL in ``texts`` (the command's arguments), to redact them wherever quoted."""
-    for text in texts:
-        for userinfo in (match.group(2) for match in _USERINFO.finditer(str(text))):
-            _SECRETS.update(part for piece in userinfo.split(":") for part in (piece, unquote(piece)) if len(part) >= 4)
-        _SECRETS.update(v for m in _SECRET_QUERY.finditer(str(text)) for v in (m.group(2), unquote(m.group(2)))
-                        if len(v) >= 4)  # fmt: skip
+    """Remember the credentials of the URLs in ``texts`` (the command's arguments) that cannot be words.
+
+    Printed lines (`clean`) mask them wherever a library quotes them without their URL.
+    """
+    for text in map(str, texts):
+        found = [piece for m in _USERINFO.finditer(text) for piece in m.group(2).split(":")]
+        found += [m.group(2) for m in _SECRET_QUERY.finditer(text)]
+        _SECRETS.update(part for piece in found for part in (piece, unquote(piece)) if _not_a_word(part))
 
 
-def redacted(text: object) -> str:
-    """``text`` with every URL's credentials as ``***``: user-info, signed or secret query values, those seen before.
+def _not_a_word(part: str) -> bool:
+    return len(part) >= _MIN_SECRET and not _WORDS.fullmatch(part)
 
-    A credential seen in a URL before (`learn_secrets`) is masked wherever it stands. The one masker of URLs: every
-    line vitlit prints (`clean`), every text field it writes (`shown`, `markdown`, a CSV's cells) and every whole
-    file of text (a run's config, its card) goes through it. Error lines and logs are read and pasted by others, and
-    a model card is published.
+
+def redacted(text: object, learned: bool = False) -> str:
+    """``text`` with the credentials of every URL as ``***``: its user-info, its signed or secret query values.
+
+    The one masker of URLs: every line vitlit prints (`clean`), every text field it writes (`shown`, `markdown`, a
+    CSV's cells) and every whole file of text (a run's config, its card) goes through it. Error lines and logs are
+    read and pasted by others, and a model card is published. Only the URL is touched: what a parser reads back (a
+    config dumped and loaded again) keeps every other word.
+
+    Args:
+        text: The text.
+        learned: Also mask the credentials seen in URLs before (`learn_secrets`, the command's arguments included)
+            where they stand alone, as whole tokens: for printed text only, never for a file or a value read back.
     """
     text = str(text)
-    learn_secrets((text, *sys.argv))
-    for secret in sorted(_SECRETS, key=len, reverse=True):
-        text = text.replace(secret, "***")
+    if learned:
+        learn_secrets((text, *sys.argv))
+        if _SECRETS:
+            alone = "|".join(re.escape(secret) for secret in sorted(_SECRETS, key=len, reverse=True))
+            text = re.sub(rf"(?<!\w)(?:{alone})(?!\w)", "***", text)
     text = _USERINFO.sub(r"\1***@", text)
     return _SECRET_QUERY.sub(r"\1***", text)
 
 
 def clean(text: object) -> str:
-    """``text`` as vitlit prints it: credentials redacted, escapes shown, on one line, cut at `LONGEST_LINE`."""
-    line = shown(text)
+    """``text`` as vitlit prints it: credentials redacted, escapes shown, on one line, cut at `LONGEST_LINE`.
+
+    A credential of a URL of the command line is masked here even where a library quoted it alone (`redacted`).
+    """
+    line = shown(redacted(text, learned=True))
     return line if len(line) <= LONGEST_LINE else f"{line[:LONGEST_LINE]}... ({len(line) - LONGEST_LINE:,} more)"
 
 
