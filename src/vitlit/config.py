@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from vitlit.errors import ConfigError
+from vitlit.text import shown
 
 #: The shared settings under every ``--config``: the one list of what a default run does (read it first).
 DEFAULTS = Path(__file__).with_name("defaults.yaml")
@@ -179,11 +180,31 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
     check_writable_folder(trainer.get("default_root_dir") or ".")
     data = (config.get("data") or {}).get("init_args") or {}
     root = data.get("root") if subcommand == "fit" else None
-    runs = Path(trainer.get("default_root_dir") or ".").expanduser().resolve()
-    if isinstance(root, (str, Path)) and runs.is_relative_to(Path(root).expanduser().resolve()):
-        # Its lightning_logs/ would become part of the data: a class folder of a flat layout, or files beside it.
-        raise ConfigError(f"--trainer.default_root_dir {runs} is inside --data.root {root}, so the runs would "
-                          f"become part of the data; give a folder outside it.")  # fmt: skip
+    data_root = Path(root).expanduser().resolve() if isinstance(root, (str, Path)) else None
+    for runs in written_folders(trainer) if data_root is not None else ():
+        if runs.is_relative_to(data_root):
+            # Its lightning_logs/ would become part of the data: a class folder of a flat layout, or files beside it.
+            given = trainer.get("default_root_dir") or "."
+            raise ConfigError(f"--trainer.default_root_dir {shown(given)} writes its runs into {shown(runs)}, which "
+                              f"is inside --data.root {shown(root)}, so the runs would become part of the data; give "
+                              f"a folder outside it.")  # fmt: skip
+
+
+def written_folders(trainer: Mapping[str, Any]) -> tuple[Path, Path]:
+    """The folders a run writes into, their links resolved: ``default_root_dir``, and its logger's folder.
+
+    The logger's folder holds the ``version_N`` folders (`vitlit.run_dir.place_run`): ``<default_root_dir>/
+    lightning_logs``, or the ``save_dir``/``name`` of a configured TensorBoard or CSV logger (the first of a list).
+    Resolved, because a ``lightning_logs`` that is a link has the run written where it points.
+    """
+    spec = trainer.get("logger")
+    spec = spec[0] if isinstance(spec, list) and spec else spec
+    root = Path(trainer.get("default_root_dir") or ".").expanduser()
+    save_dir, name = root, "lightning_logs"
+    if hasattr(spec, "get") and str(spec.get("class_path")).rsplit(".", 1)[-1] in ("TensorBoardLogger", "CSVLogger"):
+        init = spec.get("init_args") or {}
+        save_dir, name = Path(init.get("save_dir") or root).expanduser(), init.get("name", name)
+    return root.resolve(), (save_dir / (name or "")).resolve()
 
 
 def check_writable_folder(folder: str | Path, flag: str = "--trainer.default_root_dir") -> None:
