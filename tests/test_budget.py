@@ -94,7 +94,7 @@ def test_snapshots_are_spaced_on_the_budgets_plan(
 
 def test_the_erasing_ramp_follows_the_length_the_schedule_plans() -> None:
     """Issue 53, 3: a budget re-sizes the schedule; the random-erasing ramp (training_progress) reads that length."""
-    from vitlit.schedule import training_progress
+    from vitlit.optim import training_progress
 
     schedule = SimpleNamespace(scheduler=SimpleNamespace(total_steps=40))
     trainer = SimpleNamespace(lr_scheduler_configs=[schedule], estimated_stepping_batches=1000, global_step=20)

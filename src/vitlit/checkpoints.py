@@ -280,7 +280,7 @@ def say_resumed(trainer: Any, pl_module: Any) -> None:
     From `vitlit.runs.resume.RNGStateCheckpoint` as training starts; Lightning's own warning of a mid-epoch resume is
     left out of the log (`vitlit.runtime.quiet`).
     """
-    from vitlit.schedule import total_steps
+    from vitlit.optim import total_steps
     from vitlit.text import say
 
     per_epoch = trainer.num_training_batches // max(trainer.accumulate_grad_batches, 1)

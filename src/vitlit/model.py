@@ -15,8 +15,7 @@ from torchmetrics import MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from vitlit.checks import check_architecture
-from vitlit.optim import WarmupCosineLR, apply_lr_scale, check_factories, param_groups
-from vitlit.schedule import fit_to_run, logging_step
+from vitlit.optim import WarmupCosineLR, apply_lr_scale, check_factories, fit_to_run, logging_step, param_groups
 from vitlit.types import Fraction, PositiveInt, Rate, as_builtin
 
 
@@ -244,7 +243,7 @@ class ViTClassifier(LightningModule):
         optimizer = self.optimizer_factory(self.param_groups())
         apply_lr_scale(optimizer)
         scheduler = self.scheduler_factory(optimizer)
-        fit_to_run(scheduler, self.trainer)  # a schedule of the run's length (`vitlit.schedule`)
+        fit_to_run(scheduler, self.trainer)  # a schedule of the run's length (`vitlit.optim`)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def configure_gradient_clipping(

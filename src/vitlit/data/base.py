@@ -39,7 +39,7 @@ from vitlit.data.pipeline import (
 )
 from vitlit.data.split import split_indices
 from vitlit.errors import ConfigError
-from vitlit.schedule import training_progress
+from vitlit.optim import training_progress
 from vitlit.types import Fraction, NonNegativeInt, PositiveFloat, PositiveInt, as_builtin
 
 #: Normalisation statistics of ImageNet, the default of data modules that name none of their own.
@@ -484,8 +484,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             return batch  # e.g. the model summary's example input
         images, targets = batch
         train = self.trainer is not None and self.trainer.training
-        rank, world_size = self.rank_and_world_size()
-        among, share = (len(images) * world_size, slice(rank, None, world_size)) if train else (None, slice(None))
+        if train:  # this process's share of the step's draws
+            rank, world_size = self.trainer.global_rank, self.trainer.world_size
+            among, share = len(images) * world_size, slice(rank, None, world_size)
+        else:
+            among, share = None, slice(None)
         images = self.pipeline(train)(images, among, share)
         if train and self.batch_augment is not None:
             images, targets = self.batch_augment(images, targets, training_progress(self.trainer), self.num_classes)

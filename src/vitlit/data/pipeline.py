@@ -229,23 +229,18 @@ def to_normalized_float(images: torch.Tensor, mean: Sequence[float], std: Sequen
     return normalize(to_dtype(images, torch.float32, scale=True), list(mean), list(std), inplace=True)
 
 
-def crop(padded: torch.Tensor, size: int, dy: torch.Tensor, dx: torch.Tensor) -> torch.Tensor:
-    """Cut a ``size`` x ``size`` window at offset (``dy[i]``, ``dx[i]``) out of image ``i`` of ``padded``.
-
-    The windows are a view of every possible crop (``unfold``); one indexing kernel copies the chosen ones.
-    """
-    windows = padded.unfold(2, size, 1).unfold(3, size, 1)  # (B, C, H - size + 1, W - size + 1, size, size)
-    return windows[torch.arange(len(padded), device=padded.device), :, dy, dx]
-
-
 def random_crop(images: torch.Tensor, padding: int, among: int | None = None, share: slice = ALL) -> torch.Tensor:
     """Crop each image at its own offset from the batch zero-padded by ``padding`` (torchvision's RandomCrop).
 
     Offsets are uniform in ``0..2 * padding`` per image and axis. With ``among``, the draws are made for ``among``
-    images and those at ``share`` used: one DDP process's part of a step.
+    images and those at ``share`` used: one DDP process's part of a step. The windows are a view of every possible
+    crop (``unfold``); one indexing kernel copies the chosen ones.
     """
     dy, dx = torch.randint(0, 2 * padding + 1, (2, among or len(images)), device=images.device)
-    return crop(F.pad(images, (padding, padding, padding, padding)), images.shape[-1], dy[share], dx[share])
+    size = images.shape[-1]
+    padded = F.pad(images, (padding, padding, padding, padding))
+    windows = padded.unfold(2, size, 1).unfold(3, size, 1)  # (B, C, H + 2 * padding - size + 1, ..., size, size)
+    return windows[torch.arange(len(padded), device=padded.device), :, dy[share], dx[share]]
 
 
 def random_flip(images: torch.Tensor, among: int | None = None, share: slice = ALL) -> torch.Tensor:

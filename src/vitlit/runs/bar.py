@@ -16,7 +16,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import RichProgressBar
 
 from vitlit.runs.progress import reader_gone
-from vitlit.schedule import logging_step
+from vitlit.optim import logging_step
 
 
 class ProgressBar(RichProgressBar):

@@ -22,9 +22,9 @@ from lightning.pytorch.callbacks import BatchSizeFinder
 
 from vitlit.atomic import write_atomically
 from vitlit.errors import ConfigError
+from vitlit.optim import total_steps
 from vitlit.run_dir import saved_config
 from vitlit.runs.private import cap_batch_search, set_batch_size
-from vitlit.schedule import total_steps
 from vitlit.text import say
 from vitlit.types import PositiveFloat, PositiveInt
 

@@ -16,7 +16,7 @@ from lightning.pytorch.callbacks import Timer
 
 from vitlit.errors import ConfigError
 from vitlit.runs.run_card import RunCard
-from vitlit.schedule import schedule_of, total_steps
+from vitlit.optim import schedule_of, total_steps
 from vitlit.text import say
 from vitlit.types import Fraction, PositiveInt
 

@@ -20,8 +20,8 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch.optim import Optimizer
 
 from vitlit.model import ViTClassifier, skip_step_if, take_skip_flag, unscales_internally
+from vitlit.optim import logging_step
 from vitlit.private import state_key
-from vitlit.schedule import logging_step
 from vitlit.types import PositiveInt
 
 
@@ -46,6 +46,9 @@ class NonFiniteGuard(Callback):
         check_every_n_steps: Read the device-side flags every this many optimizer steps (and at every epoch end).
     """
 
+    #: Lightning's key for the guard's state in checkpoints (a property of `Callback`): set once per guard.
+    state_key: str = "NonFiniteGuard"
+
     def __init__(
         self,
         action: Literal["stop", "skip", "off"] = "stop",
@@ -64,17 +67,14 @@ class NonFiniteGuard(Callback):
         self._fused: dict[int, bool] = {}  # per optimizer (by id): whether it can skip a step on the device
         self._fused_and_clipped = False  # every optimizer fused, and the model's clipping completes their flag
         # Two guards (the shared one and one appended) need their own keys in checkpoints: their settings differ.
-        self._state_key = state_key(
+        # Lightning reads the key at every hook (its profiler's names), so it is made once, here.
+        self.state_key = state_key(
             self, action=action, every=self.check_every_n_steps, skips=self.max_consecutive_skips
         )
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         guards = [cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard)]
         self.active = guards[-1] is self and self.action != "off"
-
-    @property
-    def state_key(self) -> str:
-        return self._state_key
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self.active:

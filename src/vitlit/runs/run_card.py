@@ -30,7 +30,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 import vitlit
 from vitlit.atomic import write_atomically
 from vitlit.run_dir import saved_config
-from vitlit.schedule import planned_steps, schedule_of
+from vitlit.optim import planned_steps, schedule_of
 from vitlit.streams import tell
 from vitlit.text import markdown, redacted
 

@@ -11,9 +11,9 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from vitlit.errors import ConfigError
+from vitlit.optim import planned_steps
 from vitlit.private import state_key
 from vitlit.runs.private import set_checkpoint_interval
-from vitlit.schedule import planned_steps
 from vitlit.types import Fraction, PositiveInt
 
 
