@@ -11,15 +11,24 @@ means none, where it meant 0.1 before: a saved null becomes the 0.1 it trained w
 is ``vitlit.regularize``. The old file is kept beside it as ``<name>.old`` (``.old.1``, ... where that exists: a backup
 never replaces a file). A file that cannot be upgraded is one line and status 2.
 
+Only whole class paths are renamed (a ``class_path`` value, or a value that is an old path and nothing else), never
+text inside another string (a user's ``my.vitlit.data.BatchAugment``, a folder of that name). The changes are made on
+the file's own lines where they can be (its comments kept); where they cannot (0.1's model section, the callbacks
+0.4 adds), the file is written anew and the line says that its comments are only in the ``.old`` copy. A config that
+is a symbolic link is upgraded where it points (a shared config stays shared); one with other hard links is refused.
+
     python scripts/upgrade_config.py lightning_logs/version_0/config.yaml [more files ...]
 """
 
 from __future__ import annotations
 
 import copy
+import os
 import re
+import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -66,19 +75,35 @@ MOVED = {
 DEFAULTS = Path(__file__).resolve().parents[1] / "src" / "vitlit" / "defaults.yaml"
 #: 0.5's ``data.on_device`` -> 0.6's ``data.source``.
 SOURCES = {True: "memory", False: "workers", "auto": "auto"}
+USAGE = "usage: python scripts/upgrade_config.py CONFIG.yaml [more files ...]"
+#: A line whose value is one dotted name: ``- class_path: a.b.C``, ``- a.b.C``, ``key: a.b.C`` (quoted or not).
+_NAMED = re.compile(r"^(?P<lead>[ \t]*(?P<dash>-[ \t]+)?(?:[\w.\-]+:[ \t]+)?)(?P<q>[\"']?)(?P<value>[\w.]+)(?P=q)"
+                    r"(?P<tail>[ \t]*(?:#.*)?)$")  # fmt: skip
+#: A line setting one of the keys the upgrade gives a new value: ``on_device: true``, ``label_smoothing: null``.
+_KEY = re.compile(r"^(?P<lead>[ \t]*)(?P<key>on_device|label_smoothing):(?P<value>[^#\n]*?)(?P<tail>[ \t]*(?:#.*)?)$")
+#: A comment: a ``#`` at the start of a line or after a blank (inside a quoted value it is text, which only makes
+#: the upgrade say that the comments are in the ``.old`` copy when there are none).
+_COMMENT = re.compile(r"(?m)(?:^|[ \t])#")
 
 
 def _path(entry: object) -> str | None:
     return entry if isinstance(entry, str) else entry.get("class_path") if isinstance(entry, dict) else None
 
 
+def _renamed(node: Any) -> Any:
+    """``node`` with every value that is an old class path, whole, renamed; text inside other strings is left."""
+    if isinstance(node, dict):
+        return {key: _renamed(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_renamed(value) for value in node]
+    if isinstance(node, str) and MOVED.get(node) is not None:
+        return MOVED[node]
+    return node  # a dropped callback's path stays, for `upgrade` to drop its entry
+
+
 def upgrade(config: dict) -> dict:
     """The 0.6 form of a 0.1 to 0.5 config (a parsed YAML mapping); an upgraded config comes back unchanged."""
-    text = yaml.safe_dump(config, sort_keys=False)
-    for old, new in MOVED.items():
-        if new is not None:
-            text = re.sub(rf"\b{re.escape(old)}\b", new, text)
-    config = yaml.safe_load(text)
+    config = _renamed(config)
     trainer = config.get("trainer") or {}
     callbacks = [c for c in trainer.get("callbacks") or [] if _path(c) not in MOVED]  # what the CLI does now
     if "callbacks" in trainer:
@@ -112,19 +137,72 @@ def upgrade(config: dict) -> dict:
     return config
 
 
-def _backup(path: Path, data: bytes) -> Path:
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _edited(text: str, new: dict) -> str | None:
+    """``text`` with the upgrade made on its own lines, comments kept; None where its lines cannot say ``new``.
+
+    Old class paths are renamed, a dropped callback's list entry removed with its lines, ``on_device`` and a null
+    ``label_smoothing`` given their new values. The result counts only where it reads back as ``new`` exactly.
+    """
+    kept, dropped = [], None
+    try:
+        for line in text.splitlines(keepends=True):
+            if dropped is not None and (not line.strip() or _indent(line) > dropped):
+                continue  # a line of the dropped entry (its init_args), or a blank line within it
+            dropped, body = None, line.rstrip("\r\n")
+            end = line[len(body) :]
+            if (named := _NAMED.match(body)) and named["value"] in MOVED:
+                if MOVED[named["value"]] is None and named["dash"]:  # a callback the CLI does now: its entry goes
+                    dropped = _indent(line)
+                    continue
+                if MOVED[named["value"]] is not None:
+                    line = f"{named['lead']}{named['q']}{MOVED[named['value']]}{named['q']}{named['tail']}{end}"
+            elif (key := _KEY.match(body)) and key["key"] == "on_device":
+                source = SOURCES.get(yaml.safe_load(key["value"] or "null"), "auto")
+                line = f"{key['lead']}source: {source}{key['tail']}{end}"
+            elif key and yaml.safe_load(key["value"] or "null") is None:  # label_smoothing: null meant 0.1 up to 0.4
+                line = f"{key['lead']}label_smoothing: 0.1{key['tail']}{end}"
+            kept.append(line)
+        edited = "".join(kept)
+        return edited if yaml.safe_load(edited) == new else None
+    except yaml.YAMLError:  # a value the lines cannot be edited around: the file is written anew
+        return None
+
+
+def _target(path: Path) -> Path:
+    """The file to rewrite: ``path``, or the file a symbolic link ``path`` names (a shared config stays shared).
+
+    A file with other hard links is refused: replacing it would leave the other names with the old config.
+    """
+    target = path.resolve() if path.is_symlink() else path
+    try:
+        links = target.stat().st_nlink
+    except OSError:
+        return target  # `_read` says why it cannot be read
+    if links > 1:
+        raise ConfigError(f"{path} has {links - 1} other hard link(s), which an upgrade would leave as they are; "
+                          f"upgrade a copy and link the other names to it.")  # fmt: skip
+    return target
+
+
+def _backup(path: Path, data: bytes, mode: int) -> Path:
     """Write ``data`` to a new file beside ``path``: ``<name>.old``, or ``.old.1``, ... where one exists already.
 
-    Created exclusively: a backup never replaces a file, an earlier backup or one of the user's own included.
+    Created exclusively: a backup never replaces a file, an earlier backup or one of the user's own included. It gets
+    the file's ``mode``: a config only its owner may read stays so in its copy.
     """
     for n in range(1000):
         backup = path.with_name(f"{path.name}.old" + (f".{n}" if n else ""))
         try:
-            with backup.open("xb") as f:
-                f.write(data)
-            return backup
+            fd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         except FileExistsError:
             continue
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return backup
     raise ConfigError(f"{path}: {path.name}.old to .old.999 all exist; move some of them away.")
 
 
@@ -148,10 +226,14 @@ def _read(path: Path) -> tuple[bytes, dict]:
 
 def main(paths: list[str]) -> None:
     """Upgrade each file in place, keeping the original beside it; a file it cannot upgrade is one line, status 2."""
+    if not paths or paths[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stdout if paths else sys.stderr)
+        raise SystemExit(0 if paths else 2)
     for name in paths:
         path = Path(name)
         try:
-            data, old = _read(path)
+            target = _target(path)
+            data, old = _read(target)
             try:
                 new = upgrade(copy.deepcopy(old))
             except (AttributeError, TypeError, KeyError) as err:  # a section of another shape (a list, a number)
@@ -160,12 +242,20 @@ def main(paths: list[str]) -> None:
             if new == old:
                 print(f"{shown(path)}: already in 0.6's form")
                 continue
-            backup = _backup(path, data)
+            mode = stat.S_IMODE(target.stat().st_mode)
+            backup = _backup(target, data, mode)
         except ConfigError as err:
             print(f"upgrade_config: error: {shown(err)}", file=sys.stderr)
             raise SystemExit(2) from None
-        write_atomically(path, yaml.safe_dump(new, sort_keys=False))
-        print(f"{shown(path)}: upgraded (the old file is {shown(backup.name)})")
+        text = data.decode("utf-8")
+        edited = _edited(text, new)
+        write_atomically(target, edited if edited is not None else yaml.safe_dump(new, sort_keys=False))
+        os.chmod(target, mode)  # a new file gets the umask's mode: a shared config keeps its own
+        where = f" through the link to {shown(target)}" if target != path else ""
+        old_file = shown(backup.name if target == path else backup)
+        lost = edited is None and _COMMENT.search(text)
+        said = ", the only copy of its comments: the upgrade rewrote the whole file" if lost else ""
+        print(f"{shown(path)}: upgraded{where} (the old file is {old_file}{said})")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.cli import DIGITS_CONFIG, carries, refused, run_cli, tree_digest
+from helpers.cli import DIGITS_CONFIG, ROOT, carries, refused, run_cli, tree_digest
 
 SHORT = ["--trainer.max_steps", "1", "--trainer.limit_val_batches", "1"]
 
@@ -75,3 +75,68 @@ def test_a_run_folder_linked_into_the_data_root_is_refused(
     assert tree_digest(flat) == before and sorted(p.name for p in (flat / "3").iterdir()) == sorted(
         p.name for p in (digits_dir / "train" / "3").iterdir()
     )
+
+
+#: A config saved by 0.5, with its user's comments, a class of the user's own and a folder named like an old path.
+CONFIG_0_5 = """# lightning.pytorch==2.6.6
+# the shared recipe of our lab: edit with care
+trainer:
+  callbacks:
+  - class_path: my.vitlit.data.BatchAugment  # our own class, in our package my.vitlit
+model:
+  class_path: vitlit.model.ViTClassifier
+data:
+  class_path: vitlit.data.ImageFolderDataModule
+  init_args:
+    root: /data/vitlit.data.BatchAugment/x  # a folder, not a class
+    on_device: true   # fast enough on our GPUs
+    batch_augment:
+      class_path: vitlit.fast.batch_augment.BatchAugment
+"""
+
+
+def _upgrade_config() -> object:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import upgrade_config
+
+    return upgrade_config
+
+
+def test_upgrade_config_upgrades_a_linked_config_where_it_points_keeping_its_comments_and_other_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A linked config became a regular file (the shared one not upgraded), every comment went without a word, and
+    ``vitlit.data.BatchAugment`` was rewritten inside a user's class path and inside a folder's name."""
+    shared, run = tmp_path / "shared" / "recipe.yaml", tmp_path / "run" / "config.yaml"
+    shared.parent.mkdir()
+    run.parent.mkdir()
+    shared.write_text(CONFIG_0_5)
+    shared.chmod(0o640)
+    run.symlink_to(shared)
+    _upgrade_config().main([str(run)])
+    said = capsys.readouterr().out
+    carries(said.strip(), run, "upgraded", shared, shared.with_name("recipe.yaml.old"))
+    assert run.is_symlink() and run.resolve() == shared and not run.with_name("config.yaml.old").exists()
+    text = shared.read_text()
+    assert text == (CONFIG_0_5.replace("on_device: true", "source: memory")
+                    .replace("vitlit.fast.batch_augment.", "vitlit.regularize.batch_augment.")), text  # fmt: skip
+    assert shared.with_name("recipe.yaml.old").read_text() == CONFIG_0_5
+    assert {oct(p.stat().st_mode & 0o777) for p in shared.parent.iterdir()} == {"0o640"}  # a private file stays so
+
+
+def test_upgrade_config_says_what_it_cannot_keep_and_how_it_is_called(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With no arguments it exited 0 silently; a file rewritten whole lost its comments without a word."""
+    upgrade_config = _upgrade_config()
+    with pytest.raises(SystemExit) as stop:
+        upgrade_config.main([])
+    assert stop.value.code == 2 and "usage: python scripts/upgrade_config.py CONFIG.yaml" in capsys.readouterr().err
+    old = tmp_path / "config.yaml"
+    shutil.copy(ROOT / "tests" / "data" / "config_v0.1.yaml", old)  # 0.1's model section: written anew
+    upgrade_config.main([str(old)])
+    carries(capsys.readouterr().out.strip(), "config.yaml.old", "comments")
+    (tmp_path / "other.yaml").hardlink_to(old.with_name("config.yaml.old"))
+    with pytest.raises(SystemExit) as stop:
+        upgrade_config.main([str(tmp_path / "other.yaml")])
+    assert stop.value.code == 2 and "hard link" in capsys.readouterr().err
