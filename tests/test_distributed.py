@@ -22,7 +22,7 @@ from helpers.cli import DIGITS_CONFIG, ROOT, TINY_CONFIG, TINY_MODEL, run_cli, s
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DistributedSampler
 
-from vitlit.config import check_run
+from vitlit.checks import check_run
 from vitlit.data import ImageFolderDataModule
 from vitlit.data.base import ImageClassificationDataModule
 from vitlit.errors import ConfigError

@@ -16,7 +16,7 @@ from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, carries, cifar_args, run_c
 from PIL import Image
 from torchvision.datasets import CIFAR10
 
-from vitlit import config
+from vitlit import config, run_dir
 
 
 @pytest.fixture(scope="module")
@@ -491,7 +491,7 @@ def test_a_root_that_cannot_be_written_is_refused(
     tmp_path: Path, cifar_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Tests run as root, for whom every folder is writable: the permission check is made to say no.
-    monkeypatch.setattr(config, "writable", lambda folder: False)
+    monkeypatch.setattr(run_dir, "writable", lambda folder: False)
     with pytest.raises(SystemExit) as exit_info:
         tiny_cifar_fit(cifar_dir, tmp_path / "runs")
     assert exit_info.value.code == 2

@@ -85,7 +85,7 @@ def test_bad_model_options_are_named(kwargs: dict, message: str) -> None:
 
 def test_the_activation_estimate_is_a_lower_bound_of_what_training_keeps() -> None:
     """Issue 36, class 4: the estimate that refuses img_size 4096 before anything is allocated."""
-    from vitlit.memory import activation_bytes
+    from vitlit.checks import activation_bytes
 
     net = timm.create_model("test_vit", img_size=32, patch_size=4, num_classes=10)
     images = torch.randn(8, 3, 32, 32)

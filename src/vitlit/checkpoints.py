@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import pickle
+import re
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +23,7 @@ import yaml
 from torch import nn
 
 from vitlit.errors import ConfigError
+from vitlit.text import say, shown
 
 # What torch.load raises on a truncated, foreign or tampered-with file.
 UNREADABLE = (RuntimeError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile, OSError)
@@ -128,8 +131,6 @@ def check_restorable(
     done = ((checkpoint.get("loops") or {}).get("fit_loop") or {}).get("epoch_progress", {}).get("current", {})
     epochs = done.get("processed", 0)  # an epoch-end checkpoint is saved before its epoch counts as completed
     if resume and max_epochs is not None and max_epochs >= 0 and epochs >= max_epochs:
-        from vitlit.text import say
-
         say(f"vitlit: {path} has trained all {epochs} epochs of --trainer.max_epochs {max_epochs}: "
             f"nothing is left to train; give a larger --trainer.max_epochs to train on", error=True)  # fmt: skip
 
@@ -179,7 +180,7 @@ def start_from(
 
     The file is read memory-mapped and refused in one line before anything is written: not Lightning's, not this
     model's (architecture, classes, weights), not resumable (a fit), or a resume whose optimizer or schedule differs
-    from the run's (`vitlit.preflight.check_resumed_settings`). The run is the folder the checkpoint belongs to
+    from the run's (`check_resumed_settings`). The run is the folder the checkpoint belongs to
     (``None`` for a loose file, or where none is taken).
     """
     root = Path(getattr(trainer.logger, "root_dir", None) or Path(trainer.default_root_dir) / "lightning_logs")
@@ -194,8 +195,6 @@ def start_from(
         model.check_checkpoint(checkpoint, options, resume=subcommand == "fit")
     check_weights(checkpoint["state_dict"], model.state_dict(), ckpt)
     if run is not None and subcommand == "fit":  # a resume restores the optimizer and schedule as saved
-        from vitlit.preflight import check_resumed_settings
-
         check_resumed_settings(str(ckpt_path), run, config)
     return ckpt, run
 
@@ -257,8 +256,6 @@ def resolve_checkpoint(
         return Path(ckpt_path).expanduser().absolute()
     if ckpt_path == "auto" and subcommand != "fit":
         raise ConfigError(f"--ckpt_path auto is for fit only; {subcommand} takes last or a checkpoint path.")
-    from vitlit.preflight import newest_checkpoint  # --ckpt_path last or auto only
-
     return newest_checkpoint(ckpt_path, root, config)
 
 
@@ -281,7 +278,6 @@ def say_resumed(trainer: Any, pl_module: Any) -> None:
     left out of the log (`vitlit.runtime.quiet`).
     """
     from vitlit.optim import total_steps
-    from vitlit.text import say
 
     per_epoch = trainer.num_training_batches // max(trainer.accumulate_grad_batches, 1)
     if isinstance(per_epoch, int) and per_epoch:
@@ -297,3 +293,98 @@ def say_resumed(trainer: Any, pl_module: Any) -> None:
     if kept and total and kept != total:
         say(f"vitlit: resumed with the learning-rate schedule of the checkpoint's run ({kept} steps; this run has "
             f"{total}); steps after its end keep the final learning rate", error=True)  # fmt: skip
+
+
+#: Keys that do not make a run another experiment: the optimizer and the schedule, which a resume restores from the
+#: checkpoint (`vitlit.runs.batch_size.BatchSizeSearch` also rewrites the rate in the saved config), the batch the
+#: search rewrites, and the model's keys that the CLI links from the data (`vitlit.cli.VitLitCLI`), which the data's
+#: own keys decide.
+REWRITTEN = ("data.init_args.batch_size", "model.init_args.optimizer", "model.init_args.scheduler",
+             *(f"model.init_args.{key}" for key in ("num_classes", "class_names", "img_size", "in_chans", "input_mean",
+                                                    "input_std", "input_crop_pct", "input_interpolation")))  # fmt: skip
+
+
+#: What a resume restores from the checkpoint, whatever the config says: a change there would silently not apply.
+RESTORED = ("model.init_args.optimizer", "model.init_args.scheduler")
+
+
+def differs(saved: Path, config: Mapping[str, Any], only: tuple[str, ...] = ()) -> str | None:
+    """The first setting of the model or the data where the run config ``saved`` is not ``config``; ``None`` if none.
+
+    What ``--ckpt_path last`` and ``auto`` compare before they take a run's checkpoint: another experiment under the
+    same root (another data set, model or recipe) is never continued. ``only`` compares those keys alone (their
+    prefixes), `REWRITTEN` left out of them too.
+    """
+    try:
+        theirs = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
+    except (OSError, ValueError, yaml.YAMLError):
+        return "its config.yaml (unreadable)"
+    ours = {key: config.get(key) for key in ("model", "data")}
+    ours = json.loads(
+        json.dumps({k: v.as_dict() if hasattr(v, "as_dict") else v for k, v in ours.items()}, default=str)
+    )
+    skip: tuple[str, ...] = REWRITTEN
+    if only:  # BatchSizeSearch's rewrite of the batch and the rate is the run's own
+        searched = "BatchSizeSearch" in str((theirs.get("trainer") or {}).get("callbacks"))
+        skip = ("data.init_args.batch_size", "model.init_args.optimizer.init_args.lr") if searched else ()
+    theirs = json.loads(json.dumps({key: theirs.get(key) for key in ("model", "data")}, default=str))
+    return _first_difference(ours, theirs, "", skip, only)
+
+
+def _first_difference(ours: Any, theirs: Any, key: str, skip: tuple[str, ...], only: tuple[str, ...]) -> str | None:
+    if key.startswith(skip) or (only and key and not any(key.startswith(o) or o.startswith(key) for o in only)):
+        return None
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        for name in sorted(set(ours) | set(theirs)):
+            found = _first_difference(ours.get(name), theirs.get(name), f"{key}.{name}" if key else name, skip, only)
+            if found:
+                return found
+        return None
+    return None if ours == theirs else f"{key}: {shown(theirs)!r} there, {shown(ours)!r} here"
+
+
+def check_resumed_settings(ckpt_path: str, run: Path, config: Mapping[str, Any]) -> None:
+    """Refuse a fit resumed from ``run`` whose optimizer or schedule differs from the one the run last trained with.
+
+    A resume restores both from the checkpoint (Lightning's), so a changed learning rate or warmup would be silently
+    ignored while the resume's saved config recorded it. The run's newest saved config is compared (a resume's
+    ``config.resume-K.yaml``); `vitlit.runs.batch_size.BatchSizeSearch`'s rewrite of the rate is the run's own.
+    """
+    resumes = [
+        int(m.group(1))
+        for p in run.glob("config.resume-*.yaml")
+        if (m := re.fullmatch(r"config\.resume-(\d+)\.yaml", p.name))
+    ]
+    saved = run / (f"config.resume-{max(resumes)}.yaml" if resumes else "config.yaml")
+    found = differs(saved, config, only=RESTORED) if saved.is_file() else None
+    if found is not None:
+        raise ConfigError(f"--ckpt_path {ckpt_path} resumes {run}, whose optimizer or schedule differs ({found}); a "
+                          f"resume continues the checkpoint's, so the change would not apply: drop it to resume, or "
+                          f"start a fresh run with --ckpt_path none.")  # fmt: skip
+
+
+def newest_checkpoint(ckpt_path: str, root: Path, config: Mapping[str, Any] | None) -> Path | None:
+    """``--ckpt_path last`` or ``auto``: the newest ``last.ckpt`` under ``root`` of a run of this config, or ``None``.
+
+    A run of this config has ``config``'s model and data (`differs`); ``auto`` starts afresh where there is none, said
+    in one line where other runs are there.
+
+    Raises:
+        ConfigError: For ``last`` where no run of this config has a ``last.ckpt``.
+    """
+    found = sorted((p for p in root.glob("*/checkpoints/last.ckpt") if p.is_file()), key=lambda p: -p.stat().st_mtime)
+    if found and config is not None:  # only this experiment's runs
+        other = {p: differs(p.parent.parent / "config.yaml", config) for p in found}
+        if all(other.values()):  # every run here is another experiment's
+            newest = found[0].parent.parent
+            if ckpt_path == "last":
+                raise ConfigError(f"--ckpt_path last: no run under {root} has this run's config (the newest, "
+                                  f"{newest.name}, differs in {other[found[0]]}); give its checkpoint's path to "
+                                  f"resume it anyway.")  # fmt: skip
+            say(f"vitlit: --ckpt_path auto: no run under {root} has this run's config (the newest, {newest.name}, "
+                f"differs in {other[found[0]]}): a fresh start", error=True)  # fmt: skip
+        found = [p for p in found if other[p] is None]
+    if not found and ckpt_path == "last":
+        raise ConfigError(f"--ckpt_path last found no last.ckpt under {root}; give a checkpoint path, or check "
+                          f"--trainer.default_root_dir.")  # fmt: skip
+    return found[0] if found else None

@@ -1,55 +1,108 @@
-"""Checks of what a run was given, before it is built or started: the model's architecture, the Trainer's callbacks.
+"""The run's check phase: what `vitlit.cli` checks of a run as a whole before it starts, each in one line.
 
-Beside the main paths of `vitlit.model` and `vitlit.cli` (which build what passes here), so that a bad value is one
-line naming it and the fix, before any weights are downloaded or the data is read.
+The model checks its own options (`vitlit.model`), a data module its own (`vitlit.data.base`), a checkpoint is
+checked where it is read (`vitlit.checkpoints`), a run's folder where it is placed (`vitlit.run_dir`); what needs
+the run as a whole is here, in the order the CLI asks: the parsed settings (values Lightning would crash on deep
+inside a run, silently ignore or silently replace), the Trainer's callbacks, the memory a run will need (estimated
+before anything is allocated, against what the device has free), and a finished evaluation's metrics. A run that
+cannot fit should stop in one line at its start, not grow until the OOM killer ends it (or CUDA's out-of-memory
+error ends it mid-epoch). The estimates are lower bounds: what a run refused here could never have fitted.
 """
 
 from __future__ import annotations
 
+import math
+import os
+import sys
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
-import timm
 import torch
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import BatchSizeFinder
-from torch import nn
 
-from vitlit.errors import ConfigError
+from vitlit.errors import CheckFailed, ConfigError
+from vitlit.run_dir import check_writable_folder, written_folders
+from vitlit.text import shown
 
 
-def check_architecture(hp: Mapping[str, Any], kwargs: dict[str, Any]) -> nn.Module:
-    """Refuse options no timm model of ``hp["model_name"]`` takes; return the model built on the meta device.
-
-    Built without memory or a download (``meta``), the probe says whether the model takes ``img_size`` and
-    ``patch_size`` and what its patches are; pretrained weights are then loaded into the real model.
+def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> None:
+    """Refuse settings Lightning would crash on deep inside a run, silently ignore or silently replace.
 
     Args:
-        hp: The model's hyperparameters (``model_name``, ``class_names``, ``num_classes``, ``img_size``).
-        kwargs: ``timm.create_model``'s keyword arguments for the architecture (`vitlit.ViTClassifier.net_kwargs`).
-
-    Raises:
-        ConfigError: For an unknown model, class names of another count, a model that takes no image size, or an
-            image size that is not a whole number of patches.
+        subcommand: ``fit``, ``validate``, ``test`` or ``predict``.
+        config: The parsed config of the subcommand (plain values, before any class is built).
+        environ: The environment (torchrun's and SLURM's process counts).
     """
-    name = hp["model_name"]
-    if not timm.is_model(name):
-        raise ConfigError(f"model_name={name!r} is not a timm model; pick one of timm.list_models('*vit*'), e.g. "
-                          f"vit_tiny_patch16_224.")  # fmt: skip
-    if hp["class_names"] is not None and len(hp["class_names"]) != hp["num_classes"]:
-        raise ConfigError(f"class_names has {len(hp['class_names'])} names for num_classes={hp['num_classes']}.")
-    try:
-        with torch.device("meta"):
-            probe = timm.create_model(name, pretrained=False, **kwargs)
-    except TypeError as err:
-        raise ConfigError(f"model_name={name!r} does not take img_size/patch_size ({err}); ViTClassifier needs a "
-                          f"Vision Transformer such as vit_tiny_patch16_224.") from None  # fmt: skip
-    patch = getattr(getattr(probe, "patch_embed", None), "patch_size", None)
-    patch = patch[0] if isinstance(patch, tuple) else patch
-    if patch and hp["img_size"] % patch:
-        raise ConfigError(f"img_size={hp['img_size']} is not divisible by the patch size {patch} of {name}; change "
-                          f"--data.img_size or --model.patch_size.")  # fmt: skip
-    return probe
+    seed, trainer = config.get("seed_everything"), config.get("trainer") or {}
+    if not isinstance(seed, bool) and seed is not None and not 0 <= seed <= 2**32 - 1:  # NumPy's range
+        raise ConfigError(f"--seed_everything={seed} is outside 0..4294967295; give a seed in that range, e.g. 42.")
+    if seed is True:  # a seed drawn at random
+        check_drawn_seed(environ)
+    if config.get("ckpt_path") is None and subcommand != "fit":
+        raise ConfigError(
+            f"{subcommand} without --ckpt_path would evaluate untrained weights; give a checkpoint (a run's "
+            f"checkpoints/*.ckpt, or last), or --ckpt_path none to {subcommand} the model as it is built."
+        )
+    # Values Lightning takes and then divides by zero on, or trains nothing with and exits 0. Each rule says what is
+    # valid, so that a value no comparison holds for (NaN) is refused too.
+    count, limit = (lambda v: v >= 1, "give 1 or more"), (lambda v: v == -1 or v >= 1, "give 1 or more (-1: no limit)")
+    part = (lambda v: v > 0 and (v <= 1 or not isinstance(v, float)), "give a count of batches or a fraction in (0, 1]")
+    valid = {"accumulate_grad_batches": count, "log_every_n_steps": count, "check_val_every_n_epoch": count,
+             "max_steps": limit, "max_epochs": limit, "limit_train_batches": part, "val_check_interval": part,
+             "gradient_clip_val": (lambda v: v >= 0, "give a positive norm, or 0 for none")}  # fmt: skip
+    for name, (ok, fix) in valid.items():
+        value = trainer.get(name)
+        if isinstance(value, (int, float)) and not ok(value):
+            raise ConfigError(f"--trainer.{name}={value} would train nothing or crash the run; {fix}.")
+    if trainer.get("max_time") is not None:
+        check_budget(trainer["max_time"])
+    if (precision := str(trainer.get("precision"))) in ("16-mixed", "16"):  # fp16 needs a GPU
+        check_half_precision(precision, str(trainer.get("accelerator")))
+    check_writable_folder(trainer.get("default_root_dir") or ".")
+    data = (config.get("data") or {}).get("init_args") or {}
+    root = data.get("root") if subcommand == "fit" else None
+    data_root = Path(root).expanduser().resolve() if isinstance(root, (str, Path)) else None
+    for runs in written_folders(trainer) if data_root is not None else ():
+        if runs.is_relative_to(data_root):
+            # Its lightning_logs/ would become part of the data: a class folder of a flat layout, or files beside it.
+            given = trainer.get("default_root_dir") or "."
+            raise ConfigError(f"--trainer.default_root_dir {shown(given)} writes its runs into {shown(runs)}, which "
+                              f"is inside --data.root {shown(root)}, so the runs would become part of the data; give "
+                              f"a folder outside it.")  # fmt: skip
+
+
+def check_drawn_seed(environ: Mapping[str, str]) -> None:
+    """Refuse ``--seed_everything true`` where torchrun or SLURM started several processes: each would draw its own."""
+    started = max(int(environ.get(name, "1") or 1) for name in ("WORLD_SIZE", "SLURM_NTASKS"))
+    if started > 1 and "PL_GLOBAL_SEED" not in environ:
+        raise ConfigError(f"--seed_everything=true gives each of the {started} processes its own random seed, so "
+                          f"their data shards would overlap; give a number (e.g. --seed_everything 42).")  # fmt: skip
+
+
+def check_budget(budget: Any) -> None:
+    """Refuse a ``--trainer.max_time`` that would train nothing or overflow a clock (Lightning's Timer takes both)."""
+    try:  # the parsed duration, as Lightning's Timer reads it (a DD:HH:MM:SS string, or timedelta's keys)
+        span = timedelta(**budget) if isinstance(budget, dict) else timedelta(
+            **dict(zip(("days", "hours", "minutes", "seconds"), map(int, budget.split(":")), strict=True)))  # fmt: skip
+    except OverflowError:
+        raise ConfigError(
+            f"--trainer.max_time={budget} is longer than a clock counts; leave it out for no limit."
+        ) from None
+    except (AttributeError, TypeError, ValueError):
+        return  # not a duration: Lightning's Timer says which format it takes
+    if span.total_seconds() <= 0:
+        raise ConfigError(f"--trainer.max_time={budget} would train nothing; give a time budget such as 00:12:00:00.")
+
+
+def check_half_precision(precision: str, accelerator: str) -> None:
+    """Refuse fp16 (``16-mixed``) on the CPU, which Lightning would take and then fail on."""
+    gpu = torch.cuda.is_available() or torch.backends.mps.is_available()
+    if accelerator == "cpu" or (accelerator == "auto" and not gpu):
+        raise ConfigError(f"--trainer.precision {precision} needs a GPU, and this run is on the CPU; CPUs run "
+                          f"bf16-mixed or 32-true (--trainer.precision bf16-mixed).")  # fmt: skip
 
 
 def check_callbacks(callbacks: Sequence[Callback]) -> None:
@@ -70,3 +123,74 @@ def check_callbacks(callbacks: Sequence[Callback]) -> None:
                           f"checkpoint keeps one state per setting: change the one src/vitlit/defaults.yaml already "
                           f"has (--trainer.callbacks in --print_config) or give yours another monitor, mode or "
                           f"every_n_epochs.")  # fmt: skip
+
+
+#: Activations a transformer block keeps per token and channel for its backward pass, at least: the inputs and
+#: outputs of its two norms, q/k/v, the attention's output, its projection, and the MLP's two 4x-wide tensors.
+SAVED_PER_TOKEN_CHANNEL = 12
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes free on ``device``: CUDA's own count, or the host's available memory (Linux); ``None`` where unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu" or not sys.platform.startswith("linux"):
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def activation_bytes(net: Any, batch_size: int, training: bool, precision: str, checkpointing: bool) -> int | None:
+    """A lower bound on the activation memory of one batch of a timm ViT; ``None`` for a model of another shape.
+
+    Training keeps every block's activations for the backward pass (with gradient checkpointing, only each block's
+    input, plus one block's while it is recomputed); evaluation holds one block's at a time. Where a block's attention
+    is not fused (timm's ``fused_attn`` off), its heads x tokens x tokens matrix is held too: at 4096 px and more
+    it is most of the memory.
+    """
+    try:
+        tokens = int(net.patch_embed.num_patches) + int(net.num_prefix_tokens)
+        width, depth = int(net.embed_dim), len(net.blocks)
+        attention = getattr(net.blocks[0].attn, "num_heads", 0) * tokens**2  # unfused: the matrix, after softmax
+        attention *= not getattr(net.blocks[0].attn, "fused_attn", True)
+    except (AttributeError, TypeError, IndexError):
+        return None
+    scalar = 4 if "32" in precision or "64" in precision else 2  # fp32, or fp16/bf16 under autocast
+    block = (SAVED_PER_TOKEN_CHANNEL * tokens * width + attention) * scalar
+    if not training:
+        return batch_size * block
+    kept = depth * tokens * width * scalar + block if checkpointing else depth * block
+    return batch_size * kept
+
+
+def check_activations(model: Any, data: Any, trainer: Any, subcommand: str) -> None:
+    """Refuse a run whose activations alone cannot fit in the device's free memory, naming the flags that fix it."""
+    net, batch_size = getattr(model, "net", None), getattr(data, "batch_size", None)
+    if net is None or not isinstance(batch_size, int):
+        return
+    checkpointing = bool(getattr(model, "hparams", {}).get("grad_checkpointing"))
+    need = activation_bytes(net, batch_size, subcommand == "fit", str(trainer.precision), checkpointing)
+    device = trainer.strategy.root_device
+    free = free_memory(device)
+    if need is None or free is None or need <= free:
+        return
+    fixes = "--data.img_size or --data.batch_size" + ("" if checkpointing or subcommand != "fit" else
+                                                      ", or --model.grad_checkpointing true")  # fmt: skip
+    raise ConfigError(
+        f"{subcommand} at --data.img_size {getattr(data, 'img_size', '?')} with batches of {batch_size} needs at "
+        f"least {need / 2**30:,.1f} GB for the model's activations, more than the {free / 2**30:,.1f} GB free on "
+        f"{device}; lower {fixes}."
+    )
+
+
+def check_metrics(subcommand: str, metrics: Mapping[str, torch.Tensor]) -> None:
+    """A validate or test whose loss or accuracy is NaN or infinite fails (status 1) rather than exiting 0."""
+    bad = [f"{k} {float(v)}" for k, v in metrics.items() if v.numel() == 1 and not math.isfinite(float(v))]
+    if bad:
+        raise CheckFailed(f"{subcommand} gave {', '.join(bad)}: the model's outputs are not finite numbers; evaluate "
+                          f"an earlier checkpoint of the run (its checkpoints/ folder) or one trained with "
+                          f"--trainer.precision 32")  # fmt: skip

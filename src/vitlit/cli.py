@@ -24,10 +24,9 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit import __version__
 from vitlit import config as cfg
-from vitlit.checks import check_callbacks
+from vitlit.checks import check_activations, check_callbacks, check_metrics, check_run
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import TrainingHalted
-from vitlit.memory import check_activations
 from vitlit.run_dir import Placed, place_run, unlock
 from vitlit.runtime import interrupts_stop_the_fit, quiet
 from vitlit.text import learn_secrets, redacted, say
@@ -135,7 +134,7 @@ class VitLitCLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         super().parse_arguments(parser, args)
         config = self.config[self.config["subcommand"]]
-        cfg.check_run(self.config["subcommand"], config)
+        check_run(self.config["subcommand"], config)
         # Kept from LightningCLI until the classes are built: given a checkpoint, it copies the checkpoint's
         # hyperparameters over the parsed config (flags typed on the command line could vanish without a word).
         self._ckpt_path, config["ckpt_path"] = config.get("ckpt_path"), None
@@ -183,8 +182,6 @@ class VitLitCLI(LightningCLI):
     before_fit = before_validate = before_test = before_predict = _start  # LightningCLI's hooks before each subcommand
 
     def _metrics_are_numbers(self) -> None:
-        from vitlit.preflight import check_metrics  # validate and test only
-
         check_metrics(self.subcommand, self.trainer.callback_metrics)
 
     after_validate = after_test = _metrics_are_numbers  # LightningCLI's hooks after each subcommand

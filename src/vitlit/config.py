@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from vitlit.errors import ConfigError
-from vitlit.text import shown
 
 #: The shared settings under every ``--config``: the one list of what a default run does (read it first).
 DEFAULTS = Path(__file__).with_name("defaults.yaml")
@@ -26,8 +24,6 @@ MAX_YAML_BYTES, MAX_YAML_VALUES = 1_000_000, 100_000
 #: Arguments that name a file or folder, in any data module or model (their ``init_args``, or those of a class given
 #: to the model, such as a distillation's teacher); ``teacher`` is a path only where it names an existing file.
 PATH_ARGUMENTS = ("root", "data_dir", "predict_dir", "pretrained_file", "teacher_file", "teacher")
-#: The longest path a run's folder may have: PATH_MAX, less what a run adds below it.
-PATH_ROOM = 4096 - 200
 #: Arguments whose value is a name (a file, folder or URL), never a number: ``nan`` or ``inf`` there is a name.
 NAMED = (*PATH_ARGUMENTS, "path", "input_dir", "cache_dir", "output", "default_root_dir", "ckpt_path", "config")
 
@@ -136,93 +132,6 @@ def _finite(content: Any, where: str, key: str = "") -> None:
     items = content.items() if isinstance(content, dict) else enumerate(content) if isinstance(content, list) else ()
     for name, value in items:
         _finite(value, where, f"{key}.{name}" if key else str(name))
-
-
-def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> None:
-    """Refuse settings Lightning would crash on deep inside a run, silently ignore or silently replace.
-
-    Args:
-        subcommand: ``fit``, ``validate``, ``test`` or ``predict``.
-        config: The parsed config of the subcommand (plain values, before any class is built).
-        environ: The environment (torchrun's and SLURM's process counts).
-    """
-    seed, trainer = config.get("seed_everything"), config.get("trainer") or {}
-    if not isinstance(seed, bool) and seed is not None and not 0 <= seed <= 2**32 - 1:  # NumPy's range
-        raise ConfigError(f"--seed_everything={seed} is outside 0..4294967295; give a seed in that range, e.g. 42.")
-    if seed is True:  # a seed drawn at random
-        from vitlit.preflight import check_drawn_seed
-
-        check_drawn_seed(environ)
-    if config.get("ckpt_path") is None and subcommand != "fit":
-        raise ConfigError(
-            f"{subcommand} without --ckpt_path would evaluate untrained weights; give a checkpoint (a run's "
-            f"checkpoints/*.ckpt, or last), or --ckpt_path none to {subcommand} the model as it is built."
-        )
-    # Values Lightning takes and then divides by zero on, or trains nothing with and exits 0. Each rule says what is
-    # valid, so that a value no comparison holds for (NaN) is refused too.
-    count, limit = (lambda v: v >= 1, "give 1 or more"), (lambda v: v == -1 or v >= 1, "give 1 or more (-1: no limit)")
-    part = (lambda v: v > 0 and (v <= 1 or not isinstance(v, float)), "give a count of batches or a fraction in (0, 1]")
-    valid = {"accumulate_grad_batches": count, "log_every_n_steps": count, "check_val_every_n_epoch": count,
-             "max_steps": limit, "max_epochs": limit, "limit_train_batches": part, "val_check_interval": part,
-             "gradient_clip_val": (lambda v: v >= 0, "give a positive norm, or 0 for none")}  # fmt: skip
-    for name, (ok, fix) in valid.items():
-        value = trainer.get(name)
-        if isinstance(value, (int, float)) and not ok(value):
-            raise ConfigError(f"--trainer.{name}={value} would train nothing or crash the run; {fix}.")
-    if trainer.get("max_time") is not None:
-        from vitlit.preflight import check_budget  # runs given a time budget only
-
-        check_budget(trainer["max_time"])
-    if (precision := str(trainer.get("precision"))) in ("16-mixed", "16"):  # fp16 needs a GPU
-        from vitlit.preflight import check_half_precision
-
-        check_half_precision(precision, str(trainer.get("accelerator")))
-    check_writable_folder(trainer.get("default_root_dir") or ".")
-    data = (config.get("data") or {}).get("init_args") or {}
-    root = data.get("root") if subcommand == "fit" else None
-    data_root = Path(root).expanduser().resolve() if isinstance(root, (str, Path)) else None
-    for runs in written_folders(trainer) if data_root is not None else ():
-        if runs.is_relative_to(data_root):
-            # Its lightning_logs/ would become part of the data: a class folder of a flat layout, or files beside it.
-            given = trainer.get("default_root_dir") or "."
-            raise ConfigError(f"--trainer.default_root_dir {shown(given)} writes its runs into {shown(runs)}, which "
-                              f"is inside --data.root {shown(root)}, so the runs would become part of the data; give "
-                              f"a folder outside it.")  # fmt: skip
-
-
-def written_folders(trainer: Mapping[str, Any]) -> tuple[Path, Path]:
-    """The folders a run writes into, their links resolved: ``default_root_dir``, and its logger's folder.
-
-    The logger's folder holds the ``version_N`` folders (`vitlit.run_dir.place_run`): ``<default_root_dir>/
-    lightning_logs``, or the ``save_dir``/``name`` of a configured TensorBoard or CSV logger (the first of a list).
-    Resolved, because a ``lightning_logs`` that is a link has the run written where it points.
-    """
-    spec = trainer.get("logger")
-    spec = spec[0] if isinstance(spec, list) and spec else spec
-    root = Path(trainer.get("default_root_dir") or ".").expanduser()
-    save_dir, name = root, "lightning_logs"
-    if hasattr(spec, "get") and str(spec.get("class_path")).rsplit(".", 1)[-1] in ("TensorBoardLogger", "CSVLogger"):
-        init = spec.get("init_args") or {}
-        save_dir, name = Path(init.get("save_dir") or root).expanduser(), init.get("name", name)
-    return root.resolve(), (save_dir / (name or "")).resolve()
-
-
-def check_writable_folder(folder: str | Path, flag: str = "--trainer.default_root_dir") -> None:
-    """Refuse a folder that cannot be created or written to, before a run starts writing into it.
-
-    An existing folder this user may write to, with room below it for a run's files, is taken at once; any other is
-    made sure of by `vitlit.preflight.check_new_folder`, which names what is wrong.
-    """
-    path = Path(folder).expanduser().absolute()
-    if not (os.path.isdir(path) and writable(path)) or len(os.fsencode(str(path))) > PATH_ROOM:  # isdir: no OSError
-        from vitlit.preflight import check_new_folder  # a folder to create, or a refusal
-
-        check_new_folder(path, folder, flag)
-
-
-def writable(folder: Path) -> bool:
-    """Whether this user may create files in ``folder``."""
-    return os.access(folder, os.W_OK | os.X_OK)
 
 
 def absolute_paths(config: Any) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
 import re
 import shutil
 import signal
@@ -285,52 +284,3 @@ def invalid_yaml(err: Exception, where: str) -> ConfigError:
         code = ord(err.character) if isinstance(err.character, str) else err.character
         at = f" (the character U+{code:04X} at character {err.position + 1})"
     return ConfigError(f"{where} is not valid YAML{at}; fix it or start from a file in configs/.")
-
-
-def too_little_memory(
-    subcommand: str, data: Any, batch_size: int, need: int, free: int, device: Any, checkpointing: bool
-) -> ConfigError:
-    """`vitlit.memory.check_activations`' refusal: the activations' bytes against the free ones, and the flags."""
-    img_size = getattr(data, "img_size", "?")
-    fixes = "--data.img_size or --data.batch_size" + ("" if checkpointing or subcommand != "fit" else
-                                                      ", or --model.grad_checkpointing true")  # fmt: skip
-    return ConfigError(
-        f"{subcommand} at --data.img_size {img_size} with batches of {batch_size} needs at least {need / 2**30:,.1f} "
-        f"GB for the model's activations, more than the {free / 2**30:,.1f} GB free on {device}; lower {fixes}."
-    )
-
-
-def halted(trainer: Any, first: int, in_a_row: int | None) -> TrainingHalted:
-    """`vitlit.runs.nonfinite.NonFiniteGuard`'s stop: the first NaN/inf step (and the run of them), and the fixes."""
-    repeated = "" if in_a_row is None else f" and on {in_a_row} steps in a row"
-    return TrainingHalted(
-        f"the loss or the gradients became NaN/inf at step {first}{repeated} (that update was skipped; stopped at "
-        f"step {trainer.global_step}, epoch {trainer.current_epoch}); lower the learning rate "
-        f"(--model.optimizer.init_args.lr) or train in bf16 (--trainer.precision bf16-mixed)"
-    )
-
-
-def warmup_too_long(warmup_steps: int, total_steps: int) -> ConfigError:
-    """`vitlit.optim.WarmupCosineLR`'s refusal of a warmup that does not end inside the run."""
-    return ConfigError(f"warmup_steps={warmup_steps} is not shorter than this run's {total_steps} optimizer steps: its "
-                       f"learning rate would never reach the peak; give fewer warmup steps "
-                       f"(--model.scheduler.init_args.warmup_steps) or a longer run.")  # fmt: skip
-
-
-def unknown_label(data: Any, split: str, item: int, label: int) -> ConfigError:
-    """A data module's refusal of an item whose label is no index of its classes (`ImageClassificationDataModule`)."""
-    n = data.num_classes
-    return ConfigError(
-        f"{split} item {item} of {type(data).__name__} has the label {label}, but its {n} class_names "
-        f"take the indices 0 to {n - 1}; correct the labels or name every class in class_names."
-    )
-
-
-def in_use(run_dir: Path, fd: int) -> ConfigError:
-    """`vitlit.run_dir.lock`'s refusal of a run folder another fit holds, naming its owner (closing ``fd``)."""
-    os.lseek(fd, 0, os.SEEK_SET)
-    owner = os.read(fd, 200).decode(errors="replace") or "another process"
-    os.close(fd)
-    return ConfigError(
-        f"{run_dir} is in use by a fit of {owner}; wait for it to end (or stop it), then run this again."
-    )

@@ -14,7 +14,7 @@ from torch.optim import Optimizer
 from torchmetrics import MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from vitlit.checks import check_architecture
+from vitlit.errors import ConfigError
 from vitlit.optim import WarmupCosineLR, apply_lr_scale, check_factories, fit_to_run, logging_step, param_groups
 from vitlit.types import Fraction, PositiveInt, Rate, as_builtin
 
@@ -153,9 +153,33 @@ class ViTClassifier(LightningModule):
         return kwargs
 
     def _create_net(self) -> nn.Module:
-        """Check the architecture options (`vitlit.checks`), then build the timm model, pretrained if asked."""
+        """Refuse options no timm model of ``model_name`` takes, then build the timm model, pretrained if asked.
+
+        Built first without memory or a download (``meta``), the probe says whether the model takes ``img_size`` and
+        ``patch_size`` and what its patches are; pretrained weights are then loaded into the real model.
+
+        Raises:
+            ConfigError: For an unknown model, class names of another count, a model that takes no image size, or
+                an image size that is not a whole number of patches.
+        """
         hp, kwargs = self.hparams, self.net_kwargs()
-        probe = check_architecture(hp, kwargs)
+        name = hp.model_name
+        if not timm.is_model(name):
+            raise ConfigError(f"model_name={name!r} is not a timm model; pick one of timm.list_models('*vit*'), e.g. "
+                              f"vit_tiny_patch16_224.")  # fmt: skip
+        if hp.class_names is not None and len(hp.class_names) != hp.num_classes:
+            raise ConfigError(f"class_names has {len(hp.class_names)} names for num_classes={hp.num_classes}.")
+        try:
+            with torch.device("meta"):
+                probe = timm.create_model(name, pretrained=False, **kwargs)
+        except TypeError as err:
+            raise ConfigError(f"model_name={name!r} does not take img_size/patch_size ({err}); ViTClassifier needs a "
+                              f"Vision Transformer such as vit_tiny_patch16_224.") from None  # fmt: skip
+        patch = getattr(getattr(probe, "patch_embed", None), "patch_size", None)
+        patch = patch[0] if isinstance(patch, tuple) else patch
+        if patch and hp.img_size % patch:
+            raise ConfigError(f"img_size={hp.img_size} is not divisible by the patch size {patch} of {name}; change "
+                              f"--data.img_size or --model.patch_size.")  # fmt: skip
         if hp.pretrained_file is not None or hp.pretrained:
             from vitlit.pretrained import create_pretrained  # runs from pretrained weights only
 

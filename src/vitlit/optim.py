@@ -153,9 +153,9 @@ class WarmupCosineLR(LambdaLR):
         if self.warmup_steps < self.total_steps:
             return None
         if first:
-            from vitlit.messages import warmup_too_long  # a refusal only
-
-            raise warmup_too_long(self.warmup_steps, total_steps)
+            raise ConfigError(f"warmup_steps={self.warmup_steps} is not shorter than this run's {total_steps} "
+                              f"optimizer steps: its learning rate would never reach the peak; give fewer warmup "
+                              f"steps (--model.scheduler.init_args.warmup_steps) or a longer run.")  # fmt: skip
         return (f"the run's new estimate of {total_steps} optimizer steps ends inside the {self.warmup_steps}-step "
                 f"warmup: the learning rate will not reach its peak")  # fmt: skip
 

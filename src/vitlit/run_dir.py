@@ -19,6 +19,7 @@ import contextlib
 import os
 import re
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -26,8 +27,12 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
+from vitlit.checkpoints import placement
+from vitlit.errors import ConfigError
 from vitlit.text import say
 
+#: The longest path a run's folder may have: PATH_MAX, less what a run adds below it.
+PATH_ROOM = 4096 - 200
 LOCK = ".vitlit.lock"
 LOCKED_BYTE = 1 << 20  # Windows locks byte ranges, and a locked byte cannot be read by another process
 
@@ -58,10 +63,13 @@ def lock(run_dir: Path) -> int:
             os.lseek(fd, 0, os.SEEK_SET)
         else:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        from vitlit.messages import in_use  # a refusal only
-
-        raise in_use(run_dir, fd) from None
+    except OSError:  # another fit holds it: name its owner
+        os.lseek(fd, 0, os.SEEK_SET)
+        owner = os.read(fd, 200).decode(errors="replace") or "another process"
+        os.close(fd)
+        raise ConfigError(
+            f"{run_dir} is in use by a fit of {owner}; wait for it to end (or stop it), then run this again."
+        ) from None
     os.ftruncate(fd, 0)
     os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
     return fd
@@ -99,8 +107,6 @@ def place_run(trainer: Trainer, subcommand: str, ckpt: Path | None = None, run: 
     version: int | str | None = None
     config_name = note = None
     if run is not None:  # a run's checkpoint: into that run, beside it, or into its evaluations
-        from vitlit.checkpoints import placement
-
         save_dir, name, version, config_name, note = placement(trainer, subcommand, ckpt, run, save_dir, name)
     made: tuple[Path, ...] = ()
     if version is None:
@@ -128,3 +134,60 @@ def saved_config(trainer: Trainer, run_dir: Path) -> Path:
     """The config a run saved in ``run_dir``: ``config.yaml``, or a resume's ``config.resume-K.yaml`` (`place_run`)."""
     saver = next((cb for cb in trainer.callbacks if isinstance(cb, SaveConfigCallback)), None)
     return run_dir / (saver.config_filename if saver is not None else "config.yaml")
+
+
+def written_folders(trainer: Mapping[str, Any]) -> tuple[Path, Path]:
+    """The folders a run writes into, their links resolved: ``default_root_dir``, and its logger's folder.
+
+    The logger's folder holds the ``version_N`` folders (`vitlit.run_dir.place_run`): ``<default_root_dir>/
+    lightning_logs``, or the ``save_dir``/``name`` of a configured TensorBoard or CSV logger (the first of a list).
+    Resolved, because a ``lightning_logs`` that is a link has the run written where it points.
+    """
+    spec = trainer.get("logger")
+    spec = spec[0] if isinstance(spec, list) and spec else spec
+    root = Path(trainer.get("default_root_dir") or ".").expanduser()
+    save_dir, name = root, "lightning_logs"
+    if hasattr(spec, "get") and str(spec.get("class_path")).rsplit(".", 1)[-1] in ("TensorBoardLogger", "CSVLogger"):
+        init = spec.get("init_args") or {}
+        save_dir, name = Path(init.get("save_dir") or root).expanduser(), init.get("name", name)
+    return root.resolve(), (save_dir / (name or "")).resolve()
+
+
+def check_writable_folder(folder: str | Path, flag: str = "--trainer.default_root_dir") -> None:
+    """Refuse a folder that cannot be created or written to, before a run starts writing into it.
+
+    An existing folder this user may write to, with room below it for a run's files, is taken at once; any other is
+    made sure of by `check_new_folder`, which names what is wrong.
+    """
+    path = Path(folder).expanduser().absolute()
+    if not (os.path.isdir(path) and writable(path)) or len(os.fsencode(str(path))) > PATH_ROOM:  # isdir: no OSError
+        check_new_folder(path, folder, flag)
+
+
+def check_new_folder(path: Path, folder: str | Path, flag: str) -> None:
+    """Refuse ``path`` (typed as ``folder`` for ``flag``) where it cannot be created and written to, naming why.
+
+    The name of each part fits every common file system (NAME_MAX), the whole leaves room for a run's files
+    (`PATH_ROOM`), no part is a dangling link, and the nearest part that exists is a folder this user
+    may write to.
+    """
+    if any(len(os.fsencode(part)) > 255 for part in path.parts):
+        raise ConfigError(f"{flag}={folder} has a name of over 255 characters, more than a folder's name may have.")
+    if len(os.fsencode(str(path))) > PATH_ROOM:
+        raise ConfigError(f"{flag} is {len(str(path))} characters long, too long for the run's files below it; give "
+                          f"a shorter folder.")  # fmt: skip
+    existing = path
+    while not existing.exists():
+        if existing.is_symlink():
+            raise ConfigError(f"{flag}={folder}: {existing} is a symbolic link to {os.readlink(existing)}, which does "
+                              f"not exist; create its target or give another folder.")  # fmt: skip
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{flag}={folder} lies inside {existing}, which is a file; give a folder.")
+    if not writable(existing):
+        raise ConfigError(f"{flag}={folder}: {existing} is not writable for this user; give a folder you can write to.")
+
+
+def writable(folder: Path) -> bool:
+    """Whether this user may create files in ``folder``."""
+    return os.access(folder, os.W_OK | os.X_OK)

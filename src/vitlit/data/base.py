@@ -191,11 +191,25 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
                 raise ConfigError(
                     f"{name}={size} is neither a count (1 or more) nor a fraction in (0, 1); use e.g. 5000 or 0.1."
                 )
-        crop_ranges = (tuple(crop_scale), tuple(crop_ratio)) != ((0.08, 1.0), (0.75, 1.3333333333333333))
-        if mean is not None or std is not None or augment != "none" or crop_ranges or batch_augment is not None:
-            from vitlit.preflight import check_data_options  # options given: checked together, before any work
-
-            check_data_options(in_chans, mean, std, augment, crop_scale, crop_ratio, batch_augment, batch_size)
+        for name, values in (("mean", mean), ("std", std)):
+            if values is not None and len(values) != in_chans:
+                raise ConfigError(
+                    f"{name}={list(values)} has {len(values)} value(s) but the images have {in_chans} channel(s); "
+                    f"give one per channel, e.g. --data.{name} [{','.join(['0.5'] * in_chans)}]."
+                )
+        if augment != "none" and in_chans not in (1, 3):  # torchvision's colour operations
+            raise ConfigError(f"augment={augment!r} needs 1 or 3 channels (torchvision's colour operations), but "
+                              f"in_chans={in_chans}; pass --data.augment none.")  # fmt: skip
+        scale, ratio = tuple(crop_scale), tuple(crop_ratio)
+        # Past 1:100 no box of the scale fits an image, and every draw would fall back to the centre crop.
+        if not 0 < scale[0] <= scale[1] <= 1 or not 0.01 <= ratio[0] <= ratio[1] <= 100:
+            raise ConfigError(f"crop_scale={list(scale)} or crop_ratio={list(ratio)} is not a range [low, high] with "
+                              f"0 < low <= high (<= 1 for the scale, 0.01 to 100 for the ratio); e.g. [0.08, 1.0] and "
+                              f"[0.75, 1.333].")  # fmt: skip
+        if getattr(batch_augment, "mixes", False) and batch_size % 2:
+            raise ConfigError(
+                f"batch_size={batch_size} is odd, but Mixup/CutMix mix images in pairs; use an even size."
+            )
         # The images the model sees
         self.img_size, self.in_chans = as_builtin(img_size), as_builtin(in_chans)
         self._mean = None if mean is None else tuple(float(v) for v in mean)
@@ -445,9 +459,10 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             return dataset
         bad = next(((i, t) for i, t in enumerate(self.targets_of(dataset)) if not 0 <= t < self.num_classes), None)
         if bad is not None:
-            from vitlit.messages import unknown_label  # a refusal only
-
-            raise unknown_label(self, split, *bad)
+            (item, label), n = bad, self.num_classes
+            raise ConfigError(f"{split} item {item} of {type(self).__name__} has the label {label}, but its {n} "
+                              f"class_names take the indices 0 to {n - 1}; correct the labels or name every class in "
+                              f"class_names.")  # fmt: skip
         return dataset
 
     def _check_channels(self, dataset: Dataset) -> None:

@@ -47,9 +47,9 @@ from torchvision.ops import roi_align
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2.functional import center_crop, normalize, pil_to_tensor, resize, to_dtype
 
+from vitlit.checks import free_memory
 from vitlit.data.images import PIL_MODES
 from vitlit.errors import ConfigError
-from vitlit.memory import free_memory
 
 #: The training crop: ``pad`` (CIFAR's: a random ``img_size`` window of the image zero-padded by ``crop_padding``),
 #: ``resized`` (RandomResizedCrop, the crop of timm's and DeiT's recipes) or ``none``.

@@ -19,6 +19,7 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.optim import Optimizer
 
+from vitlit.errors import TrainingHalted
 from vitlit.model import ViTClassifier, skip_step_if, take_skip_flag, unscales_internally
 from vitlit.optim import logging_step
 from vitlit.private import state_key
@@ -153,9 +154,12 @@ class NonFiniteGuard(Callback):
         if first < 0:
             return
         if self.action == "stop" or longest >= self.max_consecutive_skips:
-            from vitlit.messages import halted  # the end of the run
-
-            raise halted(trainer, first, longest if self.action == "skip" else None)
+            repeated = f" and on {longest} steps in a row" if self.action == "skip" else ""
+            raise TrainingHalted(
+                f"the loss or the gradients became NaN/inf at step {first}{repeated} (that update was skipped; stopped "
+                f"at step {trainer.global_step}, epoch {trainer.current_epoch}); lower the learning rate "
+                f"(--model.optimizer.init_args.lr) or train in bf16 (--trainer.precision bf16-mixed)"
+            )
         if skipped > self._reported:
             rank_zero_warn(f"NonFiniteGuard: skipped {skipped - self._reported} NaN/inf steps since step {first}.")
             self._reported = skipped

@@ -22,10 +22,10 @@ from timm.models import save_for_hf  # timm's own writer of hub folders (push_to
 
 from vitlit.atomic import umask
 from vitlit.checkpoints import run_of_checkpoint
-from vitlit.config import check_writable_folder
 from vitlit.data.images import PIL_MODES
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.owned import check_replaceable, staged_folder, write_manifest
+from vitlit.run_dir import check_writable_folder
 from vitlit.text import markdown, shown
 from vitlit.trained import PREPROCESS, ModelCard
 
@@ -65,9 +65,7 @@ def check_folder_output(output: Path, ckpt_path: Path, overwrite: bool, license:
         raise ConfigError(f"output={output} already exists; pass --overwrite true to replace it, or choose another.")
     if output.exists():
         check_replaceable(output, MARKER, "output=", "vitlit export")
-    if not output.parent.is_dir():
-        raise ConfigError(f"output={output}: the folder {output.parent} does not exist; create it or choose another.")
-    check_writable_folder(output.parent, "--output")  # the runs' check: names too long, permissions
+    check_writable_folder(output.parent, "--output")  # the runs' check (a missing folder: created by export)
 
 
 def write_timm_folder(

@@ -32,8 +32,9 @@ from typing import Any
 
 import yaml
 
-from vitlit.config import check_writable_folder, load_yaml
+from vitlit.config import load_yaml
 from vitlit.errors import ConfigError
+from vitlit.run_dir import check_writable_folder
 from vitlit.text import redacted, shown
 from vitlit.types import NonNegativeInt, PositiveInt
 
