@@ -3,7 +3,7 @@
 A guard line is a code line (as `scripts/code_size.py` counts them: no blanks, comments or docstrings) of a construct
 that refuses, whatever its function is called: an ``if`` block that ends in ``raise`` (without an ``else``), an
 ``assert``, a ``raise`` statement, an ``except`` handler that raises, and a ``return`` of an exception built for the
-caller to raise (``return ConfigError(...)``, as `vitlit.messages` builds its one lines). A check's other lines (the
+caller to raise (``return ConfigError(...)``, as `vitlit.exits` builds its one lines). A check's other lines (the
 model a check builds, the numbers it compares) are the run's work and are not counted. The core is ``src/vitlit``
 without its opt-in parts (regularize/, runs/, tools/, transfer/). An AST count, so it is the same on any machine.
 

@@ -212,7 +212,7 @@ def test_a_full_disk_stops_with_one_line_and_keeps_the_checkpoints(tmp_path: Pat
 
 
 def test_disk_full_is_read_from_the_error_torch_raises() -> None:
-    from vitlit.messages import disk_full
+    from vitlit.exits import disk_full
 
     try:  # what torch's zip writer raises while handling the OSError of a full disk
         try:

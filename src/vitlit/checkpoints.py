@@ -23,6 +23,7 @@ import yaml
 from torch import nn
 
 from vitlit.errors import ConfigError
+from vitlit.run_dir import run_of_checkpoint
 from vitlit.text import say, shown
 
 # What torch.load raises on a truncated, foreign or tampered-with file.
@@ -199,45 +200,6 @@ def start_from(
     return ckpt, run
 
 
-def placement(
-    trainer: Any, subcommand: str, ckpt: Path, run: Path, save_dir: Path, name: str
-) -> tuple[Path, str, str | None, str | None, str | None]:
-    """Where a command from ``run``'s checkpoint writes: ``(save_dir, name, version, config_name, note)``.
-
-    A ``fit`` continues ``run`` (version: its folder, config: ``config.resume-K.yaml``), or, where the run holds a
-    checkpoint of a later step, goes beside it (a new version, and a note saying why: nothing newer is overwritten).
-    An evaluation writes into ``<run>/<subcommand>/``, unless ``--trainer.default_root_dir`` names another folder.
-    A ``None`` version is a new ``version_N``.
-    """
-    if subcommand == "fit":
-        last = run / "checkpoints" / "last.ckpt"
-        step, newest = checkpoint_step(ckpt), checkpoint_step(last) if last.is_file() else -1
-        if newest <= step:
-            k = next(k for k in range(1, 10**6) if not (run / f"config.resume-{k}.yaml").exists())
-            return run.parent.parent, run.parent.name, run.name, f"config.resume-{k}.yaml", None
-        note = (f"{ckpt.name} is from step {step}, but {last} is from step {newest}; continuing in a new run "
-                f"beside {run.name} so that nothing newer is overwritten")  # fmt: skip
-        return run.parent.parent, run.parent.name, None, None, note
-    if not another_root(trainer.default_root_dir, ckpt, run):
-        return run, subcommand, None, None, None
-    return save_dir, name, None, None, None
-
-
-def run_of_checkpoint(ckpt: Path) -> Path | None:
-    """The run folder a checkpoint belongs to (``<run>/checkpoints/<file>.ckpt``), or ``None`` for a loose file."""
-    run = ckpt.parent.parent
-    saved = (run / "config.yaml").is_file() or (run / "hparams.yaml").is_file()
-    return run if ckpt.parent.name == "checkpoints" and saved else None
-
-
-def checkpoint_step(path: Path) -> int:
-    """The optimizer step a checkpoint was saved at (-1 if unknown); memory-mapped, its tensors are not read."""
-    try:
-        return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"])
-    except Exception:  # a foreign or damaged file has no known step
-        return -1
-
-
 def resolve_checkpoint(
     ckpt_path: str | None, subcommand: str, root: Path, config: Mapping[str, Any] | None = None
 ) -> Path | None:
@@ -257,18 +219,6 @@ def resolve_checkpoint(
     if ckpt_path == "auto" and subcommand != "fit":
         raise ConfigError(f"--ckpt_path auto is for fit only; {subcommand} takes last or a checkpoint path.")
     return newest_checkpoint(ckpt_path, root, config)
-
-
-def another_root(root: str, ckpt: Path, run: Path) -> bool:
-    """Whether ``--trainer.default_root_dir`` names another folder than the one the run of ``ckpt`` was trained in."""
-    given = Path(root).expanduser().resolve()
-    if given in (Path.cwd().resolve(), run.parent.parent.resolve()):
-        return False
-    try:
-        saved = ((yaml.safe_load((run / "config.yaml").read_text()) or {}).get("trainer") or {}).get("default_root_dir")
-    except (OSError, yaml.YAMLError, AttributeError):
-        saved = None
-    return saved is None or given != Path(str(saved)).expanduser().resolve()
 
 
 def say_resumed(trainer: Any, pl_module: Any) -> None:

@@ -27,6 +27,7 @@ from vitlit import config as cfg
 from vitlit.checks import check_activations, check_callbacks, check_metrics, check_run
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import TrainingHalted
+from vitlit.exits import ended, one_line_error, parser_error, refused_arguments, refused_run, stop
 from vitlit.run_dir import Placed, place_run, unlock
 from vitlit.runtime import interrupts_stop_the_fit, quiet
 from vitlit.text import learn_secrets, redacted, say
@@ -90,8 +91,6 @@ class VitLitArgumentParser(LightningArgumentParser):
             _DUMPING.reset(dumping)
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
-        from vitlit.messages import parser_error  # an error path only
-
         _exit(parser_error(message, ex, TOOLS))
 
 
@@ -106,8 +105,6 @@ class VitLitCLI(LightningCLI):
             self._stopped(err)
             raise
         except Exception as err:
-            from vitlit.messages import refused_run
-
             refused_run(err, self.run, self._stopped)  # a refused run leaves no folder; a lost logger stops the fit
             raise
         finally:
@@ -144,8 +141,6 @@ class VitLitCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except Exception as err:
-            from vitlit.messages import one_line_error, refused_arguments
-
             refused = None if one_line_error(err) else refused_arguments(err)  # a path refused: `ended` says it
             if refused is None:
                 raise
@@ -188,8 +183,6 @@ class VitLitCLI(LightningCLI):
 
     def _stopped(self, err: BaseException) -> None:
         """End a fit stopped by a signal or a guard in one line with the command that resumes it, and its status."""
-        from vitlit.messages import stop  # the end of a run only
-
         stop(err, getattr(self, "trainer", None), self.run.run_dir if self.run is not None else None)
 
 
@@ -237,8 +230,6 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
                 trainer_defaults={"callbacks": list(callbacks)} if callbacks else None,
             )
     except (Exception, KeyboardInterrupt) as err:  # one line and its exit status; a bug's traceback is wanted
-        from vitlit.messages import ended
-
         status = ended(err)
         if status is None:
             raise

@@ -2,7 +2,7 @@
 
 The checks here are for what jsonargparse and Lightning would take without a word and then hang on, crash on deep
 inside a run, or silently replace. Each raises a `ConfigError`: one line ``vitlit: error: ...``, exit status 2
-(`vitlit.messages` says every user error in one line).
+(`vitlit.exits` says every user error in one line).
 """
 
 from __future__ import annotations
@@ -61,8 +61,6 @@ def load_yaml(text: str, where: str) -> Any:
     except RecursionError:
         raise ConfigError(f"{where} is nested deeper than Python's parser goes; a config needs a few levels.") from None
     except yaml.YAMLError as err:
-        from vitlit.messages import invalid_yaml  # an error path only
-
         raise invalid_yaml(err, where) from None
 
 
@@ -150,3 +148,13 @@ def absolute_paths(config: Any) -> None:
     root = config["trainer"].get("default_root_dir")
     if isinstance(root, str) and "://" not in root:
         config["trainer"]["default_root_dir"] = os.path.abspath(os.path.expanduser(root))
+
+
+def invalid_yaml(err: Exception, where: str) -> ConfigError:
+    """The one line for YAML the parser refused: where (its line, or the character it refuses, such as NUL)."""
+    mark = getattr(err, "problem_mark", None)
+    at = f" at line {mark.line + 1}" if mark is not None else ""
+    if hasattr(err, "character") and hasattr(err, "position"):  # a character YAML refuses: which one, and where
+        code = ord(err.character) if isinstance(err.character, str) else err.character
+        at = f" (the character U+{code:04X} at character {err.position + 1})"
+    return ConfigError(f"{where} is not valid YAML{at}; fix it or start from a file in configs/.")

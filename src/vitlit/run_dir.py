@@ -23,11 +23,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import torch
+import yaml
 from lightning.pytorch import Trainer
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
-from vitlit.checkpoints import placement
 from vitlit.errors import ConfigError
 from vitlit.text import say
 
@@ -134,6 +135,57 @@ def saved_config(trainer: Trainer, run_dir: Path) -> Path:
     """The config a run saved in ``run_dir``: ``config.yaml``, or a resume's ``config.resume-K.yaml`` (`place_run`)."""
     saver = next((cb for cb in trainer.callbacks if isinstance(cb, SaveConfigCallback)), None)
     return run_dir / (saver.config_filename if saver is not None else "config.yaml")
+
+
+def placement(
+    trainer: Any, subcommand: str, ckpt: Path, run: Path, save_dir: Path, name: str
+) -> tuple[Path, str, str | None, str | None, str | None]:
+    """Where a command from ``run``'s checkpoint writes: ``(save_dir, name, version, config_name, note)``.
+
+    A ``fit`` continues ``run`` (version: its folder, config: ``config.resume-K.yaml``), or, where the run holds a
+    checkpoint of a later step, goes beside it (a new version, and a note saying why: nothing newer is overwritten).
+    An evaluation writes into ``<run>/<subcommand>/``, unless ``--trainer.default_root_dir`` names another folder.
+    A ``None`` version is a new ``version_N``.
+    """
+    if subcommand == "fit":
+        last = run / "checkpoints" / "last.ckpt"
+        step, newest = checkpoint_step(ckpt), checkpoint_step(last) if last.is_file() else -1
+        if newest <= step:
+            k = next(k for k in range(1, 10**6) if not (run / f"config.resume-{k}.yaml").exists())
+            return run.parent.parent, run.parent.name, run.name, f"config.resume-{k}.yaml", None
+        note = (f"{ckpt.name} is from step {step}, but {last} is from step {newest}; continuing in a new run "
+                f"beside {run.name} so that nothing newer is overwritten")  # fmt: skip
+        return run.parent.parent, run.parent.name, None, None, note
+    if not another_root(trainer.default_root_dir, ckpt, run):
+        return run, subcommand, None, None, None
+    return save_dir, name, None, None, None
+
+
+def run_of_checkpoint(ckpt: Path) -> Path | None:
+    """The run folder a checkpoint belongs to (``<run>/checkpoints/<file>.ckpt``), or ``None`` for a loose file."""
+    run = ckpt.parent.parent
+    saved = (run / "config.yaml").is_file() or (run / "hparams.yaml").is_file()
+    return run if ckpt.parent.name == "checkpoints" and saved else None
+
+
+def checkpoint_step(path: Path) -> int:
+    """The optimizer step a checkpoint was saved at (-1 if unknown); memory-mapped, its tensors are not read."""
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"])
+    except Exception:  # a foreign or damaged file has no known step
+        return -1
+
+
+def another_root(root: str, ckpt: Path, run: Path) -> bool:
+    """Whether ``--trainer.default_root_dir`` names another folder than the one the run of ``ckpt`` was trained in."""
+    given = Path(root).expanduser().resolve()
+    if given in (Path.cwd().resolve(), run.parent.parent.resolve()):
+        return False
+    try:
+        saved = ((yaml.safe_load((run / "config.yaml").read_text()) or {}).get("trainer") or {}).get("default_root_dir")
+    except (OSError, yaml.YAMLError, AttributeError):
+        saved = None
+    return saved is None or given != Path(str(saved)).expanduser().resolve()
 
 
 def written_folders(trainer: Mapping[str, Any]) -> tuple[Path, Path]:

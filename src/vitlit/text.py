@@ -116,3 +116,14 @@ def clean(text: object) -> str:
 def say(line: object, error: bool = False) -> None:
     """Print one of vitlit's lines (to the standard error where ``error``), through `clean`."""
     print(clean(line), file=sys.stderr if error else sys.stdout, flush=True)
+
+
+def quoted(err: BaseException, longest: int = 200) -> str:
+    """A library's exception in a few words on one line (its type and message), its credentials masked.
+
+    What a library raises may quote a URL, a token or a bucket name with a key in it: it reaches a vitlit line only
+    as this.
+    """
+    words = " ".join(str(err).split())
+    words = words if len(words) <= longest else f"{words[:longest]}..."
+    return redacted(f"{type(err).__name__}: {words}" if words else type(err).__name__)

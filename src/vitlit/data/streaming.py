@@ -33,7 +33,7 @@ from vitlit.data.images import PIL_MODES, image_problem, open_image
 from vitlit.data.paths import inside
 from vitlit.data.pipeline import Decode
 from vitlit.errors import CheckFailed, ConfigError
-from vitlit.messages import quoted
+from vitlit.text import quoted
 from vitlit.owned import digest
 from vitlit.private import litdata_formats
 from vitlit.text import shown

@@ -103,7 +103,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
         except ConfigError:
             raise
         except Exception as err:  # a bug in a format: not the user's config, and not a jsonargparse Union dump either
-            from vitlit.messages import failed_in
+            from vitlit.exits import failed_in
 
             raise failed_in(err, type(self).scan) from None
 

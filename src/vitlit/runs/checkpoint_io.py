@@ -35,7 +35,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 # the RuntimeError torch's zip writer raises for it, and `disk_full` can tell.
                 torch.save(checkpoint, f)
         except (OSError, RuntimeError) as err:
-            from vitlit.messages import save_failed  # a full disk's one line, or None: the error as it is
+            from vitlit.exits import save_failed  # a full disk's one line, or None: the error as it is
 
             refused = save_failed(err, target)
             if refused is None:

@@ -1,6 +1,6 @@
-"""Every user error as one line, and a stopped fit's last line: what the CLI prints when something stops.
+"""How a command ends: every user error as one line with exit status 2, and a stopped fit's last line.
 
-Imported on that path only.
+The CLI's boundary with what jsonargparse, Lightning and PyTorch raise (`vitlit.cli` calls it where a command fails).
 
 A `ConfigError` is printed as it is; a jsonargparse report is condensed into one line (it names the key and the
 value); a full disk, a file-size limit or a path the system refuses is named with the path; a configured class whose
@@ -38,7 +38,7 @@ from vitlit.errors import CheckFailed, ConfigError, TrainingHalted
 from vitlit.run_dir import saved_config
 from vitlit.runtime import STOP
 from vitlit.streams import stream_gone, tell
-from vitlit.text import redacted
+from vitlit.text import quoted
 
 #: Options renamed for what they are, and what to write instead (scripts/upgrade_config.py rewrites saved configs).
 RENAMED = {"on_device": "--data.source memory|workers|auto (on_device true|false|auto before vitlit 0.6)"}
@@ -263,24 +263,3 @@ def refused_run(err: Exception, run: Any, stopped: Any) -> None:
         discard(run)
     elif failed_logger(err) is not None:
         stopped(err)
-
-
-def quoted(err: BaseException, longest: int = 200) -> str:
-    """A library's exception in a few words on one line (its type and message), its credentials masked.
-
-    What a library raises may quote a URL, a token or a bucket name with a key in it: it reaches a vitlit line only
-    as this.
-    """
-    words = " ".join(str(err).split())
-    words = words if len(words) <= longest else f"{words[:longest]}..."
-    return redacted(f"{type(err).__name__}: {words}" if words else type(err).__name__)
-
-
-def invalid_yaml(err: Exception, where: str) -> ConfigError:
-    """The one line for YAML the parser refused: where (its line, or the character it refuses, such as NUL)."""
-    mark = getattr(err, "problem_mark", None)
-    at = f" at line {mark.line + 1}" if mark is not None else ""
-    if hasattr(err, "character") and hasattr(err, "position"):  # a character YAML refuses: which one, and where
-        code = ord(err.character) if isinstance(err.character, str) else err.character
-        at = f" (the character U+{code:04X} at character {err.position + 1})"
-    return ConfigError(f"{where} is not valid YAML{at}; fix it or start from a file in configs/.")
