@@ -221,30 +221,6 @@ def resolve_checkpoint(
     return newest_checkpoint(ckpt_path, root, config)
 
 
-def say_resumed(trainer: Any, pl_module: Any) -> None:
-    """Say in one line where a resumed fit differs from the run it continues: mid-epoch, or another schedule's length.
-
-    From `vitlit.runs.resume.RNGStateCheckpoint` as training starts; Lightning's own warning of a mid-epoch resume is
-    left out of the log (`vitlit.runtime.quiet`).
-    """
-    from vitlit.optim import total_steps
-
-    per_epoch = trainer.num_training_batches // max(trainer.accumulate_grad_batches, 1)
-    if isinstance(per_epoch, int) and per_epoch:
-        done = trainer.global_step - trainer.current_epoch * per_epoch
-        where = f"vitlit: resuming in the middle of epoch {trainer.current_epoch} ({done} of {per_epoch} steps)"
-        if 0 < done < per_epoch and getattr(trainer.datamodule, "resumes_in_place", False):  # a LitData stream
-            say(f"{where} at its place in the stream: the rest of the epoch has the samples the stopped run would "
-                f"have had", error=True)  # fmt: skip
-        elif 0 < done < per_epoch:
-            say(f"{where}: the rest of it draws new batches, so the run is not bit-identical to one never stopped "
-                f"(end-of-epoch checkpoints are)", error=True)  # fmt: skip
-    kept, total = getattr(pl_module.lr_schedulers(), "total_steps", None), total_steps(trainer)
-    if kept and total and kept != total:
-        say(f"vitlit: resumed with the learning-rate schedule of the checkpoint's run ({kept} steps; this run has "
-            f"{total}); steps after its end keep the final learning rate", error=True)  # fmt: skip
-
-
 #: Keys that do not make a run another experiment: the optimizer and the schedule, which a resume restores from the
 #: checkpoint (`vitlit.runs.batch_size.BatchSizeSearch` also rewrites the rate in the saved config), the batch the
 #: search rewrites, and the model's keys that the CLI links from the data (`vitlit.cli.VitLitCLI`), which the data's

@@ -136,6 +136,11 @@ class VitLitCLI(LightningCLI):
         # hyperparameters over the parsed config (flags typed on the command line could vanish without a word).
         self._ckpt_path, config["ckpt_path"] = config.get("ckpt_path"), None
 
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand]
+        config["ckpt_path"] = self._ckpt_path  # as typed, in the saved config
+        resolve_config(config)
+
     def instantiate_classes(self) -> None:
         """Build the configured classes; one whose constructor refuses its arguments is a user error, in one line."""
         try:
@@ -151,11 +156,6 @@ class VitLitCLI(LightningCLI):
         given = (self.config_init[self.subcommand] if self.subcommand else self.config_init)["trainer"]["callbacks"]
         check_callbacks(given if isinstance(given, list) else [given] if given else [])
         return super().instantiate_trainer(**kwargs)
-
-    def before_instantiate_classes(self) -> None:
-        config = self.config[self.subcommand]
-        config["ckpt_path"] = self._ckpt_path  # as typed, in the saved config
-        resolve_config(config)
 
     def _start(self) -> None:
         """Check ``--ckpt_path``, the memory and the loggers' services, then place the run: before Lightning writes."""

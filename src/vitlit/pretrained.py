@@ -19,8 +19,10 @@ from lightning.pytorch.utilities import rank_zero_info
 from timm.models import get_pretrained_cfg
 from torch import nn
 
+from vitlit.checkpoints import UNREADABLE, refuse_compressed
 from vitlit.data.pipeline import channel_statistics
 from vitlit.errors import ConfigError
+from vitlit.hub import cached_weights, hub_unreachable
 
 
 def pretrained_statistics(model_name: str, in_chans: int = 3) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
@@ -96,8 +98,6 @@ def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.M
                 f"pretrained_file={hp.pretrained_file!r} does not exist; give the path of a weights file."
             )
         kwargs = {**kwargs, "pretrained_cfg_overlay": {"file": str(path)}}
-        from vitlit.checkpoints import UNREADABLE, refuse_compressed  # what a damaged weights file raises
-
         refuse_compressed(path, "pretrained_file")
         try:  # timm reads the file with torch.load(weights_only=True), or safetensors: no code runs from it
             # timm loads non-strictly when the class count changes, so a file of another model would be skipped
@@ -120,8 +120,6 @@ def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.M
                "(configs/own_images_scratch.yaml for your own images)")  # fmt: skip
     hub_id = getattr(get_pretrained_cfg(hp.model_name), "hf_hub_id", None)
     if hub_id:  # asked once: huggingface_hub would retry for most of a minute without the network
-        from vitlit.hub import cached_weights, hub_unreachable
-
         why = hub_unreachable()
         cached = cached_weights(hub_id) if why is not None else None
         if why is not None and cached is None:

@@ -17,6 +17,7 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from vitlit.atomic import replacing
+from vitlit.exits import save_failed
 from vitlit.private import is_local_path
 
 
@@ -35,9 +36,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 # the RuntimeError torch's zip writer raises for it, and `disk_full` can tell.
                 torch.save(checkpoint, f)
         except (OSError, RuntimeError) as err:
-            from vitlit.exits import save_failed  # a full disk's one line, or None: the error as it is
-
-            refused = save_failed(err, target)
+            refused = save_failed(err, target)  # a full disk's one line, or None: the error as it is
             if refused is None:
                 raise
             raise refused from None

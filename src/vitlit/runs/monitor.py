@@ -17,6 +17,8 @@ from lightning.fabric.utilities.throughput import Throughput
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
 
+from vitlit.runs.flops import COMPUTE_DTYPE, available_flops, flops_per_image
+
 
 class SpeedMonitor(Callback):
     """Log ``perf/images_per_sec`` every logging step; on a GPU also TFLOP/s, MFU and peak memory.
@@ -48,8 +50,6 @@ class SpeedMonitor(Callback):
         device, peak = trainer.strategy.root_device, None
         self._cuda = device.type == "cuda"
         if self._cuda and hasattr(pl_module, "net_kwargs"):  # FLOPs mean something where the peak is known
-            from vitlit.runs.flops import COMPUTE_DTYPE, available_flops, flops_per_image
-
             self.flops_per_image = flops_per_image(pl_module)
             peak = available_flops(device, COMPUTE_DTYPE.get(str(trainer.precision), torch.float32))
             torch.cuda.reset_peak_memory_stats(device)

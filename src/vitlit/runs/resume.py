@@ -15,6 +15,9 @@ import numpy as np
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
+from vitlit.optim import total_steps
+from vitlit.text import say
+
 
 class RNGStateCheckpoint(Callback):
     """Save torch's (CPU and CUDA), NumPy's and Python's generator states in checkpoints; restore them on resume.
@@ -51,7 +54,23 @@ class RNGStateCheckpoint(Callback):
         random.setstate((version, tuple(internal), gauss))
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if trainer.ckpt_path is not None and trainer.is_global_zero:  # a resume only
-            from vitlit.checkpoints import say_resumed
+        """On a resume, say in one line where it differs from the run it continues: mid-epoch, another schedule length.
 
-            say_resumed(trainer, pl_module)
+        Lightning's own warning of a mid-epoch resume is left out of the log (`vitlit.runtime.quiet`).
+        """
+        if trainer.ckpt_path is None or not trainer.is_global_zero:  # a resume only
+            return
+        per_epoch = trainer.num_training_batches // max(trainer.accumulate_grad_batches, 1)
+        if isinstance(per_epoch, int) and per_epoch:
+            done = trainer.global_step - trainer.current_epoch * per_epoch
+            where = f"vitlit: resuming in the middle of epoch {trainer.current_epoch} ({done} of {per_epoch} steps)"
+            if 0 < done < per_epoch and getattr(trainer.datamodule, "resumes_in_place", False):  # a LitData stream
+                say(f"{where} at its place in the stream: the rest of the epoch has the samples the stopped run would "
+                    f"have had", error=True)  # fmt: skip
+            elif 0 < done < per_epoch:
+                say(f"{where}: the rest of it draws new batches, so the run is not bit-identical to one never stopped "
+                    f"(end-of-epoch checkpoints are)", error=True)  # fmt: skip
+        kept, total = getattr(pl_module.lr_schedulers(), "total_steps", None), total_steps(trainer)
+        if kept and total and kept != total:
+            say(f"vitlit: resumed with the learning-rate schedule of the checkpoint's run ({kept} steps; this run has "
+                f"{total}); steps after its end keep the final learning rate", error=True)  # fmt: skip

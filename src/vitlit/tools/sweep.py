@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from vitlit.cli import main
 from vitlit.config import load_yaml
 from vitlit.errors import ConfigError
 from vitlit.run_dir import check_writable_folder
@@ -135,8 +136,6 @@ def nested(values: dict[str, Any]) -> dict[str, Any]:
 
 def _check_keys(config: str, space: dict[str, dict[str, Any]], fixed: dict[str, Any]) -> None:
     """Parse the base config with every key at a value of its range: a key the CLI does not know fails here."""
-    from vitlit.cli import main
-
     for bound in (0, -1):  # every key at the low end of its range, then at the high end
         probe = {}
         for key, spec in space.items():
@@ -216,7 +215,6 @@ def sweep(
         from optuna_integration import PyTorchLightningPruningCallback
     except ImportError:
         raise ConfigError('vitlit sweep needs Optuna; pip install -e ".[sweep]"') from None
-    from vitlit.cli import main
 
     if not STUDY_NAME.fullmatch(study_name) or ".." in study_name:
         raise ConfigError(f"--study_name {study_name!r} is not a plain name (letters, digits, _ . -, no ..); it "

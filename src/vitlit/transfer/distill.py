@@ -30,6 +30,7 @@ from torchvision.transforms.v2.functional import resize
 from vitlit.checkpoints import UNREADABLE, refuse_compressed
 from vitlit.errors import ConfigError
 from vitlit.model import ViTClassifier
+from vitlit.trained import load_classifier
 from vitlit.types import PositiveFloat, PositiveInt, Probability
 
 
@@ -109,8 +110,6 @@ class Distillation:
             ConfigError: For an unknown model name, unreadable weights, or a teacher of other classes.
         """
         if self.teacher_name.endswith(".ckpt") or Path(self.teacher_name).expanduser().is_file():
-            from vitlit.trained import load_classifier  # the same reading as export and serve
-
             net, card = load_classifier(self.teacher_name)
             if class_names and card.class_names != list(class_names):
                 raise ConfigError(
