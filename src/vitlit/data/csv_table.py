@@ -19,12 +19,12 @@ from vitlit.text import shown
 class CSVImageDataModule(ItemTableDataModule):
     """Image files named in ``root/labels.csv``: ``filename`` (relative to ``root``), ``label``, optional ``split``.
 
-    Class names are the labels of the training rows, as strings, sorted. ``split`` is ``train``, ``val`` or
-    ``test`` (empty or missing: ``train``); without ``val`` rows a seeded validation split is carved from the
-    training rows (``val_size``), and ``test`` rows are needed only by ``test`` and ``predict``. Every file must lie
-    inside ``root`` and be listed once (one label, one split). Images are read, checked and converted as
-    `ImageFolderDataModule` does (``bad_images`` too). The fork guide's worked example of the item table
-    (docs/your-data.md: "Fork it for your data").
+    Class names are the labels of the training rows, as strings, sorted (as numbers where all are integers, said in one
+    line). ``split`` is ``train``, ``val`` or ``test`` (empty or missing: ``train``); without ``val`` rows a seeded
+    validation split is carved from the training rows (``val_size``), and ``test`` rows are needed only by ``test`` and
+    ``predict``. Every file must lie inside ``root`` and be listed once (one label, one split). Images are read, checked
+    and converted as `ImageFolderDataModule` does (``bad_images`` too). The fork guide's worked example of the item
+    table (docs/your-data.md: "Fork it for your data").
 
     Args:
         root: Folder holding the table and the images.

@@ -27,5 +27,4 @@ def scan_flat(root: Path, class_dirs: list[Path]) -> Scan:
         if not found:
             raise ConfigError(f"{class_dir} holds no image ({', '.join(IMAGE_SUFFIXES)}); add images or remove it.")
         rows += [(path, class_dir.name) for path in found]
-    classes = [d.name for d in class_dirs]
-    return Scan({"train": rows}, classes, hold_out_test=f"{root} (class folders, {len(classes)} classes)")
+    return Scan({"train": rows}, hold_out_test=f"{root} (class folders, {len(class_dirs)} classes)")

@@ -20,12 +20,13 @@ def _class_dirs(split_dir: Path) -> list[Path]:
 class ImageFolderDataModule(ItemTableDataModule):
     """Images in class folders: ``root/train/<class>/*.png|jpg`` plus optional ``root/val`` and ``root/test``.
 
-    Class names and their order come from the folder names under ``root/train`` (sorted). Without ``root/val`` a
-    seeded validation split is carved from ``train`` (``val_size``); ``root/test`` is needed only by ``test`` and
-    ``predict``. Images of any size and mode are converted to ``in_chans`` channels (1: grey, 3: RGB, 4: RGBA),
-    resized (shorter side) and centre-cropped to ``img_size``; 16-bit images are scaled to 8 bits. Symbolic links
-    to folders are followed once (a loop is refused); hidden files are left out. Before training, every image of a
-    split is checked (header and file ending, not a full decode).
+    Class names come from the folder names under ``root/train``, sorted (as numbers where every name is an integer:
+    ``1``, ``2``, ..., ``10``, said in one line). Without ``root/val`` a seeded validation split is carved from
+    ``train`` (``val_size``); ``root/test`` is needed only by ``test`` and ``predict``. Images of any size and mode are
+    converted to ``in_chans`` channels (1: grey, 3: RGB, 4: RGBA), resized (shorter side) and centre-cropped to
+    ``img_size``; 16-bit images are scaled to 8 bits. Symbolic links to folders are followed once (a loop is refused);
+    hidden files are left out. Before training, every image of a split is checked (header and file ending, not a full
+    decode).
 
     Args:
         root: Folder holding ``train/`` and optionally ``val/`` and ``test/``; or only class folders
@@ -95,7 +96,7 @@ def class_folders(root: Path) -> Scan:
                 + (" (validation is then carved from train/)." if split == "val" else ".")
             )
         splits[split] = rows
-    return Scan(splits, classes)
+    return Scan(splits, hold_out_test=None)  # the classes: the folders' names, by the table's order
 
 
 def no_test_folder(root: Path) -> str:

@@ -4,30 +4,48 @@ A format (class folders, a labels.csv table, a Hugging Face data set, a fork's o
 else: each split's rows as ``(file, label name)`` pairs, the file relative to the data's ``root`` (a format whose
 images are embedded bytes gives a dataset of them instead). `ItemTableDataModule` calls it once, the first time the
 items are needed (the class names the CLI links to the model, or ``setup``), so a subclass sets its attributes
-anywhere in its ``__init__``. Then, in one place, for every format: the split names (``train``, ``val``, ``test``),
-each file inside ``root`` (links resolved), the labels of validation and test known to training, an error in the
-format's own code said in one line naming its file and line, the test split held out where the data has none, the
-validation size, and each image's start-up check with ``bad_images`` (stop at the first, naming it, or leave them out
-and list them in ``skipped``).
+anywhere in its ``__init__``. Then, in one place, for every format: what `scan` returned (``{split: rows}`` or a
+`Scan`, each row a pair), the split names (``train``, ``val``, ``test``), no split empty, each label a class name
+(whitespace around it dropped; missing, empty or control characters refused), the class order (sorted, as numbers
+where every label is an integer), each file inside ``root`` (links resolved) and listed once, the labels of
+validation and test known to training, an error in the format's own code said in one line naming its file and line,
+the test split held out where the data has none, the validation size, and each image's start-up check with
+``bad_images`` (stop at the first, naming it, or leave them out and list them in ``skipped``).
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
+import re
+import unicodedata
 from abc import abstractmethod
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
+
+from lightning.pytorch.utilities import rank_zero_info
 
 from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.images import PIL_MODES, ImageFiles
 from vitlit.data.split import validation_count
 from vitlit.errors import ConfigError
-from vitlit.text import shown
+from vitlit.exits import failed_in
+from vitlit.text import say, shown
 
 #: The splits a format may name: validation and test are only ever used as such.
 SPLITS = ("train", "val", "test")
 #: A row of a format: its image file (relative to the data's ``root``, or absolute inside it) and its label's name.
 Row = tuple[str | os.PathLike, str]
+#: From this many rows on, the table says what it checks before it checks them (a million take seconds).
+MANY_ROWS = 100_000
+#: The Unicode categories no class name holds: control characters (NUL, newline, escape), format characters
+#: (zero-width, bidirectional overrides), surrogates, line and paragraph separators. Each makes two names that
+#: look alike, or a line that is not one.
+_CONTROL = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+#: A label that is an integer (COCO's category ids): such labels are ordered as numbers.
+_INTEGER = re.compile(r"-?[0-9]+")
 
 
 class Scan(NamedTuple):
@@ -36,14 +54,113 @@ class Scan(NamedTuple):
     Args:
         splits: Each split's rows (``(file, label name)`` pairs), or a dataset of its items where the images are
             embedded bytes (`vitlit.data.hf.HFImages`: ``samples``, ``problem(i)``, ``keep(indices)``).
-        classes: The class names in index order; ``None``: the training rows' labels, sorted.
-        hold_out_test: How to name the data where the table holds a test split out of training; ``None``: ``test``
-            needs a split of the data's own (`ItemTableDataModule.no_test_split`).
+        classes: The class names in index order; ``None``: the training rows' labels, sorted (as numbers where
+            every one is an integer).
+        hold_out_test: Where the data has no test split: ``True`` (the default, as for a plain ``{split: rows}``)
+            holds one out of training (``--data.test_size``), said in one line naming the class; a string does so
+            naming the data in its words; ``None`` keeps ``test`` for a split of the data's own
+            (`ItemTableDataModule.no_test_split`).
     """
 
     splits: dict[str, Any]
     classes: list[str] | None = None
-    hold_out_test: str | None = None
+    hold_out_test: bool | str | None = True
+
+
+def label_name(label: object) -> str:
+    """A row's label as its class name: its text without the whitespace around it (``"3 "`` is the class ``"3"``).
+
+    Raises:
+        ValueError: Saying why the label names no class: missing (``None``, a table's NaN), empty, neither text
+            nor an integer, or holding a control character (`_CONTROL`).
+    """
+    if label is None or (isinstance(label, float) and math.isnan(label)):
+        raise ValueError(f"the label is missing ({label})")
+    if isinstance(label, bool) or not isinstance(label, str | numbers.Integral):
+        kind = type(label).__name__
+        raise ValueError(f"the label {shown(repr(label))[:60]} is a {kind}, and a label is text or an integer")
+    text = str(label).strip()
+    if not text:
+        raise ValueError("the label is empty")
+    if any(unicodedata.category(c) in _CONTROL for c in text):
+        raise ValueError(f"the label '{shown(text)}' holds a control character")
+    return text
+
+
+def class_order(labels: Iterable[str], where: str, said: bool = False) -> list[str]:
+    """The classes that ``labels`` name, sorted: as numbers where every label is an integer (1, 2, ..., 10).
+
+    COCO's category ids as text would sort as '1', '10', '2'. The order is said in one line where the numbers change
+    it, or always where ``said`` (a Hugging Face label column, whose labels the data module chose).
+    """
+    names = sorted(set(labels))
+    numeric = bool(names) and all(_INTEGER.fullmatch(name) for name in names)
+    ordered = sorted(names, key=lambda name: (int(name), name)) if numeric else names
+    if (said or ordered != names) and len(ordered) > 1:  # fewer are refused
+        first = ", ".join(shown(name) for name in ordered[:10]) + (" ..." if len(ordered) > 10 else "")
+        rank_zero_info(f"vitlit: {where}: the {len(ordered)} labels are the classes, in "
+                       f"{'numeric' if numeric else 'sorted'} order: {first}")  # fmt: skip
+    return ordered
+
+
+class _Root:
+    """The folder every row's file must lie in, and the rule that admits a file: inside it, links resolved.
+
+    Each row costs a few string operations: each folder's real path is resolved once, and its links listed once
+    (`os.scandir`), not once per file, so a million rows take seconds.
+    """
+
+    def __init__(self, root: Path, resolve: bool) -> None:
+        self.path = os.path.abspath(os.path.expanduser(root))
+        self._prefix = self.path.rstrip(os.sep) + os.sep
+        real = os.path.realpath(self.path)
+        self._real = (real, real.rstrip(os.sep) + os.sep) if resolve else None
+        self._folders: dict[str, tuple[bool, set[str] | None]] = {}  # each folder: inside the root? its links
+
+    def inside(self, text: str) -> str | None:
+        """The row's file (``text``, relative to the root or absolute) as a normal path, if inside; else ``None``."""
+        path = os.path.normpath(os.path.join(self.path, text))
+        if "\x00" in text or not (path.startswith(self._prefix) or path == self.path):
+            return None
+        if self._real is None:  # found by walking the root: its links are the user's
+            return path
+        folder, _, name = path.rpartition(os.sep)
+        folder = folder or os.sep  # a file in /
+        if folder not in self._folders:
+            self._folders[folder] = (self._within(os.path.realpath(folder)), _links(folder))
+        inside, links = self._folders[folder]
+        if inside and (name in links if links is not None else os.path.islink(path)):  # a link may still lead out
+            inside = self._within(_target(path))
+        return path if inside else None
+
+    def _within(self, real: str) -> bool:
+        return real == self._real[0] or real.startswith(self._real[1])
+
+
+def _target(link: str) -> str:
+    """Where ``link`` leads (a dangling one: where it would); a loop leads nowhere (``""``)."""
+    try:
+        return os.path.realpath(link, strict=True)
+    except FileNotFoundError:  # a dangling link: a bad image, named later, if it points inside
+        return os.path.realpath(link)
+    except OSError:  # a loop
+        return ""
+
+
+def _links(folder: str) -> set[str] | None:
+    """The names of the links in ``folder`` (none where it does not exist); ``None`` where it cannot be listed."""
+    try:
+        with os.scandir(folder) as entries:
+            return {entry.name for entry in entries if entry.is_symlink()}
+    except FileNotFoundError:  # its files are missing: bad images, named later
+        return set()
+    except OSError:  # a folder that may be read but not listed: each file is asked
+        return None
+
+
+def _is_dataset(split: Any) -> bool:
+    """Whether a split is a dataset of items (embedded images), not rows: it checks and keeps its own items."""
+    return hasattr(split, "problem") and hasattr(split, "keep") and hasattr(split, "__len__")
 
 
 class ItemTableDataModule(ImageClassificationDataModule):
@@ -84,82 +201,161 @@ class ItemTableDataModule(ImageClassificationDataModule):
         """List the data's rows per split: ``{"train": [(file, label name), ...], "val": [...], "test": [...]}``.
 
         ``train`` is needed, ``val`` and ``test`` where the data has them (without ``val``, validation is carved from
-        training; without ``test``, a test split is held out of it). Files are relative to ``self.root``. Return a
+        training; without ``test``, a test split is held out of it); a split given has rows. Files are relative to
+        ``self.root``, each listed once; labels are text or integers. Rows may be any iterable of pairs. Return a
         `Scan` to give the class order, or embedded images. Raise `ConfigError` for a layout that cannot work.
         """
 
     def _scanned(self) -> tuple[dict[str, Any], list[str]]:
         """The format's rows admitted as items, and the classes, read once (`scan`), before any work starts."""
         if self._table is None:
-            found = self._call_scan()
-            scan = found if isinstance(found, Scan) else Scan(found, None, type(self).__name__)
-            self._table = self._admit(scan)
+            self._table = self._admit(self._call_scan())
         return self._table
 
-    def _call_scan(self) -> dict[str, list[Row]] | Scan:
-        """`scan`, with an error in the format's own code said in one line naming where it was raised."""
-        try:
-            return self.scan()
-        except ConfigError:
-            raise
-        except Exception as err:  # a bug in a format: not the user's config, and not a jsonargparse Union dump either
-            from vitlit.exits import failed_in
+    def _call_scan(self) -> Scan:
+        """`scan`, its splits' rows read into lists, with an error in the format's own code said in one line.
 
+        Whatever `scan` raises (a ``SystemExit`` too; Ctrl-C aside) names where it was raised: a split given as a
+        generator runs the format's code here as well.
+        """
+        name = type(self).__name__
+        try:
+            found = self.scan()
+            scan = found if isinstance(found, Scan) else Scan(found)
+            if not isinstance(scan.splits, Mapping):
+                raise ConfigError(f"{name}.scan() returned a {type(scan.splits).__name__}; it returns {{split: "
+                                  f"rows}} (e.g. {{'train': [(file, label), ...]}}) or a Scan "
+                                  f"(vitlit.data.table).")  # fmt: skip
+            splits = {}
+            for split, rows in scan.splits.items():
+                if rows is None or _is_dataset(rows):
+                    splits[split] = rows
+                elif isinstance(rows, str | bytes | Mapping) or not isinstance(rows, Iterable):
+                    raise ConfigError(f"{name}.scan() gave the split {shown(str(split)[:40])!r} as a "
+                                      f"{type(rows).__name__}; give each split as a list of (file, label) "
+                                      f"pairs.")  # fmt: skip
+                else:
+                    splits[split] = rows if isinstance(rows, list) else list(rows)
+            return scan._replace(splits=splits)
+        except (ConfigError, KeyboardInterrupt):
+            raise
+        except BaseException as err:  # a bug in a format (SystemExit too): not the user's config, never silent
             raise failed_in(err, type(self).scan) from None
 
     def _admit(self, scan: Scan) -> tuple[dict[str, Any], list[str]]:
-        """Each split's rows as items, after the rules every format shares: split names, files, labels, sizes."""
-        name = type(self).__name__
-        unknown = next((split for split in scan.splits if split not in SPLITS), None)
+        """Each split's rows as items, after the rules every format shares: split names, rows, labels, files, sizes."""
+        name, splits = type(self).__name__, {split: found for split, found in scan.splits.items() if found is not None}
+        unknown = next((split for split in splits if split not in SPLITS), None)
         if unknown is not None:
-            raise ConfigError(f"{name} has the split {shown(unknown)!r}; splits are {', '.join(SPLITS)} (a data set's "
-                              f"validation split is val): rename it in the data.")  # fmt: skip
-        if not scan.splits.get("train"):
+            raise ConfigError(f"{name} has the split {shown(str(unknown)[:40])!r}; splits are {', '.join(SPLITS)} (a "
+                              f"data set's validation split is val): rename it in the data.")  # fmt: skip
+        if not splits.get("train"):
             raise ConfigError(f"{name} found no training images; give data with a train split.")
-        rows = {split: found for split, found in scan.splits.items() if found and isinstance(found, list)}
-        known = sorted({str(label) for _, label in rows.get("train", [])})
-        classes = list(scan.classes) if scan.classes is not None else known
-        if len(classes) < 2:
-            raise ConfigError(
-                f"{name} has {len(classes)} class(es) in its training rows; a classifier needs 2 or more."
-            )
-        for split, found in rows.items():
-            strange = sorted({str(label) for _, label in found} - set(known if split != "train" else classes))
+        for split in ("val", "test"):
+            if split in splits and len(splits[split]) == 0:
+                instead = ("validation is then carved from training (--data.val_size)" if split == "val" else
+                           "a test split is then held out of training (--data.test_size)" if scan.hold_out_test else
+                           "test and predict then need one")  # fmt: skip
+                raise ConfigError(f"{name}: scan() gave an empty {split} split; give it rows, or leave the key out "
+                                  f"({instead}).")  # fmt: skip
+        rows = {split: found for split, found in splits.items() if not _is_dataset(found)}
+        total = sum(len(found) for found in rows.values())
+        if total >= MANY_ROWS:  # seconds of work: said before it starts
+            say(f"vitlit: {name}: checking {total:,} rows (labels, files inside {self.root}, each listed once)")
+        files, labels = self._rows(rows)
+        classes = self._classes(scan.classes, labels.get("train", []))
+        for split, found in splits.items():
+            if _is_dataset(found) and split != "test":  # -1: an item with no label (the hub's mark), never trained
+                unlabelled = next((i for i, t in enumerate(getattr(found, "targets", ())) if t == -1), None)
+                if unlabelled is not None:
+                    raise ConfigError(f"{name}: {shown(found.samples[unlabelled][0])} has no label (-1); {split} "
+                                      f"rows need labels: label it or leave it out of the split.")  # fmt: skip
+        known = set(labels.get("train", []))
+        for split in ("val", "test"):
+            strange = sorted(set(labels.get(split, [])) - known)
             if strange:
                 raise ConfigError(f"{name}: {split} rows have labels no training row has: "
                                   f"{', '.join(shown(s) for s in strange[:5])}; correct them or add training rows of "
                                   f"those classes.")  # fmt: skip
         index = {label: i for i, label in enumerate(classes)}
-        items = {split: found for split, found in scan.splits.items() if found is not None and split not in rows}
-        for split, found in rows.items():
-            pairs = [(str(self._inside(file, split)), index[str(label)]) for file, label in found]
+        items = {split: found for split, found in splits.items() if split not in rows}
+        for split in rows:
+            pairs = list(zip(files[split], [index[label] for label in labels[split]], strict=True))
             items[split] = ImageFiles(pairs, classes, PIL_MODES[self.in_chans], self.img_size, f"the {split} split")
-        if "test" not in items and scan.hold_out_test is not None:
-            keep, held = self.hold_out_test(len(items["train"]), scan.hold_out_test)
+        if "test" not in items and scan.hold_out_test:
+            said = scan.hold_out_test if isinstance(scan.hold_out_test, str) else None
+            keep, held = self.hold_out_test(len(items["train"]), said)
             items["test"], items["train"] = items["train"].keep(held), items["train"].keep(keep)
         if "val" not in items:
             validation_count(len(items["train"]), self.val_size)  # fail now, not after the run folder exists
         return items, classes
 
-    def _inside(self, file: str | os.PathLike, split: str) -> Path:
-        """A row's file as a path inside ``root`` (links resolved, unless `found_in_root`); else refused, named.
+    def _rows(self, rows: dict[str, list[Any]]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """Each split's files (inside ``root``, each once over all splits) and class names, in one pass per row."""
+        name, files, labels = type(self).__name__, {}, {}
+        if rows and self.root is None:
+            raise ConfigError(f"{name} lists files but sets no root; its __init__ sets self.root to the folder they "
+                              f"lie in.")  # fmt: skip
+        root = _Root(self.root, not self.found_in_root) if rows else None
+        names: dict[Any, str] = {}  # each label value's class name, checked once
+        seen: dict[str, tuple[str, int]] = {}  # each file's first row
+        for split, found in rows.items():
+            files[split], labels[split] = [], []
+            for i, row in enumerate(found):
+                try:
+                    if isinstance(row, str | bytes):
+                        raise ValueError
+                    file, label = row
+                except (TypeError, ValueError):
+                    raise ConfigError(f"{name}: the {split} row {i} is {shown(repr(row))[:80]}, not a (file, label) "
+                                      f"pair; scan() gives each row as (file, label name).") from None  # fmt: skip
+                try:
+                    text = os.fspath(file)
+                    path = root.inside(text) if isinstance(text, str) else None
+                except (TypeError, OSError, ValueError):  # no path; a name the system refuses
+                    text, path = repr(file), None
+                if path is None:
+                    raise ConfigError(f"{name}: the {split} row '{shown(text)}' is not a file inside {root.path} "
+                                      f"(row {i}); rows may only name the data's own files.")  # fmt: skip
+                if (first := seen.setdefault(path, (split, i))) != (split, i):
+                    raise ConfigError(f"{name}: {shown(path)} is listed twice, as the {first[0]} row {first[1]} and "
+                                      f"the {split} row {i}; list each image once, with one label and one "
+                                      f"split.")  # fmt: skip
+                try:
+                    named = names[label]
+                except (KeyError, TypeError):  # a label value not seen before, checked once (a list: no label)
+                    try:
+                        named = names[label] = label_name(label)
+                    except ValueError as err:
+                        raise ConfigError(f"{name}: the {split} row {i} ('{shown(text)}'): {err}; give every row a "
+                                          f"class name.") from None  # fmt: skip
+                files[split].append(path)
+                labels[split].append(named)
+        return files, labels
 
-        A file inside that does not exist is kept: the start-up check names it as missing (``bad_images``).
-        """
-        if self.root is None:
-            raise ConfigError(f"{type(self).__name__} lists files but sets no root; its __init__ sets self.root to the "
-                              f"folder they lie in.")  # fmt: skip
-        root = Path(self.root).expanduser().absolute()
-        path = Path(os.path.normpath(root / os.fspath(file)))
-        try:
-            inside = path.is_relative_to(root) and "\x00" not in str(file)
-            inside = inside and (self.found_in_root or path.resolve().is_relative_to(root.resolve()))
-        except (OSError, RuntimeError, ValueError):  # a link loop: no file of the data
-            inside = False
-        if not inside:
-            raise ConfigError(f"{type(self).__name__}: the {split} row '{shown(os.fspath(file))}' is not a file "
-                              f"inside {root}; rows may only name the data's own files.")  # fmt: skip
-        return path
+    def _classes(self, given: list[str] | None, train: list[str]) -> list[str]:
+        """The classes in index order: ``given`` (a `Scan`'s, checked as labels are), else the training labels'."""
+        name = type(self).__name__
+        if given is None:
+            classes = class_order(train, f"{name}: the training rows")
+        else:
+            try:
+                classes = [label_name(c) for c in given]
+            except ValueError as err:
+                raise ConfigError(f"{name}: in Scan's classes, {err}; give each class a name.") from None
+            named: set[str] = set()
+            twice = next((c for c in classes if c in named or named.add(c)), None)  # the first named again
+            if twice is not None:
+                raise ConfigError(f"{name}: Scan's classes name '{shown(twice)}' twice; name each class once.")
+            unnamed = sorted(set(train) - set(classes))
+            if unnamed:
+                raise ConfigError(f"{name}: the train rows have labels that Scan's classes do not name: "
+                                  f"{', '.join(shown(s) for s in unnamed[:5])}; add them to classes (or leave classes "
+                                  f"out: the training labels, sorted).")  # fmt: skip
+        if len(classes) < 2:
+            raise ConfigError(f"{name} has {len(classes)} class(es) in its training rows; a classifier needs 2 or "
+                              f"more.")  # fmt: skip
+        return classes
 
     def no_test_split(self) -> str:
         """The refusal of ``test`` and ``predict`` where the data has no test split (and none is held out)."""
@@ -206,3 +402,23 @@ class ItemTableDataModule(ImageClassificationDataModule):
         if not self.has_test_split:
             raise ConfigError(self.no_test_split())
         return self._split("test")
+
+    def setup(self, stage: str) -> None:
+        """The base class's `setup`; ``test`` refuses a test split without labels first (``predict`` reads it).
+
+        A data set's test split may be unlabelled (-1, the Hugging Face hub's mark): ``fit`` never reads it, and
+        ``predict`` classifies it, but ``test`` has nothing to score.
+        """
+        if stage == "test" and self.has_test_split:
+            test = self._scanned()[0]["test"]
+            unlabelled = [i for i, target in enumerate(getattr(test, "targets", ())) if target == -1]
+            if unlabelled and len(unlabelled) == len(test):
+                raise ConfigError(f"{type(self).__name__}: the test split has no labels (its {len(test):,} rows are "
+                                  f"unlabelled, -1); test scores labelled images: label them, or classify them with "
+                                  f"predict, which reads this split.")  # fmt: skip
+            if unlabelled:
+                raise ConfigError(f"{type(self).__name__}: {shown(test.samples[unlabelled[0]][0])} of the test split "
+                                  f"has no label (-1), as {len(unlabelled):,} of its {len(test):,} rows; test scores "
+                                  f"labelled images: label them or leave them out (predict reads the split as it "
+                                  f"is).")  # fmt: skip
+        super().setup(stage)
