@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +28,9 @@ from vitlit.data.pipeline import Decode
 from vitlit.data.streaming import (
     MANIFEST,
     SPLITS,
+    WRITE_SCHEMES,
     StreamingDataModule,
+    check_scheme,
     litdata,
     optimize,
     read_meta,
@@ -35,8 +38,12 @@ from vitlit.data.streaming import (
 )
 from vitlit.errors import ConfigError
 from vitlit.owned import check_replaceable, digest, staged_folder, write_manifest
-from vitlit.text import say
+from vitlit.text import say, shown
 from vitlit.types import PositiveInt
+
+#: LitData's units of ``chunk_bytes`` (decimal, as its own parser reads them), and a bare number of bytes.
+UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12,
+         "tb": 10**12}  # fmt: skip
 
 
 class Item:
@@ -80,12 +87,13 @@ def prepare(
 
     Args:
         data: The data module and its options, as for ``fit`` (``--data ImageFolderDataModule --data.root ...``).
-        output: A new folder, or a URL LitData writes to (``s3://bucket/name``, ``gs://...``).
+        output: A new folder outside the data's own, or a URL LitData writes to (``s3://bucket/name``,
+            ``gs://...``, ``r2://...``).
         format: ``raw``: each image as uint8 at the size it is handed over at in training (its own where all share
             one, else ``--data.img_size``): nothing to decode while training. ``encoded``: each image's file as it is
             (PNG of the decoded image where there is no file): smaller, decoded by the workers in training at the
             stored size (``--data.store_size``), as the in-memory source stores them.
-        chunk_bytes: Size of each chunk file (LitData's ``chunk_bytes``).
+        chunk_bytes: Size of each chunk file (LitData's ``chunk_bytes``): bytes, or with a unit (``64MB``).
         num_workers: Processes writing chunks.
         overwrite: Replace a data set an earlier ``prepare`` wrote at ``output``.
 
@@ -95,13 +103,16 @@ def prepare(
     if isinstance(data, StreamingDataModule):
         raise ConfigError(f"--data StreamingDataModule is a data set vitlit prepare wrote ({data.input_dir}); give "
                           f"the data module it was prepared from.")  # fmt: skip
+    check_scheme(output, "--output", WRITE_SCHEMES)  # another would be a local folder named after the URL
+    size = chunk_size(chunk_bytes)
     local = Path(output).expanduser()
     if "://" in output:
         with sigterm_stops():
-            meta = _write(data, output, format, chunk_bytes, num_workers, overwrite)
+            meta = _write(data, output, format, size, num_workers, overwrite)
     else:
         if local.is_symlink():  # a link (dangling or not) would have the data set written where it points
             raise ConfigError(f"--output {output} is a symbolic link; give the path of a new folder instead.")
+        check_outside(data, local)
         if local.exists() and not local.is_dir():
             raise ConfigError(f"--output {output} is a file, not a folder; give the path of a new folder.")
         if local.exists() and not overwrite:
@@ -113,12 +124,47 @@ def prepare(
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         # Whole or not at all: a kill leaves the earlier data set intact, and SIGTERM the staged copy removed.
         with sigterm_stops(), staged_folder(Path(output)) as staged:
-            meta = _write(data, str(staged), format, chunk_bytes, num_workers, False)
+            meta = _write(data, str(staged), format, size, num_workers, False)
             write_manifest(staged, MANIFEST)
     for name, count in meta["splits"].items():
         say(f"vitlit: wrote {name}: {count:,} images to {output}/{name}")
     say(f"vitlit: train from it with --data vitlit.data.streaming.StreamingDataModule --data.input_dir {output}")
     return json.loads(json.dumps(meta))
+
+
+def chunk_size(chunk_bytes: str) -> int:
+    """``--chunk_bytes`` in bytes (``64MB``, ``1GB``, ``500000``), or one line saying what a size is.
+
+    Read before LitData's writer starts: its own refusal of 0 came back as its worker's traceback, naming the hidden
+    folder the output is staged in.
+    """
+    found = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([a-z]*)\s*", str(chunk_bytes).lower())
+    size = int(float(found.group(1)) * UNITS[found.group(2)]) if found and found.group(2) in UNITS else 0
+    if size < 1:
+        raise ConfigError(f"--chunk_bytes {shown(chunk_bytes)} is no size of a chunk; give a positive size such as "
+                          f"64MB (units B, KB, MB, GB, TB).")  # fmt: skip
+    return size
+
+
+def check_outside(data: ImageClassificationDataModule, output: Path) -> None:
+    """Refuse an output folder inside the folder the data module reads (links resolved), or around it.
+
+    Inside, the chunks would become part of the data: the next ``fit`` of the same root read ``chunks/`` as a class
+    folder and failed. Around it, ``--overwrite`` would replace the data with the chunks. The data's folder is its
+    ``root`` (image folders, tables, forks) or its ``data_dir`` (CIFAR, SVHN).
+    """
+    out = output.resolve()
+    for flag in ("root", "data_dir"):
+        root = getattr(data, flag, None)
+        if not isinstance(root, (str, Path)) or "://" in str(root):
+            continue
+        root = Path(root).expanduser().resolve()
+        if out.is_relative_to(root):
+            raise ConfigError(f"--output {output} is inside --data.{flag} {root}, so the chunks would become part of "
+                              f"the data it reads; give a folder outside it.")  # fmt: skip
+        if root.is_relative_to(out):
+            raise ConfigError(f"--output {output} holds --data.{flag} {root}, which writing it would replace; give a "
+                              f"folder outside the data.")  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -144,7 +190,7 @@ def sigterm_stops() -> Iterator[None]:
 
 
 def _write(
-    data: ImageClassificationDataModule, output: str, format: str, chunk_bytes: str, num_workers: int, overwrite: bool
+    data: ImageClassificationDataModule, output: str, format: str, chunk_bytes: int, num_workers: int, overwrite: bool
 ) -> dict[str, Any]:
     """Write the splits and vitlit's description into ``output``; return the description."""
     litdata()  # where LitData is missing, one line before any data is read

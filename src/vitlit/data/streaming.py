@@ -21,6 +21,7 @@ import json
 import multiprocessing
 import os
 import signal
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,10 +34,9 @@ from vitlit.data.images import PIL_MODES, image_problem, open_image
 from vitlit.data.paths import inside
 from vitlit.data.pipeline import Decode
 from vitlit.errors import CheckFailed, ConfigError
-from vitlit.text import quoted
 from vitlit.owned import digest
 from vitlit.private import litdata_formats
-from vitlit.text import shown
+from vitlit.text import quoted, shown
 
 #: vitlit's description of a prepared data set, itself a one-item LitData set beside the splits, so that it is
 #: written and read by the storage code that moves the chunks (any folder or bucket LitData reaches).
@@ -44,6 +44,49 @@ META = "vitlit"
 SPLITS = ("train", "val", "test")
 #: The list of every file ``prepare`` wrote, with its hash (`vitlit.owned`): ``--overwrite`` replaces only those.
 MANIFEST = ".vitlit-prepare"
+#: The URL schemes LitData writes to (``optimize``: its ``litdata.constants._SUPPORTED_PROVIDERS``), and those it
+#: reads from besides (its resolver's cloud prefixes). LitData takes any other ``scheme://`` for a local folder's
+#: name: ``bogus://user:password@host/x`` was written under the current folder as ``bogus:/user:password@host/x``.
+WRITE_SCHEMES = ("s3", "gs", "r2")
+READ_SCHEMES = (*WRITE_SCHEMES, "azure", "hf")
+#: The largest ``index.json`` vitlit lets LitData read: LitData reads an index whole before anything else, so a
+#: device (``/dev/zero``), a FIFO or a file of gigabytes in its place hung the run before a word. An index names
+#: each chunk in about 90 bytes: 16 MiB holds some 180,000 chunks, 11 TB of the default 64 MB chunks in one split.
+INDEX_BYTES = 16 * 2**20
+#: The one item of vitlit's description (`write_meta`): its JSON text.
+DESCRIPTION_ITEM = {"json": "str"}
+#: The fields of an index's ``config`` that change how LitData reads the chunks, as LitData writes them for ``prepare``:
+#: no compression, no encryption, LitData's default item loader. Any other value is an index another tool wrote.
+PLAIN_CONFIG = {"compression": None, "compression_level": None, "compression_batch_size": None,
+                "ipc_compression": None, "encryption": None, "item_loader": "PyTreeLoader"}  # fmt: skip
+#: Every field of an index's ``config`` and of its chunks that LitData writes for ``prepare``; any other (an MDS
+#: ``format``, a ``temporal_schema``, a chunk's ``temporal_frames``) makes LitData read the bytes another way.
+CONFIG_FIELDS = {*PLAIN_CONFIG, "chunk_size", "chunk_bytes", "data_format", "data_spec", "types"}
+CHUNK_FIELDS = {"filename", "chunk_bytes", "chunk_size", "dim"}
+
+
+def check_scheme(where: str, flag: str, schemes: tuple[str, ...]) -> None:
+    """Refuse a URL whose scheme LitData does not know, in one line: LitData would take it for a local folder's name.
+
+    Args:
+        where: The folder or URL given.
+        flag: The option that gave it, to name.
+        schemes: The schemes LitData knows for this use (`WRITE_SCHEMES`, `READ_SCHEMES`), exactly as written: LitData
+            compares them case by case, so ``S3://`` is a folder too.
+    """
+    scheme = where.split("://", 1)[0] if "://" in where else None
+    if scheme is not None and scheme not in schemes:
+        raise ConfigError(f"{flag} {shown(where)} names the scheme {shown(scheme)}://, which LitData does not know "
+                          f"(it would take the URL for a local folder's name); give a folder, or a URL of "
+                          f"{', '.join(s + '://' for s in schemes)}.")  # fmt: skip
+
+
+def split_item(format: str) -> dict[str, str]:
+    """What ``prepare`` writes as one item of a split in ``format``: each key and LitData's format of its value.
+
+    The image (a uint8 array, or its encoded bytes), its label, its position in the split.
+    """
+    return {"image": "numpy" if format == "raw" else "bytes", "label": "int", "index": "int"}
 
 
 def litdata() -> Any:
@@ -81,58 +124,219 @@ class RefusedFormat:
         return False
 
 
-def stream(where: str, **kwargs: Any) -> Any:
+def stream(where: str, item: dict[str, str] = DESCRIPTION_ITEM, count: int | None = 1, **kwargs: Any) -> Any:
     """LitData's ``StreamingDataset`` of ``where``, admitted by its index before a chunk is read: vitlit's one reader.
 
     Every folder vitlit reads from a prepared data set (the description and each split) comes through here, local or
-    remote: LitData fetches ``index.json`` (nothing else) as the dataset is made, and `check_index` refuses an item
-    format that can carry code and a chunk named outside its folder before LitData reads a chunk. The serializers
-    given to LitData refuse those formats once more (`RefusedFormat`).
+    remote. `check_index` admits an index only as ``prepare`` writes it (its item's layout, no compression, every
+    chunk inside its folder and, locally, whole) before LitData opens it; a remote one as LitData fetched it (its
+    ``index.json``, nothing else) as the dataset was made. The serializers given to LitData refuse an item format
+    that can carry code once more (`RefusedFormat`), and an item LitData cannot read is one line naming its chunk
+    (`chunk_stream`).
+
+    Args:
+        where: The folder or URL of one LitData set.
+        item: What one item holds (`split_item`); by default vitlit's description's one item.
+        count: The items the set holds (the description's count of a split), or ``None`` where unknown.
+        **kwargs: ``StreamingDataset``'s options.
     """
     refused = {name: RefusedFormat(name) for name in litdata_formats() if name not in SAFE_FORMATS}
-    dataset = litdata().StreamingDataset(where, serializers=refused, **kwargs)
-    check_index(Path(dataset.input_dir.path) / "index.json", where, local="://" not in where)
+    local = "://" not in where
+    where = str(Path(where).expanduser()) if local else where
+    if local:  # before LitData reads a byte: it reads index.json whole, whatever it is
+        names = check_index(Path(where) / "index.json", where, True, item, count)
+    dataset = chunk_stream()(where, serializers=refused, **kwargs)
+    if not local:
+        names = check_index(Path(dataset.input_dir.path) / "index.json", where, False, item, count)
+    dataset.where, dataset.chunk_names = where, tuple(names or ())
     return dataset
 
 
-def check_index(index: Path, where: str, local: bool) -> None:
-    """Refuse a LitData index whose items may carry code or whose chunks lie outside its folder, in one line.
+def index_text(index: Path, where: str) -> str:
+    """The text of ``index``, refused in one line unless a regular file of at most `INDEX_BYTES`."""
+    try:
+        status = index.stat()
+    except OSError:
+        raise ConfigError(f"{shown(where)} has no index.json; prepare the data set again with vitlit "
+                          f"prepare.") from None  # fmt: skip
+    if not stat.S_ISREG(status.st_mode) or status.st_size > INDEX_BYTES:
+        what = "no regular file" if not stat.S_ISREG(status.st_mode) else f"{status.st_size:,} bytes"
+        raise ConfigError(f"{shown(where)}/index.json is {what}, no index vitlit prepare writes (a file of at most "
+                          f"{INDEX_BYTES:,} bytes); prepare the data set again.")  # fmt: skip
+    with index.open("rb") as f:
+        return f.read(INDEX_BYTES + 1).decode("utf-8")
+
+
+def check_index(index: Path, where: str, local: bool, item: dict[str, str], count: int | None) -> list[str]:
+    """Refuse, in one line naming the file and the field, a LitData index other than one ``prepare`` writes.
+
+    No item format that may carry code, no chunk outside its folder, the item's layout (``data_format``,
+    ``data_spec``), no compression or encryption or another item loader, and chunks whose ``chunk_size`` fields add
+    up to the ``count`` the description names: LitData reads each of these fields as it is, and a crafted one ended
+    mid-epoch in its traceback.
 
     Args:
-        index: The ``index.json`` as LitData read it (the folder's own, or its copy in the cache of a remote one).
+        index: The ``index.json``: the folder's own, or LitData's copy in the cache of a remote one.
         where: The folder or URL, to name.
-        local: Whether the chunks lie beside ``index``: then each must hold the bytes its index says (a copy cut
-            short is said before training, not as a decoding error mid-epoch).
+        local: Whether the chunks lie beside ``index``: then each must hold the bytes and the items its index says
+            (a copy cut short is said before training, not as a decoding error mid-epoch).
+        item: The layout of one item (`split_item`, `DESCRIPTION_ITEM`).
+        count: The number of items the set holds, or ``None`` where unknown.
+
+    Returns:
+        The chunks' file names, in the index's order.
     """
+    named = f"{shown(where)}/index.json"
     try:
-        described = json.loads(index.read_text(encoding="utf-8"))
-        formats, chunks = described["config"]["data_format"], described["chunks"]
+        described = json.loads(index_text(index, where))
+        config, chunks = described["config"], described["chunks"]
+        formats = config["data_format"]
+        unsafe = next((f for f in formats if not isinstance(f, str) or f.split(":")[0] not in SAFE_FORMATS
+                       or not all(part.isdigit() for part in f.split(":")[1:])), None)  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ConfigError(f"{shown(where)}/index.json cannot be read ({type(err).__name__}); prepare the data set "
-                          f"again with vitlit prepare.") from None  # fmt: skip
-    unsafe = next((f for f in formats if not isinstance(f, str) or f.split(":")[0] not in SAFE_FORMATS
-                   or not all(part.isdigit() for part in f.split(":")[1:])), None)  # fmt: skip
+        raise ConfigError(f"{named} cannot be read ({type(err).__name__}); prepare the data set again with vitlit "
+                          f"prepare.") from None  # fmt: skip
     if unsafe is not None:
-        raise ConfigError(f"{shown(where)}/index.json declares the item format {shown(unsafe)!r}; vitlit reads only "
+        raise ConfigError(f"{named} declares the item format {shown(unsafe)!r}; vitlit reads only "
                           f"{', '.join(SAFE_FORMATS)} (never pickled items, which can run code): prepare the data "
                           f"set again with vitlit prepare.")  # fmt: skip
-    for chunk in chunks:
-        name = chunk.get("filename") if isinstance(chunk, dict) else None
-        if not isinstance(name, str) or Path(name).name != name or name.startswith(".") or "\\" in name:
-            raise ConfigError(f"{shown(where)}/index.json names the chunk {shown(name)!r}, which is no file of its "
-                              f"folder; prepare the data set again.")  # fmt: skip
-        path = index.parent / name
-        if local and (path.is_symlink() or (inside(index.parent, name) is None and path.exists())):
-            raise ConfigError(f"{shown(where)}/index.json names the chunk {shown(name)!r}, a link or no file inside "
-                              f"its folder; prepare the data set again.")  # fmt: skip
-        size = path.stat().st_size if local and path.is_file() else None
-        if local and size != chunk.get("chunk_bytes"):
-            found = "missing" if size is None else f"{size:,} bytes, not the {chunk.get('chunk_bytes')} of its index"
-            raise ConfigError(f"{path} is {found}: the copy is incomplete; copy or prepare the data set again.")
+    wrong = next((f for f in config if f not in CONFIG_FIELDS), None) if isinstance(config, dict) else "config"
+    wrong = wrong or next((f for f, value in PLAIN_CONFIG.items() if config.get(f) != value), None)
+    wrong = wrong or ("data_format" if formats != list(item.values()) else None)
+    wrong = wrong or ("data_spec" if spec_keys(config.get("data_spec")) != list(item) else None)
+    if wrong is not None:
+        value = config.get(wrong) if isinstance(config, dict) else config
+        raise ConfigError(f"{named}: its config field {wrong!r} is {short(value)}, which vitlit prepare never writes "
+                          f"(items {short(item)}, no compression or encryption, LitData's PyTreeLoader); prepare the "
+                          f"data set again.")  # fmt: skip
+    if not isinstance(chunks, list) or not chunks:
+        raise ConfigError(f"{named}: its field 'chunks' is {short(chunks)}, not a list of the chunks it holds; "
+                          f"prepare the data set again.")  # fmt: skip
+    names = [check_entry(chunk, where) for chunk in chunks]
+    total = sum(chunk["chunk_size"] for chunk in chunks)
+    if count is not None and total != count:  # LitData would read that many items, whatever the chunks hold
+        raise ConfigError(f"{named}: its chunks' 'chunk_size' fields add up to {total:,} items, not the {count:,} "
+                          f"vitlit's description names: the index is damaged; prepare the data set again.")  # fmt: skip
+    for chunk in chunks if local else ():
+        check_chunk(index.parent, chunk, where)
+    return names
+
+
+def check_entry(chunk: Any, where: str) -> str:
+    """Refuse one entry of an index's ``chunks`` unlike those ``prepare`` writes; return the chunk's file name."""
+    name = chunk.get("filename") if isinstance(chunk, dict) else None
+    if not isinstance(name, str) or Path(name).name != name or name.startswith(".") or "\\" in name:
+        raise ConfigError(f"{shown(where)}/index.json names the chunk {shown(name)!r}, which is no file of its "
+                          f"folder; prepare the data set again.")  # fmt: skip
+    fields = {"chunk_size": positive(chunk.get("chunk_size")), "chunk_bytes": positive(chunk.get("chunk_bytes")),
+              "dim": chunk.get("dim") is None, **{f: False for f in chunk if f not in CHUNK_FIELDS}}  # fmt: skip
+    wrong = next((f for f, ok in fields.items() if not ok), None)
+    if wrong is not None:
+        raise ConfigError(f"{shown(where)}/index.json: the chunk {shown(name)!r} has the field {wrong!r} "
+                          f"{short(chunk.get(wrong))}, which vitlit prepare never writes; prepare the data set "
+                          f"again.")  # fmt: skip
+    return name
+
+
+def check_chunk(folder: Path, chunk: dict[str, Any], where: str) -> None:
+    """Refuse a local chunk's file unlike its entry of the index (`check_entry`), in one line naming it.
+
+    It must lie inside ``folder``, be as long as its entry says, and begin with LitData's table of its items: their
+    count (the entry's ``chunk_size``) and where each begins and ends, in order, inside the file (LitData may append
+    the same rows in Arrow's format after them). A chunk with another table (offsets that lie, a file cut short and
+    its entry with it) made LitData read past the items.
+    """
+    name = chunk["filename"]
+    path = folder / name
+    if path.is_symlink() or (inside(folder, name) is None and path.exists()):
+        raise ConfigError(f"{shown(where)}/index.json names the chunk {shown(name)!r}, a link or no file inside "
+                          f"its folder; prepare the data set again.")  # fmt: skip
+    size = path.stat().st_size if path.is_file() else None
+    if size != chunk["chunk_bytes"]:
+        found = "missing" if size is None else f"{size:,} bytes, not the {chunk['chunk_bytes']} of its index"
+        raise ConfigError(f"{path} is {found}: the copy is incomplete; copy or prepare the data set again.")
+    items = chunk["chunk_size"]
+    table = 4 * (items + 2)  # the count, and where each item begins, and where the last ends
+    with path.open("rb") as f:
+        head = np.frombuffer(f.read(table), "<u4") if table <= size else np.zeros(0, "<u4")
+    ends = head[1:].astype(np.int64)  # where each item begins, and where the last ends (an Arrow copy may follow)
+    if len(head) != items + 2 or head[0] != items or head[1] != table or ends[-1] > size or (np.diff(ends) < 0).any():
+        raise ConfigError(f"{path} does not hold the {items:,} items its index names (its table of where each item "
+                          f"lies disagrees): the chunk is damaged; copy or prepare the data set again.")  # fmt: skip
+
+
+def positive(value: Any) -> bool:
+    """Whether ``value`` is a count of 1 or more (an int, not a bool)."""
+    return type(value) is int and value > 0
+
+
+def short(value: Any) -> str:
+    """A value read from a file, for a message: as JSON, escaped and masked, cut to 80 characters."""
+    text = shown(json.dumps(value, default=str))
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+def spec_keys(spec: Any) -> list[str] | None:
+    """The keys of the one flat dict that a ``data_spec`` describes (LitData's tree, as JSON text); else ``None``.
+
+    ``prepare`` writes each item as one dict of plain values; a spec of another type (a list, a class LitData
+    rebuilds) or of nested values handed vitlit something other than the dict it reads.
+    """
+    leaf = {"type": None, "context": None, "children_spec": []}
+    try:
+        _, node = json.loads(spec)
+        keys, children = json.loads(node["context"]), node["children_spec"]
+        ok = node["type"] == "builtins.dict" and len(keys) == len(children) and all(c == leaf for c in children)
+    except (ValueError, TypeError, KeyError):
+        return None
+    return keys if ok else None
+
+
+@functools.cache
+def chunk_stream() -> type:
+    """LitData's ``StreamingDataset``, where an item LitData cannot read is one line naming its chunk.
+
+    The index is checked before a chunk is read (`check_index`); an item is read only as the epoch reaches it. A
+    chunk damaged inside an item (a numpy header naming no dtype, a shape that lies) failed mid-epoch in LitData's
+    40-line traceback. Pickled by its name in this module (spawned DataLoader workers), which `__getattr__` gives.
+    """
+
+    class ChunkStream(litdata().StreamingDataset):
+        #: The folder or URL, and its chunks' file names in the index's order (`stream` sets them).
+        where: str = ""
+        chunk_names: tuple[str, ...] = ()
+
+        def __getitem__(self, index: Any) -> Any:
+            try:
+                return super().__getitem__(index)
+            except ConfigError:
+                raise
+            except Exception as err:
+                chunk = getattr(index, "chunk_index", None)  # an int, or numpy's in the loader's workers
+                known = isinstance(chunk, (int, np.integer)) and 0 <= chunk < len(self.chunk_names)
+                name = self.chunk_names[int(chunk)] if known else None
+                place = f"{shown(self.where)}/{shown(name)}" if name else shown(self.where)
+                raise ConfigError(f"{place}: item {getattr(index, 'index', index)} cannot be read ({quoted(err)}); "
+                                  f"the chunk is damaged: copy or prepare the data set again.") from None  # fmt: skip
+
+    ChunkStream.__qualname__ = "ChunkStream"
+    return ChunkStream
+
+
+def __getattr__(name: str) -> Any:
+    """``ChunkStream`` (`chunk_stream`), made on first use: LitData is an optional dependency."""
+    if name == "ChunkStream":
+        return chunk_stream()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def read_meta(input_dir: str) -> dict[str, Any]:
-    """What ``vitlit prepare`` recorded: class names, channels, format, stored size, statistics, split sizes."""
+    """What ``vitlit prepare`` recorded: class names, channels, format, stored size, statistics, split sizes.
+
+    Each field is checked as ``prepare`` writes it, and, in a folder, each split's index (`check_index`) and its
+    hash where the description has one: a damaged or foreign set is one line before a run starts.
+    """
+    check_scheme(input_dir, "--data.input_dir", READ_SCHEMES)
     local = Path(input_dir).expanduser()
     if "://" not in input_dir and not (local / META / "index.json").is_file():
         raise ConfigError(f"--data.input_dir {input_dir} holds no data set written by vitlit prepare (no "
@@ -144,29 +348,48 @@ def read_meta(input_dir: str) -> dict[str, Any]:
     except Exception as err:  # an unreachable bucket, missing credentials, a damaged index
         raise ConfigError(f"--data.input_dir {input_dir}: vitlit's description of the data set cannot be read "
                           f"({quoted(err)}).") from None  # fmt: skip
-    needed = {
-        "class_names": list,
-        "in_chans": int,
-        "format": str,
-        "size": int,
-        "mean": list,
-        "std": list,
-        "splits": dict,
-    }
     meta = meta if isinstance(meta, dict) else {}
-    wrong = next((key for key, kind in needed.items() if not isinstance(meta.get(key), kind)), None)
-    if wrong is not None or meta["format"] not in ("raw", "encoded"):  # a description of another vitlit, or edited
+    wrong = next((key for key, ok in _DESCRIBED.items() if not _holds(ok, meta, key)), None)
+    if wrong is not None:  # a description of another vitlit, or edited
         raise ConfigError(f"--data.input_dir {input_dir}: vitlit's description of the data set has no valid "
-                          f"{wrong or 'format'!r}; prepare the data set again.")  # fmt: skip
-    local_splits = (
-        {name: local / name / "index.json" for name in meta.get("indexes", {})} if "://" not in input_dir else {}
-    )
-    changed = next((name for name, index in local_splits.items() if not index.is_file()
-                    or digest(index) != meta["indexes"][name]), None)  # fmt: skip
-    if changed is not None:  # a split written by another prepare (a half-finished one, a copy of other data)
-        raise ConfigError(f"--data.input_dir {input_dir}: the {changed} split is not the one vitlit's description "
-                          f"was written with (its index.json differs); prepare the data set again.")  # fmt: skip
+                          f"{wrong!r} ({short(meta.get(wrong))}); prepare the data set again.")  # fmt: skip
+    if "://" in input_dir:  # a bucket's indexes are checked as LitData fetches them (`stream`)
+        return meta
+    for name, count in meta["splits"].items():
+        where = f"{input_dir.rstrip('/')}/{name}"
+        index_text(local / name / "index.json", where)  # a regular file of a bounded size, before it is hashed
+        if name in meta.get("indexes", {}) and digest(local / name / "index.json") != meta["indexes"][name]:
+            # a split written by another prepare (a half-finished one, a copy of other data)
+            raise ConfigError(f"--data.input_dir {input_dir}: the {name} split is not the one vitlit's description "
+                              f"was written with (its index.json differs); prepare the data set again.")  # fmt: skip
+        check_index(local / name / "index.json", where, True, split_item(meta["format"]), count)
     return meta
+
+
+def _holds(ok: Any, meta: dict[str, Any], key: str) -> bool:
+    """Whether the description's field ``key`` is as ``prepare`` writes it (``ok``); ``indexes`` may be missing."""
+    try:
+        return bool(ok(meta[key], meta))
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return key == "indexes" and key not in meta  # an earlier vitlit's description, or a bucket's, has none
+
+
+def _numbers(values: Any, meta: dict[str, Any]) -> bool:
+    """Whether ``values`` are one finite number per channel."""
+    return len(values) == meta["in_chans"] and all(type(v) in (int, float) and np.isfinite(v) for v in values)
+
+
+#: Each field of vitlit's description, and what ``prepare`` writes in it (given the description: the channels).
+_DESCRIBED = {
+    "class_names": lambda v, m: type(v) is list and v and all(isinstance(n, str) for n in v),
+    "in_chans": lambda v, m: type(v) is int and v in PIL_MODES,
+    "format": lambda v, m: v in ("raw", "encoded"),
+    "size": lambda v, m: positive(v),
+    "mean": _numbers,
+    "std": lambda v, m: _numbers(v, m) and all(s > 0 for s in v),  # images are divided by it
+    "splits": lambda v, m: type(v) is dict and "train" in v and all(k in SPLITS and positive(n) for k, n in v.items()),
+    "indexes": lambda v, m: type(v) is dict and all(k in m["splits"] and isinstance(h, str) for k, h in v.items()),
+}
 
 
 class Sample:
@@ -176,19 +399,32 @@ class Sample:
         decode: The per-image geometry (`vitlit.data.pipeline.Decode`) of encoded images; ``None`` for raw ones.
         where: The split, to name in messages.
         classes: The number of classes the description names: a label past them is refused, naming its sample.
+        shape: The shape of a raw image as the description names it (channels, size, size): an item whose header
+            says another (the same bytes as 3 x 16 x 64) is refused, naming it, not stacked into a batch.
     """
 
-    def __init__(self, decode: Decode | None, where: str, classes: int) -> None:
-        self.decode, self.where, self.classes = decode, where, classes
+    def __init__(self, decode: Decode | None, where: str, classes: int, shape: tuple[int, ...]) -> None:
+        self.decode, self.where, self.classes, self.shape = decode, where, classes, shape
 
     def __call__(self, sample: dict[str, Any]) -> tuple[torch.Tensor, int]:
-        label = int(sample["label"])
-        if not 0 <= label < self.classes:  # the loss's "target out of bounds" traceback, a step later
-            raise ConfigError(f"{self.where} sample {sample['index']}: label {label} is none of the {self.classes} "
-                              f"classes the data set's description names; prepare the data set again.")  # fmt: skip
+        label, image = sample["label"], sample["image"]
+        if not isinstance(label, (int, np.integer)) or isinstance(label, bool) or not 0 <= label < self.classes:
+            # the loss's "target out of bounds" traceback, a step later
+            raise ConfigError(f"{self.where} sample {sample['index']}: label {short(label)} is none of the "
+                              f"{self.classes} classes the data set's description names; prepare the data set "
+                              f"again.")  # fmt: skip
+        label = int(label)
         if self.decode is None:
-            return torch.from_numpy(np.ascontiguousarray(sample["image"])), label
-        data = bytes(sample["image"])
+            if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.shape != self.shape:
+                found = f"{image.dtype} of shape {image.shape}" if isinstance(image, np.ndarray) else short(image)
+                raise ConfigError(f"{self.where} sample {sample['index']}: the image is {found}, not the uint8 "
+                                  f"{self.shape} of the data set's description; prepare the data set "
+                                  f"again.")  # fmt: skip
+            return torch.from_numpy(np.ascontiguousarray(image)), label
+        if not isinstance(image, (bytes, bytearray, memoryview)):
+            raise ConfigError(f"{self.where} sample {sample['index']}: the image is {short(image)}, not an image "
+                              f"file's bytes; prepare the data set again.")  # fmt: skip
+        data = bytes(image)
         try:
             problem = image_problem(data)
             if problem is not None:
@@ -258,9 +494,11 @@ class StreamingDataModule(ImageClassificationDataModule):
                               f"module has it.")  # fmt: skip
         raw, where = self.meta["format"] == "raw", f"{self.input_dir}/{split}"
         decode = None if raw else Decode(self.in_chans, self.stored_size(train), self.interpolation)  # as in memory
+        shape = (self.in_chans, self.meta["size"], self.meta["size"])
         return stream(
-            where, cache_dir=self.cache_dir, max_cache_size=self.max_cache_size, shuffle=train, drop_last=train,
-            seed=self.run_seed(), transform=Sample(decode, where, len(self.meta["class_names"])),
+            where, split_item(self.meta["format"]), self.meta["splits"][split], cache_dir=self.cache_dir,
+            max_cache_size=self.max_cache_size, shuffle=train, drop_last=train, seed=self.run_seed(),
+            transform=Sample(decode, where, len(self.meta["class_names"]), shape),
         )  # fmt: skip
 
     def setup(self, stage: str) -> None:
