@@ -28,6 +28,15 @@ MAX_STEP = {"files": 5, "functions": 20}
 #: The modules a default digits fit loads; the lines they hold are a ceiling, not a target (issue 74).
 MAX_DEFAULT_RUN_MODULES = 22
 MAX_DEFAULT_RUN_LINES = 2400
+#: The core's layers, top to bottom: a module imports its own layer or lower ones, never a higher one (the parts,
+#: which import only the core, have their own test). A prefix names a package's modules.
+LAYERS = (
+    ("vitlit.__main__", "vitlit.cli", "vitlit.run_tool"),  # the command line
+    ("vitlit.checks", "vitlit.run_dir", "vitlit.exits", "vitlit.runtime", "vitlit.services", "vitlit.trained"),  # a run
+    ("vitlit.model", "vitlit.optim", "vitlit.checkpoints", "vitlit.pretrained", "vitlit.data"),  # model and data
+    ("vitlit.text", "vitlit.errors", "vitlit.types", "vitlit.private", "vitlit.streams", "vitlit.config",
+     "vitlit.atomic", "vitlit.owned", "vitlit.hub", "vitlit"),  # what every layer shares
+)  # fmt: skip
 #: Imports of vitlit's own modules inside a function: a tool's subcommand, or a module only some runs load because a
 #: library does (the lazy names of the package), each named here with why. Every other import is at the top.
 IMPORTS_INSIDE_FUNCTIONS = {
@@ -96,6 +105,20 @@ def test_no_import_cycle_counting_imports_inside_functions(tmp_path: Path) -> No
         (planted / name).write_text(text)
     assert main_path.cycles(main_path.imports(planted)) == [["vitlit.a", "vitlit.sub.b"]]
     assert main_path.cycles(main_path.imports()) == []
+
+
+def _layer(module: str) -> int | None:
+    found = [i for i, names in enumerate(LAYERS) for name in names
+             if module == name or (name != "vitlit" and module.startswith(f"{name}."))]  # fmt: skip
+    return max(found, default=None)
+
+
+def test_no_core_module_imports_a_higher_layer() -> None:
+    graph = main_path.imports()
+    core = {module for module in graph if _part(module) == "core"}
+    assert not [module for module in core if _layer(module) is None], "a new core module: give it a layer"
+    upward = sorted((m, t) for m in core for t in graph[m] if t in core and _layer(t) < _layer(m))
+    assert not upward, upward
 
 
 def test_imports_inside_functions_are_for_tools_and_optional_dependencies_only() -> None:

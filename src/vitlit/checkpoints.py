@@ -23,7 +23,6 @@ import yaml
 from torch import nn
 
 from vitlit.errors import ConfigError
-from vitlit.run_dir import run_of_checkpoint
 from vitlit.text import say, shown
 
 # What torch.load raises on a truncated, foreign or tampered-with file.
@@ -172,6 +171,13 @@ def check_fits(model: Any, checkpoint: dict[str, Any], options: str | None = Non
             f"the checkpoint's optimizer state has no {', '.join(missing)}, which {type(probe).__name__} needs: "
             f"it was trained with another optimizer; {fix}"
         )
+
+
+def run_of_checkpoint(ckpt: Path) -> Path | None:
+    """The run folder a checkpoint belongs to (``<run>/checkpoints/<file>.ckpt``), or ``None`` for a loose file."""
+    run = ckpt.parent.parent
+    saved = (run / "config.yaml").is_file() or (run / "hparams.yaml").is_file()
+    return run if ckpt.parent.name == "checkpoints" and saved else None
 
 
 def start_from(

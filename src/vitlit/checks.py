@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import BatchSizeFinder
 
+from vitlit.data.pipeline import free_memory
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.run_dir import check_writable_folder, written_folders
 from vitlit.text import shown
@@ -128,20 +128,6 @@ def check_callbacks(callbacks: Sequence[Callback]) -> None:
 #: Activations a transformer block keeps per token and channel for its backward pass, at least: the inputs and
 #: outputs of its two norms, q/k/v, the attention's output, its projection, and the MLP's two 4x-wide tensors.
 SAVED_PER_TOKEN_CHANNEL = 12
-
-
-def free_memory(device: torch.device) -> int | None:
-    """Bytes free on ``device``: CUDA's own count, or the host's available memory (Linux); ``None`` where unknown."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    if device.type != "cpu" or not sys.platform.startswith("linux"):
-        return None
-    try:
-        with open("/proc/meminfo") as f:
-            fields = dict(line.split(":", 1) for line in f)
-        return int(fields["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return None
 
 
 def activation_bytes(net: Any, batch_size: int, training: bool, precision: str, checkpointing: bool) -> int | None:

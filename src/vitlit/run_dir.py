@@ -161,13 +161,6 @@ def placement(
     return save_dir, name, None, None, None
 
 
-def run_of_checkpoint(ckpt: Path) -> Path | None:
-    """The run folder a checkpoint belongs to (``<run>/checkpoints/<file>.ckpt``), or ``None`` for a loose file."""
-    run = ckpt.parent.parent
-    saved = (run / "config.yaml").is_file() or (run / "hparams.yaml").is_file()
-    return run if ckpt.parent.name == "checkpoints" and saved else None
-
-
 def checkpoint_step(path: Path) -> int:
     """The optimizer step a checkpoint was saved at (-1 if unknown); memory-mapped, its tensors are not read."""
     try:

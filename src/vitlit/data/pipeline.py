@@ -34,6 +34,7 @@ Two halves, in the order a batch meets them:
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -47,7 +48,6 @@ from torchvision.ops import roi_align
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2.functional import center_crop, normalize, pil_to_tensor, resize, to_dtype
 
-from vitlit.checks import free_memory
 from vitlit.data.images import PIL_MODES
 from vitlit.errors import ConfigError
 
@@ -162,6 +162,20 @@ def in_memory(
         images, targets = images[index], torch.as_tensor(targets, dtype=torch.long)[index]
     # Channels first in memory too (an array taken as it is may be channels last): every batch op runs faster so.
     return InMemory(images.to(device).contiguous(), targets.to(device))
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes free on ``device``: CUDA's own count, or the host's available memory (Linux); ``None`` where unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu" or not sys.platform.startswith("linux"):
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 def keep_in_memory(

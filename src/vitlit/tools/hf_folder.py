@@ -21,10 +21,11 @@ import torch
 from timm.models import save_for_hf  # timm's own writer of hub folders (push_to_hf_hub's too)
 
 from vitlit.atomic import umask
+from vitlit.checkpoints import run_of_checkpoint
 from vitlit.data.images import PIL_MODES
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.owned import check_replaceable, staged_folder, write_manifest
-from vitlit.run_dir import check_writable_folder, run_of_checkpoint
+from vitlit.run_dir import check_writable_folder
 from vitlit.text import markdown, shown
 from vitlit.trained import PREPROCESS, ModelCard
 
