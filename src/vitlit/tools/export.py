@@ -32,7 +32,8 @@ from torch import nn
 from vitlit.atomic import replacing, write_atomically
 from vitlit.data.images import image_files, image_problem
 from vitlit.errors import CheckFailed, ConfigError
-from vitlit.text import say
+from vitlit.run_dir import check_writable_folder
+from vitlit.text import say, shown
 from vitlit.trained import PREPROCESS, ModelCard, load_classifier
 
 Format = Literal["onnx", "int8", "pt2", "timm"]
@@ -42,6 +43,8 @@ TOLERANCE = 1e-3
 #: Measured 1.0 on the digits model's 8-image batches, random and real, 3 seeds (RESULTS.md); a quarter may flip
 #: where random pixels leave two classes nearly tied.
 MIN_INT8_AGREEMENT = 0.75
+#: The name each file format ends in: what ONNX Runtime's and torch.export's users (and torch.export.load) expect.
+SUFFIX = {"onnx": ".onnx", "int8": ".onnx", "pt2": ".pt2"}
 
 
 def sample_batch(card: ModelCard, images: Path | None, n: int = 8) -> torch.Tensor:
@@ -109,12 +112,15 @@ def _run_onnx(path: Path, batch: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(session.run(None, {"images": batch.numpy()})[0])
 
 
-def check_output(output: Path, ckpt_path: Path, overwrite: bool) -> None:
+def check_output(output: Path, ckpt_path: Path, overwrite: bool, format: Format = "onnx") -> None:
     """Refuse an output that would destroy a file or cannot be written, before anything is read or exported.
 
+    A missing folder is left for `export` to create once everything is checked, as ``prepare --output`` does.
+
     Raises:
-        ConfigError: For an output (or its ``.json`` sidecar) that is the checkpoint itself (also through a link),
-            a folder, an existing file without ``overwrite``, or a path in a missing or read-only folder.
+        ConfigError: For an output whose name does not end as ``format``'s files do, an output (or its ``.json``
+            sidecar) that is the checkpoint itself (also through a link), a folder, an existing file without
+            ``overwrite``, or a path in a folder that cannot be created or written to.
     """
     sidecar = Path(f"{output}.json")
     for path in (output, sidecar):
@@ -124,10 +130,16 @@ def check_output(output: Path, ckpt_path: Path, overwrite: bool) -> None:
             raise ConfigError(f"output={path} is a folder; give a file name inside it, e.g. {path / 'vit.onnx'}.")
         if path.exists() and not path.is_file():
             raise ConfigError(f"output={path} exists and is not a regular file (a device, a pipe); choose a file name.")
+    suffix = SUFFIX[format]
+    if output.suffix != suffix:  # a pt2 archive named .onnx would be opened by ONNX Runtime, and fail there
+        named = " or ".join(f for f, s in SUFFIX.items() if s == output.suffix)
+        other = f" or pass --format {named}" if named else ""
+        raise ConfigError(f"output={shown(output)} does not end in {suffix}, as --format {format} files do; name it "
+                          f"{shown(output.with_suffix(suffix).name)}{other}.")  # fmt: skip
     folder = output.parent
-    if not folder.is_dir():
-        raise ConfigError(f"output={output}: the folder {folder} does not exist; create it or choose another.")
-    if not os.access(folder, os.W_OK | os.X_OK) or not _can_create_in(folder):
+    if not folder.is_dir():  # a folder to create: its nearest existing part a writable folder, no dangling link
+        check_writable_folder(folder, "--output")
+    elif not os.access(folder, os.W_OK | os.X_OK) or not _can_create_in(folder):
         raise ConfigError(f"output={output}: the folder {folder} is not writable; choose a folder you can write to.")
     existing = [str(p) for p in (output, sidecar) if p.exists() or p.is_symlink()]
     if existing and not overwrite:
@@ -187,9 +199,9 @@ def export(
 
     Args:
         ckpt_path: A checkpoint written by ``vitlit fit`` (``<run>/checkpoints/*.ckpt``).
-        output: The file to write (``.onnx`` for onnx and int8, ``.pt2`` for pt2); ``<output>.json`` is written
-            beside it with the class names and the input transform. Never the checkpoint itself. For ``timm``: a
-            new folder.
+        output: The file to write (``.onnx`` for onnx and int8, ``.pt2`` for pt2; a missing folder is created);
+            ``<output>.json`` is written beside it with the class names and the input transform. Never the
+            checkpoint itself. For ``timm``: a new folder.
         format: ``onnx`` (fp32), ``int8`` (ONNX with int8 matrix products, for CPUs), ``pt2`` (torch.export) or
             ``timm`` (a timm / Hugging Face folder with a model card).
         images: A folder of images to check the export on; without it, a batch of random pixels.
@@ -212,7 +224,7 @@ def export(
 
         check_folder_output(output, Path(ckpt_path), overwrite, "other" if license is None else license)
     else:
-        check_output(output, Path(ckpt_path).expanduser(), overwrite)
+        check_output(output, Path(ckpt_path).expanduser(), overwrite, format)
     if format not in ("pt2", "timm"):
         check_opset(opset)
     net, card = load_classifier(ckpt_path, weights_only)
@@ -228,19 +240,24 @@ def export(
     if format == "timm":
         from vitlit.tools.hf_folder import write_timm_folder
 
+        output.parent.mkdir(parents=True, exist_ok=True)  # checked: a missing folder is created, as by prepare
         report |= write_timm_folder(net, card, batch, output, Path(ckpt_path), license or "other", TOLERANCE)
         say(f"vitlit: wrote {output}/ ({', '.join(report['files'])}; {report['bytes'] / 2**20:.1f} MiB); timm's "
               f"model from it against the checkpoint on {len(batch)} images: max |logit difference| "
               f"{report['max_abs_diff']:.2e}")  # fmt: skip
         return report
+    output.parent.mkdir(parents=True, exist_ok=True)  # checked: a missing folder is created, as by prepare
     with replacing(output) as staged:
         if format == "pt2":
             # Traced on two images at least: torch.export specialises a batch dimension of 1 to a constant.
             example = batch if len(batch) > 1 else batch.repeat(2, 1, 1, 1)
             program = torch.export.export(net, (example,), dynamic_shapes=({0: torch.export.Dim("batch", min=1)},))
-            torch.export.save(program, str(staged))
-            with torch.no_grad():
-                got = torch.export.load(str(staged)).module()(batch)
+            # Through open files: given a path, torch logs a warning for each name not ending in .pt2, as the staged
+            # file's temporary name does.
+            with staged.open("wb") as f:
+                torch.export.save(program, f)
+            with staged.open("rb") as f, torch.no_grad():
+                got = torch.export.load(f).module()(batch)
         elif format == "onnx":
             export_onnx(net, batch, staged, opset)
             _with_metadata(staged, card)
