@@ -18,7 +18,7 @@ import time
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
-from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import RichProgressBar, Timer, TQDMProgressBar
 
 from vitlit.streams import stream_gone
 from vitlit.text import say
@@ -29,7 +29,8 @@ class EpochLines(LightningProgressBar):
 
     The values are the last logged training loss and the epoch's validation metrics (``val/acc``, ``val/loss``);
     the time per epoch is the mean since the fit (or the resume) started, and the ETA assumes it for the epochs left
-    to ``--trainer.max_epochs``. Printed by the main process only.
+    to ``--trainer.max_epochs``, or is what is left of ``--trainer.max_time`` where that ends the run first.
+    Printed by the main process only.
     """
 
     def __init__(self) -> None:
@@ -78,8 +79,10 @@ def epoch_line(trainer: Trainer, seconds: float, epochs_timed: int) -> str:
     parts += [f"{name} {float(metrics[name]):.4f}" for name in ("train/loss", "val/loss", "val/acc") if name in metrics]
     per_epoch = seconds / max(epochs_timed, 1)
     parts.append(f"{per_epoch:.1f} s/epoch")
-    if total and total > epoch:
-        parts.append(f"ETA {per_epoch * (total - epoch):.0f} s")
+    left = [per_epoch * (total - epoch)] if total and total > 0 else []  # and --trainer.max_time's Timer, if any:
+    left += [max(t, 0.0) for c in trainer.callbacks if isinstance(c, Timer) and (t := c.time_remaining()) is not None]
+    if left and min(left) > 0:  # whichever ends the run first
+        parts.append(f"ETA {min(left):.0f} s")
     return "  ".join(parts)
 
 

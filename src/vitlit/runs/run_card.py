@@ -13,7 +13,10 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
+import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,8 +32,8 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 import vitlit
 from vitlit.atomic import write_atomically
-from vitlit.run_dir import saved_config
 from vitlit.optim import planned_steps, schedule_of
+from vitlit.run_dir import saved_config
 from vitlit.streams import tell
 from vitlit.text import markdown, redacted
 
@@ -189,18 +192,35 @@ def summary(card: dict[str, Any], trainer: Trainer) -> list[str]:
         lines.append(f"  last        {_short(last)}")
     from vitlit.cli import TOOLS  # the subcommands this copy of vitlit has (a fork may have deleted tools/)
 
-    config = f"--config {_short(saved_config(trainer, run))} --ckpt_path {_short(pick)}"
+    saved = saved_config(trainer, run)
+    config = f"--config {_short(saved)} --ckpt_path {_short(pick)}"
 
     export = f"python -m vitlit export --ckpt_path {_short(pick)} --output {_short(run / 'model.onnx')}"
     commands = [export] if "export" in TOOLS else []
     if getattr(trainer.datamodule, "has_test_split", True):  # test and predict need one (predict: or a folder)
-        commands[:0] = [f"python -m vitlit test {config}", f"python -m vitlit predict {config}"]
+        env = _pythonpath(saved.read_text(encoding="utf-8") if saved.is_file() else "")
+        commands[:0] = [f"{env}python -m vitlit test {config}", f"{env}python -m vitlit predict {config}"]
     chance = _near_chance(card, trainer)
     if chance:  # no test, predict or export commands for a model that learned nothing
         lines.append(f"  {'warning':<10}  {chance}")
     elif pick:
         lines += [f"  {'next' if i == 0 else '':<10}  {c}" for i, c in enumerate(commands)]
     return lines
+
+
+def _pythonpath(config: str) -> str:
+    """``PYTHONPATH=<folders> `` where a class ``config`` names was imported from a folder a new shell does not search.
+
+    Such a folder (a fork's module beside the command, or in a folder of ``PYTHONPATH``) is on ``sys.path`` through
+    ``PYTHONPATH`` or as the script's or current folder, its first entry; those of installed packages (site-packages,
+    an editable install's) are on every Python's. Without it, the commands fail with "No module named ...".
+    """
+    given = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    lasting = {os.path.abspath(p) for p in sys.path[1:] if p} - given
+    tops = [sys.modules.get(name.split(".")[0]) for name in re.findall(r"class_path: ['\"]?([\w.]+)", config)]
+    where = [(list(getattr(m, "__path__", None) or []) or [getattr(m, "__file__", None)])[0] for m in tops]  # package
+    needed = [f for f in dict.fromkeys(os.path.dirname(os.path.abspath(w)) for w in where if w) if f not in lasting]
+    return f"PYTHONPATH={shlex.quote(os.pathsep.join(map(_short, needed)))} " if needed else ""
 
 
 def _near_chance(card: dict[str, Any], trainer: Trainer) -> str | None:
