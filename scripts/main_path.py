@@ -8,6 +8,7 @@ wherever it is called from; module bodies (imports) and comprehensions do not co
 
     python scripts/main_path.py           # the two windows, file by file, in the order they were first called
     python scripts/main_path.py --json    # the same as JSON: {"start": {file: [functions]}, "step": {...}}
+    python scripts/main_path.py --tour    # the tour in CONTRIBUTING.md (tests/test_layout.py keeps the two equal)
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ def profile(args: list[str]) -> dict[str, dict[str, list[str]]]:
     """Run ``vitlit.cli.main(args)`` in this process; return each window's functions by file, in call order."""
     import vitlit
     from vitlit.cli import main
+    from vitlit.data.digits import complete_copy, default_digits_root, write_once
+
+    if not complete_copy(default_digits_root()):  # the first fit on a machine writes the digits: not the path
+        write_once(default_digits_root())
 
     package = str(Path(vitlit.__file__).parent) + os.sep
     windows: dict[str, dict[str, list[str]]] = {"start": {}, "step": {}}
@@ -52,8 +57,9 @@ def profile(args: list[str]) -> dict[str, dict[str, list[str]]]:
             return
         file = os.path.relpath(code.co_filename, package).replace(os.sep, "/")
         functions = windows[state["window"]].setdefault(file, [])
-        if code.co_qualname not in functions:
-            functions.append(code.co_qualname)
+        name = getattr(code, "co_qualname", code.co_name)  # Python 3.10 has no qualified names
+        if name not in functions:
+            functions.append(name)
 
     sys.setprofile(seen)
     try:
@@ -145,13 +151,29 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def tour(windows: dict[str, dict[str, list[str]]]) -> str:
+    """The two windows as Markdown: the start, file by file in the order a fit first calls them, then the step."""
+    lines = []
+    for name, title in (("start", "From `main` to the first training step"), ("step", "One training step")):
+        files, functions = counts(windows[name])
+        lines.append(f"{title} ({functions} functions in {files} files):")
+        lines.append("")
+        for file, called in windows[name].items():
+            lines.append(f"- `{file}`: {', '.join(f'`{f}`' for f in called)}")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
 def main() -> None:
-    """Print both windows, or their JSON (``--json``, with the fit's arguments after it)."""
+    """Print both windows, their tour (``--tour``), or their JSON (``--json``, with the fit's arguments after it)."""
     if sys.argv[1:2] == ["--json"]:
         windows = profile(sys.argv[2:])
         print("WINDOWS " + json.dumps(windows), flush=True)
         return
     windows = measure()
+    if sys.argv[1:2] == ["--tour"]:
+        print(tour(windows), end="")
+        return
     for name, title in (("start", "main -> the first training_step"), ("step", "one step (the next batch included)")):
         files, functions = counts(windows[name])
         print(f"{title}: {functions} functions in {files} files")

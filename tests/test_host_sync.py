@@ -10,8 +10,7 @@ from helpers.probes import HostReads
 from lightning.pytorch.callbacks import RichProgressBar
 
 from vitlit.runs import progress
-from vitlit.runs.bar import ProgressBar
-from vitlit.runs.progress import EpochLines
+from vitlit.runs.progress import EpochLines, ProgressBar
 
 
 @pytest.fixture(autouse=True)

@@ -86,9 +86,16 @@ def test_a_default_run_loads_what_the_shared_settings_name_within_the_bound(digi
                                            for m in listed if m.startswith("vitlit.")), module  # fmt: skip
 
 
-def test_the_path_from_main_to_a_training_step_is_short() -> None:
-    """Issue 74: a forker reads the functions a fit calls; the profile counts them (imports and comprehensions not)."""
+def test_the_path_from_main_to_a_training_step_is_short_and_the_tour_shows_it() -> None:
+    """Issue 74: a forker reads the functions a fit calls; the profile counts them (imports and comprehensions not).
+
+    CONTRIBUTING.md's tour is what ``python scripts/main_path.py --tour`` prints, between its two markers.
+    """
     windows = main_path.measure()
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    start, end = "<!-- tour: python scripts/main_path.py --tour -->\n", "<!-- end of tour -->"
+    assert start in text and end in text
+    assert text.split(start, 1)[1].split(end, 1)[0].strip() == main_path.tour(windows).strip()
     for window, bound in (("start", MAX_START), ("step", MAX_STEP)):
         files, functions = main_path.counts(windows[window])
         assert files <= bound["files"] and functions <= bound["functions"], (window, files, functions, windows[window])

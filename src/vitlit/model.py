@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import timm
@@ -113,9 +114,23 @@ class ViTClassifier(LightningModule):
             self.net.compile()
         self.criterion = loss if loss is not None else nn.CrossEntropyLoss(label_smoothing=label_smoothing or 0.0)
         if loss is not None:  # tried on what it will get (logits, class indices) before the run starts
-            from vitlit.preflight import check_loss  # runs with a loss of the user's only
-
-            check_loss(loss, num_classes, label_smoothing)
+            if label_smoothing:
+                raise ConfigError(
+                    f"label_smoothing={label_smoothing} is for the default cross-entropy, but loss is "
+                    f"{type(loss).__name__}; give the smoothing to that loss and pass --model.label_smoothing 0."
+                )
+            try:
+                with warnings.catch_warnings():  # MSELoss warns of broadcasting before it fails: the line below says it
+                    warnings.simplefilter("ignore")
+                    value = loss(torch.zeros(2, num_classes), torch.zeros(2, dtype=torch.long))
+                problem = None if value.numel() == 1 else f"it gives shape {tuple(value.shape)}, not one number"
+            except Exception as err:
+                problem = str(err).splitlines()[0][:120]
+            if problem:
+                raise ConfigError(
+                    f"loss {type(loss).__name__} does not fit logits of shape (batch, {num_classes}) and class indices "
+                    f"({problem}); use a classification loss such as torch.nn.CrossEntropyLoss."
+                )
         self.train_metrics = MetricCollection({"acc": self._accuracy(num_classes, top_k=1)}, prefix="train/")
         self.val_metrics = MetricCollection(self.evaluation_metrics(num_classes), prefix="val/")
         self.test_metrics = self.val_metrics.clone(prefix="test/")
@@ -207,7 +222,7 @@ class ViTClassifier(LightningModule):
         hard = targets.argmax(dim=-1) if targets.is_floating_point() else targets
         self.train_metrics.update(logits.detach(), hard)  # computed and logged once, at the epoch's end
         # Not prog_bar=True: Lightning would turn it into a number after every batch, a GPU sync per step;
-        # vitlit.runs.bar.ProgressBar shows it at the logging steps instead.
+        # vitlit.runs.progress.ProgressBar shows it at the logging steps instead.
         self.log("train/loss", loss, batch_size=len(images))
         return loss
 

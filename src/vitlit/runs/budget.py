@@ -15,8 +15,8 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import Timer
 
 from vitlit.errors import ConfigError
-from vitlit.runs.run_card import RunCard
 from vitlit.optim import schedule_of, total_steps
+from vitlit.runs.run_card import RunCard
 from vitlit.text import say
 from vitlit.types import Fraction, PositiveInt
 

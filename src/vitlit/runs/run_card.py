@@ -32,8 +32,10 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 import vitlit
 from vitlit.atomic import write_atomically
+from vitlit.cli import TOOLS
 from vitlit.optim import planned_steps, schedule_of
 from vitlit.run_dir import saved_config
+from vitlit.runtime import STOP
 from vitlit.streams import tell
 from vitlit.text import markdown, redacted
 
@@ -87,8 +89,6 @@ class RunCard(Callback):
         self.run_dir, self._started = Path(trainer.logger.log_dir), time.monotonic()
         earlier = {}
         if trainer.ckpt_path:  # a resume: its card goes on
-            from vitlit.runs.tested import read_card
-
             earlier = read_card(self.run_dir)
         self._wall_before = float(earlier.get("wall_seconds") or 0.0)
         batch = getattr(trainer.datamodule, "batch_size", 0) or 0
@@ -141,8 +141,6 @@ class RunCard(Callback):
         if self.card:
             self.card["exit_reason"] = type(exception).__name__
             if isinstance(exception, SIGTERMException):  # which one: a closed terminal leaves no line to read it in
-                from vitlit.runtime import STOP
-
                 self.card["signal"] = STOP.signal_name or "SIGTERM"
             self._write(trainer)
 
@@ -150,8 +148,6 @@ class RunCard(Callback):
     def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Put ``test/acc`` on the card of the run whose checkpoint was tested (``<run>/checkpoints/*.ckpt``)."""
         if trainer.ckpt_path and "test/acc" in trainer.callback_metrics:
-            from vitlit.runs.tested import record_test
-
             record_test(Path(trainer.ckpt_path), float(trainer.callback_metrics["test/acc"]))
 
     def _write(self, trainer: Trainer) -> None:
@@ -163,6 +159,25 @@ class RunCard(Callback):
         if device.type == "cuda":
             self.card["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
         write_card(self.run_dir, self.card)
+
+
+def read_card(run_dir: Path) -> dict[str, Any]:
+    """The card of the run in ``run_dir``, or ``{}`` if it has none (or an unreadable one)."""
+    try:
+        card = json.loads((run_dir / CARD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return card if isinstance(card, dict) else {}
+
+
+def record_test(ckpt: Path, test_acc: float) -> None:
+    """Put ``test_acc`` on the card of the run whose checkpoint ``ckpt`` was tested (where the run has a card)."""
+    run = ckpt.resolve().parent.parent
+    card = read_card(run)
+    if card:
+        card["test_acc"], card["test_checkpoint"] = test_acc, ckpt.name  # the last tested; each one's below
+        card.setdefault("test_acc_by_checkpoint", {})[ckpt.name] = test_acc
+        write_card(run, card)
 
 
 def _device(trainer: Trainer) -> str:
@@ -190,8 +205,6 @@ def summary(card: dict[str, Any], trainer: Trainer) -> list[str]:
         lines.append(f"  best        {_short(best)} (epoch {card.get('best_epoch')}{score})")
     if last.is_file():
         lines.append(f"  last        {_short(last)}")
-    from vitlit.cli import TOOLS  # the subcommands this copy of vitlit has (a fork may have deleted tools/)
-
     saved = saved_config(trainer, run)
     config = f"--config {_short(saved)} --ckpt_path {_short(pick)}"
 
