@@ -264,3 +264,63 @@ def test_many_rows_are_announced_and_checked_in_linear_work(
     said_with(capsys.readouterr().out, "Many", "4,000 rows")
     assert len(resolved) <= 1 + 10 + 1  # the root, each folder once, the link: not once per row
     assert large < 4.5 * small, (small, large)  # four times the rows, four times the work
+
+
+# -- class 4: -1, the Hugging Face hub's mark of an unlabelled row, is no class in any label column
+
+
+def _hub_set(folder: Path, train: list[Any], test: list[Any] | None = None, kind: str = "int") -> str:
+    """A save_to_disk data set of digit images whose label column (``int``, ``classlabel`` or ``string``) holds
+    ``train`` (and a test split holding ``test``)."""
+    datasets = pytest.importorskip("datasets")
+    from helpers.hf import digits_rows
+
+    images, _ = digits_rows(len(train) + len(test or []))
+    label = {"int": datasets.Value("int64"), "string": datasets.Value("string"),
+             "classlabel": datasets.ClassLabel(names=[f"digit {d}" for d in range(10)])}[kind]  # fmt: skip
+    features = datasets.Features({"image": datasets.Image(), "label": label})
+    splits = {"train": train, **({"test": test} if test is not None else {})}
+    datasets.DatasetDict({
+        split: datasets.Dataset.from_dict({"image": images[len(train) if split == "test" else 0:][: len(labels)],
+                                           "label": labels}, features=features)
+        for split, labels in splits.items()
+    }).save_to_disk(str(folder))  # fmt: skip
+    return str(folder)
+
+
+@pytest.mark.parametrize("kind", ["int", "classlabel"])
+def test_minus_one_in_training_is_no_class_in_either_label_column(kind: str, tmp_path: Path) -> None:
+    """Issue 73: a plain int column's -1 trained "-1" as a class, while a ClassLabel's -1 was refused."""
+    from vitlit.data.hf import HFDataModule
+
+    path = _hub_set(tmp_path / "hub", [d % 10 if d != 5 else -1 for d in range(40)], kind=kind)
+    with pytest.raises(ConfigError) as refusal:
+        _ = HFDataModule(path).class_names
+    carries(str(refusal.value), f"{path} train row 5", "no label (-1)")
+
+
+def test_an_unlabelled_test_split_leaves_fit_alone_and_test_names_predict(tmp_path: Path) -> None:
+    """Issue 73: an unlabelled test split (all -1) blocked fit, which never reads it, and named no way out."""
+    from vitlit.data.hf import HFDataModule
+    from vitlit.runs.prediction_table import _true_labels
+
+    path = _hub_set(tmp_path / "hub", [d % 10 for d in range(40)], [-1] * 12)
+    data = HFDataModule(path, val_size=8, num_workers=0)
+    assert data.class_names == [str(d) for d in range(10)]
+    data.setup("fit")  # what fit reads: training and validation
+    assert len(data.train_set) == 32 and len(data.val_set) == 8
+    with pytest.raises(ConfigError) as refusal:
+        data.setup("test")
+    carries(str(refusal.value), "test split has no labels", "12", "predict")
+    data.setup("predict")  # predict classifies it, without a label column
+    assert len(data.predict_set) == 12 and _true_labels(data) is None
+
+
+def test_hugging_face_text_labels_follow_the_tables_rule(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 73: one rule for labels in every format: "3 " is "3", and integers as text sort as numbers."""
+    from vitlit.data.hf import HFDataModule
+
+    path = _hub_set(tmp_path / "hub", ["3", "3 ", "10", "2", " 10"] * 8, kind="string")
+    with caplog.at_level("INFO"):
+        assert HFDataModule(path).class_names == ["2", "3", "10"]
+    said_with(caplog.text, "3 labels", "'label'", "numeric order", "2, 3, 10")

@@ -23,7 +23,7 @@ from torch.utils.data import Dataset
 
 from vitlit.data.images import PIL_MODES, image_problem, open_image, refuse_unlisted
 from vitlit.data.paths import inside
-from vitlit.data.table import ItemTableDataModule, Scan
+from vitlit.data.table import ItemTableDataModule, Scan, class_order, label_name
 from vitlit.errors import ConfigError
 from vitlit.hub import hub_unreachable
 from vitlit.text import shown
@@ -244,9 +244,10 @@ class HFDataModule(ItemTableDataModule):
     The data set's own splits are used by their usual names (``train``; ``validation``, ``valid``, ``val`` or
     ``dev``; ``test``); a missing validation split is carved from training (``val_size``), a missing test split is
     held out of it (``test_size``), both seeded, and said in one line. Class names come from a ``ClassLabel`` label
-    column; labels that are strings become classes in sorted order, integers without names their own numbers (said
-    in one line); anything else is refused. Every row's image is checked before training, as image folders are
-    (``bad_images``).
+    column; labels that are strings or integers become classes by the item table's rule (`class_order`: sorted, as
+    numbers where all are integers, said in one line); anything else is refused. -1, the hub's mark of an unlabelled
+    row, is no class in either: training and validation refuse it, ``test`` refuses a test split of it, ``predict``
+    classifies one. Every row's image is checked before training, as image folders are (``bad_images``).
 
     Args:
         path: A folder written by ``save_to_disk``; Parquet files (a folder of ``*.parquet``, whose file names
@@ -302,7 +303,7 @@ class HFDataModule(ItemTableDataModule):
         rank_zero_info(f"vitlit: {self.path}: images from column {self.image_column!r}, labels from column "
                        f"{self.label_column!r} ({len(classes)} classes)")  # fmt: skip
         targets = {role: self._labels(role, classes) for role in self._tables}
-        if len(set(targets["train"])) < 2:  # ClassLabel names many, but the rows hold one
+        if len(set(targets["train"])) < 2 and -1 not in targets["train"]:  # ClassLabel names many, the rows one
             raise ConfigError(f"{self.path}: every training row has the label {classes[targets['train'][0]]!r}; a "
                               f"classifier needs rows of at least 2 of its {len(classes)} classes.")  # fmt: skip
         mode = PIL_MODES[self.in_chans]
@@ -352,37 +353,54 @@ class HFDataModule(ItemTableDataModule):
         return tables
 
     def _classes_of(self, train: Any) -> tuple[list[str], dict[Any, int]]:
-        """The class names, and each label value's class index."""
+        """The class names, and each label value's class index; -1, the hub's mark of an unlabelled row, stays -1.
+
+        Labels that are strings or integers become classes by the item table's rule (`class_order`: whitespace
+        around them dropped, sorted, as numbers where all are integers), said in one line.
+        """
         datasets = _datasets()
         feature = train.features[self.label_column]
         if isinstance(feature, datasets.ClassLabel):
-            return list(feature.names), {i: i for i in range(feature.num_classes)}
+            return list(feature.names), {i: i for i in range(feature.num_classes)} | {-1: -1}
         dtype = getattr(feature, "dtype", None)
-        labels = train[self.label_column]
-        if None in labels:  # a missing label: named, not sorted against the others
-            raise ConfigError(f"{self.path} train row {labels.index(None)}: the label is missing (None); give "
-                              f"every row a label.")  # fmt: skip
-        values = sorted(set(labels))
         if dtype == "string" or (dtype or "").startswith(("int", "uint")):
-            names = [str(v) for v in values]
-            shown = ", ".join(names[:10]) + (" ..." if len(names) > 10 else "")
-            rank_zero_info(f"vitlit: {self.path}: the {len(names)} labels of column {self.label_column!r} are the "
-                           f"classes, in sorted order: {shown}")  # fmt: skip
-            if len(names) < 2:
-                raise ConfigError(f"{self.path} has {len(names)} label(s) in its training rows; a classifier needs 2.")
-            return names, {v: i for i, v in enumerate(values)}
+            labels = train[self.label_column]
+            names = {value: self._name(value, "train", labels) for value in set(labels) if value != -1}
+            where = f"{self.path} column {self.label_column!r}"
+            classes = class_order(names.values(), where, said=True)
+            if len(classes) < 2:
+                unlabelled = " besides -1 (unlabelled)" if -1 in labels else ""
+                raise ConfigError(f"{self.path} has {len(classes)} label(s) in its training rows{unlabelled}; a "
+                                  f"classifier needs 2.")  # fmt: skip
+            index = {name: i for i, name in enumerate(classes)}
+            return classes, {value: index[name] for value, name in names.items()} | {-1: -1}
         raise ConfigError(f"{self.path}: the label column {self.label_column!r} holds {dtype or feature} values, "
                           f"not class labels (ClassLabel, strings or integers); name another with "
                           f"--data.label_column.")  # fmt: skip
 
+    def _name(self, value: Any, role: str, labels: list[Any]) -> str:
+        """A label value's class name (`label_name`); else refused, naming its first row."""
+        try:
+            return label_name(value)
+        except ValueError as err:
+            raise ConfigError(f"{self.path} {role} row {labels.index(value)}: {err}; give every row a "
+                              f"label.") from None  # fmt: skip
+
     def _labels(self, role: str, classes: list[str]) -> list[int]:
-        """The class index of every row of a split; a label training does not have is refused, naming its row."""
+        """The class index of every row of a split (-1: unlabelled); a label training does not have is refused."""
         labels = self._tables[role][self.label_column]
-        unknown = next(((row, v) for row, v in enumerate(labels) if v not in self._index), None)
+        named = {name: i for i, name in enumerate(classes)}
+        lookup = {}
+        for value in set(labels):  # each value once: a million rows hold a few labels
+            target = self._index.get(value)
+            if target is None and (value is None or isinstance(value, str)):  # "3 " is the class "3"
+                target = named.get(self._name(value, role, labels))
+            lookup[value] = target
+        unknown = next(((row, v) for row, v in enumerate(labels) if lookup[v] is None), None)
         if unknown is not None:
             raise ConfigError(f"{self.path} {role} row {unknown[0]}: label {unknown[1]!r} is none of the "
                               f"{len(classes)} classes of the training rows.")  # fmt: skip
-        return [self._index[v] for v in labels]
+        return [lookup[v] for v in labels]
 
     # -- the contract ----------------------------------------------------------------------------------------------
 

@@ -85,7 +85,10 @@ def _true_labels(data: object) -> list[int] | None:
     split = getattr(data, "predict_set", None)
     if not isinstance(data, ImageClassificationDataModule) or not hasattr(split, "indices"):  # a stream: no targets
         return None
-    return None if data.is_predict_folder(split.dataset) else data.targets(split)
+    if data.is_predict_folder(split.dataset):
+        return None
+    targets = data.targets(split)
+    return None if any(target < 0 for target in targets) else targets  # -1: a split without labels (predict reads it)
 
 
 def _class_names(trainer: Trainer, pl_module: LightningModule, n: int) -> list[str]:
