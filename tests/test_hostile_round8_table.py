@@ -324,3 +324,15 @@ def test_hugging_face_text_labels_follow_the_tables_rule(tmp_path: Path, caplog:
     with caplog.at_level("INFO"):
         assert HFDataModule(path).class_names == ["2", "3", "10"]
     said_with(caplog.text, "3 labels", "'label'", "numeric order", "2, 3, 10")
+
+
+def test_the_fork_guide_lists_every_rule_of_the_admission() -> None:
+    """Issue 73's acceptance: the guide's list of what the base class checks names each rule of this round."""
+    from helpers.cli import ROOT
+
+    guide = (ROOT / "docs" / "your-data.md").read_text(encoding="utf-8").split("## Fork it for your data")[1]
+    checks = guide[guide.index("what no format should repeat") : guide.index("Return a `Scan`")]
+    for rule in ("`val: []`", "listed once over all splits", "whitespace", "control character",
+                 "as numbers where every label is an integer", "`SystemExit`", "iterable of `(file, label)` pairs",
+                 "whether `scan()` returns a dict or a `Scan`", "1,000,000 rows"):  # fmt: skip
+        assert rule in checks, rule
