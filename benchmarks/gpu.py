@@ -34,7 +34,7 @@ from torch.utils.data import Dataset
 from vitlit.data import ImageClassificationDataModule
 from vitlit.model import ViTClassifier
 from vitlit.optim import WarmupCosineLR
-from vitlit.runs.flops import COMPUTE_DTYPE, available_flops, flops_per_image
+from vitlit.runs.monitor import COMPUTE_DTYPE, available_flops, flops_per_image
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 

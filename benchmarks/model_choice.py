@@ -20,7 +20,7 @@ import timm
 import torch
 
 from vitlit.model import ViTClassifier
-from vitlit.runs.flops import flops_per_image
+from vitlit.runs.monitor import flops_per_image
 
 #: (timm model, image size, patch size): the recipes' choices and their neighbours.
 CHOICES = [

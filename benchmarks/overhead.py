@@ -31,8 +31,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from vitlit.model import ViTClassifier
 from vitlit.optim import WarmupCosineLR, param_groups
-from vitlit.runs.flops import COMPUTE_DTYPE
-from vitlit.runs.monitor import SpeedMonitor
+from vitlit.runs.monitor import COMPUTE_DTYPE, SpeedMonitor
 from vitlit.runs.nonfinite import NonFiniteGuard
 
 

@@ -71,6 +71,7 @@ MOVED = {
     "vitlit.runs.interrupts.ResumableStop": None,
     "vitlit.runs.callbacks.LogEveryEpoch": None,
     "vitlit.fast.batch_augment.BatchAugment": "vitlit.regularize.batch_augment.BatchAugment",
+    "vitlit.runs.bar.ProgressBar": "vitlit.runs.progress.ProgressBar",  # 0.6: Rich's bar beside the epoch lines
 }
 DEFAULTS = Path(__file__).resolve().parents[1] / "src" / "vitlit" / "defaults.yaml"
 #: 0.5's ``data.on_device`` -> 0.6's ``data.source``.

@@ -23,8 +23,7 @@ from helpers.counting import Kernels, calls_to, python_calls
 
 from vitlit.data.pipeline import InMemory
 from vitlit.model import ViTClassifier
-from vitlit.runs.flops import flops_per_image
-from vitlit.runs.monitor import SpeedMonitor
+from vitlit.runs.monitor import SpeedMonitor, flops_per_image
 from vitlit.runs.nonfinite import NonFiniteGuard
 
 

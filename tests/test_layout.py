@@ -31,8 +31,8 @@ MAX_DEFAULT_RUN_LINES = 2400
 #: The core's layers, top to bottom: a module imports its own layer or lower ones, never a higher one (the parts,
 #: which import only the core, have their own test). A prefix names a package's modules.
 LAYERS = (
-    ("vitlit.__main__", "vitlit.cli", "vitlit.run_tool"),  # the command line
-    ("vitlit.checks", "vitlit.run_dir", "vitlit.exits", "vitlit.runtime", "vitlit.services", "vitlit.trained"),  # a run
+    ("vitlit.__main__", "vitlit.cli"),  # the command line
+    ("vitlit.checks", "vitlit.run_dir", "vitlit.exits", "vitlit.runtime", "vitlit.trained"),  # a run
     ("vitlit.model", "vitlit.optim", "vitlit.checkpoints", "vitlit.pretrained", "vitlit.data"),  # model and data
     ("vitlit.text", "vitlit.errors", "vitlit.types", "vitlit.private", "vitlit.streams", "vitlit.config",
      "vitlit.atomic", "vitlit.owned", "vitlit.hub", "vitlit"),  # what every layer shares

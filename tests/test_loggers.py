@@ -111,7 +111,7 @@ def test_every_service_waits_seconds_not_minutes_unless_the_user_says(monkeypatc
     """Issue 46, class 9: an unreachable W&B took 124 s (the bounds covered MLflow only)."""
     from types import SimpleNamespace
 
-    from vitlit.services import reach_loggers
+    from vitlit.checks import reach_loggers
 
     for name in ("MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "WANDB_INIT_TIMEOUT"):
         monkeypatch.delenv(name, raising=False)

@@ -12,8 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from vitlit.model import ViTClassifier, clip_true_gradients
 from vitlit.runs.curves import read_scalars
-from vitlit.runs.flops import available_flops, flops_per_image
-from vitlit.runs.monitor import SpeedMonitor
+from vitlit.runs.monitor import SpeedMonitor, available_flops, flops_per_image
 
 
 def test_flops_per_image_is_three_forward_passes_of_the_published_count() -> None:

@@ -12,21 +12,25 @@ before the run starts, and a stopped fit's last line with the command that resum
 from __future__ import annotations
 
 import contextlib
+import importlib
+import inspect
+import re
 import sys
 from collections.abc import Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, NoReturn
 
+from jsonargparse import ArgumentParser
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit import __version__
 from vitlit import config as cfg
-from vitlit.checks import check_activations, check_callbacks, check_metrics, check_run
+from vitlit.checks import check_activations, check_callbacks, check_metrics, check_run, reach_loggers
 from vitlit.data import ImageClassificationDataModule
-from vitlit.errors import TrainingHalted
+from vitlit.errors import ConfigError, TrainingHalted
 from vitlit.exits import ended, one_line_error, parser_error, refused_arguments, refused_run, stop
 from vitlit.run_dir import Placed, place_run, unlock
 from vitlit.runtime import interrupts_stop_the_fit, quiet
@@ -169,8 +173,6 @@ class VitLitCLI(LightningCLI):
         self.config_init[subcommand]["ckpt_path"] = None if ckpt is None else str(ckpt)  # what the run loads
         check_activations(model, self.datamodule, trainer, subcommand)
         if any(type(logger).__name__ not in ("TensorBoardLogger", "CSVLogger") for logger in trainer.loggers):
-            from vitlit.services import reach_loggers  # MLflow, W&B: runs that log to a service only
-
             reach_loggers(trainer)
         self.run = place_run(trainer, subcommand, ckpt, run)
 
@@ -184,6 +186,34 @@ class VitLitCLI(LightningCLI):
     def _stopped(self, err: BaseException) -> None:
         """End a fit stopped by a signal or a guard in one line with the command that resumes it, and its status."""
         stop(err, getattr(self, "trainer", None), self.run.run_dir if self.run is not None else None)
+
+
+def run_tool(name: str, target: str, argv: list[str], parser_class: type[ArgumentParser]) -> Any:
+    """Parse ``argv`` as the flags of the function ``target`` names (``vitlit export --help``) and call it.
+
+    Args:
+        name: The subcommand as typed after ``vitlit`` (for its usage line).
+        target: ``module:function``, the subcommand's entry in `vitlit.cli.TOOLS`.
+        argv: The arguments after the subcommand.
+        parser_class: The CLI's parser, so that a tool's errors read as the CLI's.
+    """
+    module, function = target.split(":")
+    try:
+        run = getattr(importlib.import_module(module), function)
+    except ModuleNotFoundError as err:
+        if not module.startswith(str(err.name)):  # a package the tool needs, not the tool itself
+            raise
+        raise ConfigError(f"the {name} subcommand's module {module} is not in this copy of vitlit; restore it or "
+                          f"drop {name} from vitlit.cli.TOOLS.") from None  # fmt: skip
+    parser = parser_class(prog=f"vitlit {name}", description=(run.__doc__ or name).split("\n\n")[0],
+                                  allow_abbrev=False)  # fmt: skip
+    parser.add_function_arguments(run, as_group=False)
+    if argv and not argv[0].startswith("-"):  # a leading word is the first argument: `vitlit models 'vit_*'`
+        argv = [f"--{next(iter(inspect.signature(run).parameters))}", *argv]
+    # Options may be spelled with dashes too (--n-trials for --n_trials), as most command-line tools take them.
+    argv = [re.sub(r"^--([\w-]+)", lambda m: "--" + m.group(1).replace("-", "_"), a) for a in argv]
+    cfg.check_finite_flags(argv)
+    return run(**vars(parser.instantiate_classes(parser.parse_args(argv))))  # classes (vitlit prepare --data)
 
 
 def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) -> VitLitCLI:
@@ -204,8 +234,6 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
     learn_secrets(argv)  # a credential in a URL flag is masked wherever a library quotes it
     try:
         if argv and argv[0] in TOOLS:
-            from vitlit.run_tool import run_tool  # loaded for a tool's run only
-
             with quiet():
                 return run_tool(argv[0], TOOLS[argv[0]], argv[1:], VitLitArgumentParser)
         cfg.check_config_files(argv)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -23,10 +24,18 @@ from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.utilities import rank_zero_info
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler, TensorDataset
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    Sampler,
+    SequentialSampler,
+    TensorDataset,
+    WeightedRandomSampler,
+)
 
 import vitlit.data.pipeline as pipeline
-from vitlit.data.images import channels_of
+from vitlit.data.images import PredictFolder, channels_of
 from vitlit.data.pipeline import (
     Augment,
     Crop,
@@ -237,8 +246,6 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self.predict_dir = None if predict_dir is None else Path(predict_dir).expanduser()
         self._predict_folder = None
         if self.predict_dir is not None:  # its files found now, before any work starts
-            from vitlit.data.predict_folder import PredictFolder
-
             self._predict_folder = PredictFolder(self.predict_dir, self.in_chans)
         self.train_set: TransformedSubset | None = None
         self._said_test_split = False  # `hold_out_test` says the carved split once, for fit and test alike
@@ -526,8 +533,6 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             return UnrepeatedDistributedSampler(split, num_replicas=world_size, rank=rank, shuffle=False)
         shard = {"num_replicas": world_size, "rank": rank, "seed": self.run_seed(), "drop_last": True}
         if self.class_balanced:
-            from vitlit.data.balanced import class_balanced_sampler  # --data.class_balanced only
-
             balanced = class_balanced_sampler(self.targets(split))
             return balanced if world_size == 1 else DistributedSamplerWrapper(balanced, **shard)
         return DistributedSampler(split, **shard)
@@ -599,3 +604,14 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
 def cpu_cores() -> int:
     """The CPU cores this process may use (its affinity), which caps ``--data.num_workers``."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def class_balance_weights(targets: Sequence[int]) -> torch.Tensor:
+    """Weight 1 / (its class's count) per image, so every class is drawn equally often on average."""
+    counts = Counter(targets)
+    return torch.tensor([1.0 / counts[t] for t in targets], dtype=torch.double)
+
+
+def class_balanced_sampler(targets: Sequence[int]) -> WeightedRandomSampler:
+    """Draw as many images as the split holds, with replacement, by `class_balance_weights`."""
+    return WeightedRandomSampler(class_balance_weights(targets), num_samples=len(targets), replacement=True)

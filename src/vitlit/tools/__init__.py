@@ -1,4 +1,4 @@
 """Tools (opt-in part): ``vitlit export``, ``serve``, ``sweep`` and ``env``, and attention maps for notebooks.
 
-The subcommands are the functions `vitlit.cli.TOOLS` names; `vitlit.run_tool` runs them.
+The subcommands are the functions `vitlit.cli.TOOLS` names; `vitlit.cli` runs them.
 """
