@@ -9,9 +9,9 @@ import torch
 from PIL import Image
 
 from vitlit.data import ImageFolderDataModule
+from vitlit.data.base import split_indices
 from vitlit.data.cifar import CIFARDataModule
 from vitlit.data.pipeline import Augment
-from vitlit.data.split import split_indices
 from vitlit.errors import ConfigError
 
 

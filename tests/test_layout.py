@@ -34,7 +34,7 @@ LAYERS = (
     ("vitlit.__main__", "vitlit.cli"),  # the command line
     ("vitlit.checks", "vitlit.run_dir", "vitlit.exits", "vitlit.runtime", "vitlit.trained"),  # a run
     ("vitlit.model", "vitlit.optim", "vitlit.checkpoints", "vitlit.pretrained", "vitlit.data"),  # model and data
-    ("vitlit.text", "vitlit.errors", "vitlit.types", "vitlit.private", "vitlit.streams", "vitlit.config",
+    ("vitlit.text", "vitlit.errors", "vitlit.types", "vitlit.private", "vitlit.config",
      "vitlit.atomic", "vitlit.owned", "vitlit.hub", "vitlit"),  # what every layer shares
 )  # fmt: skip
 #: Imports of vitlit's own modules inside a function: a tool's subcommand, or a module only some runs load because a

@@ -37,8 +37,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from vitlit.errors import CheckFailed, ConfigError, TrainingHalted
 from vitlit.run_dir import saved_config
 from vitlit.runtime import STOP
-from vitlit.streams import stream_gone, tell
-from vitlit.text import quoted
+from vitlit.text import stream_gone, tell
 
 #: Options renamed for what they are, and what to write instead (scripts/upgrade_config.py rewrites saved configs).
 RENAMED = {"on_device": "--data.source memory|workers|auto (on_device true|false|auto before vitlit 0.6)"}
@@ -237,20 +236,6 @@ def ended(err: BaseException) -> int | None:
         return None
     tell(line or f"vitlit: error: {words}")
     return status
-
-
-def failed_in(err: Exception, method: Any) -> BaseException:
-    """What an error raised in a fork's ``method`` (a data format's ``scan``) becomes: one line naming where.
-
-    The file and line of the fork's code that raised it; a path the system refused (permissions, a name too long)
-    stays as it is, said as every such path is (`one_line_error`).
-    """
-    if isinstance(err, OSError) and one_line_error(err) is not None:
-        return err  # raised as it is: `ended` says it
-    frames = traceback.extract_tb(err.__traceback__)
-    at = next((f for f in reversed(frames) if f.filename == method.__code__.co_filename), frames[-1])
-    return ConfigError(f"{method.__qualname__}() raised {quoted(err)} at {at.filename}:{at.lineno}; that is a bug in "
-                       f"the data format's code (or a file it reads): fix it there.")  # fmt: skip
 
 
 def refused_run(err: Exception, run: Any, stopped: Any) -> None:

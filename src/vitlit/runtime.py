@@ -15,8 +15,7 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
-from vitlit.streams import tell
-from vitlit.text import clean
+from vitlit.text import clean, tell
 
 #: The signal that stopped this process's fit (``signal_name``, e.g. ``SIGINT``), ``None`` while none has.
 STOP = SimpleNamespace(signal_name=None)

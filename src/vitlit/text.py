@@ -19,9 +19,12 @@ in printed lines, only where it cannot be a word (`learn_secrets`), and only as 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import sys
 from collections.abc import Iterable
+from typing import TextIO
 from urllib.parse import unquote
 
 #: What a terminal or an editor acts on instead of showing: C0 and C1 controls (escapes, newlines, carriage
@@ -127,3 +130,23 @@ def quoted(err: BaseException, longest: int = 200) -> str:
     words = " ".join(str(err).split())
     words = words if len(words) <= longest else f"{words[:longest]}..."
     return redacted(f"{type(err).__name__}: {words}" if words else type(err).__name__)
+
+
+# The standard streams, whose reader can go away: a pipe's (``vitlit fit | head``) or a closed terminal's (EIO).
+# A write to either then fails, and so would every line after and Python's flush at exit: the stream is pointed at
+# the null device instead, and what stops the run is said in its run card.
+
+
+def stream_gone(stream: TextIO | None = None) -> None:
+    """Point ``stream`` (the standard output) at the null device, its reader being gone."""
+    with contextlib.suppress(OSError, ValueError):  # ValueError: a stream without a descriptor (a test's capture)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), (stream or sys.stdout).fileno())
+
+
+def tell(*lines: str) -> None:
+    """Print ``lines`` to the standard error, each through `clean`; nowhere once a terminal is gone."""
+    try:
+        for line in lines:
+            print(clean(line), file=sys.stderr, flush=True)
+    except OSError:
+        stream_gone(sys.stderr)

@@ -11,8 +11,7 @@ import torch
 from torchvision.datasets import CIFAR10, CIFAR100
 from torchvision.datasets.utils import check_integrity
 
-from vitlit.data.base import ImageClassificationDataModule
-from vitlit.data.split import validation_count
+from vitlit.data.base import ImageClassificationDataModule, validation_count
 from vitlit.errors import ConfigError
 
 _DATASETS: dict[str, type[CIFAR10]] = {"cifar10": CIFAR10, "cifar100": CIFAR100}

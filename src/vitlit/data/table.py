@@ -15,10 +15,12 @@ the test split held out where the data has none, the validation size, and each i
 
 from __future__ import annotations
 
+import errno
 import math
 import numbers
 import os
 import re
+import traceback
 import unicodedata
 from abc import abstractmethod
 from collections.abc import Iterable, Mapping
@@ -27,12 +29,10 @@ from typing import Any, Literal, NamedTuple
 
 from lightning.pytorch.utilities import rank_zero_info
 
-from vitlit.data.base import ImageClassificationDataModule
+from vitlit.data.base import ImageClassificationDataModule, validation_count
 from vitlit.data.images import PIL_MODES, ImageFiles
-from vitlit.data.split import validation_count
 from vitlit.errors import ConfigError
-from vitlit.exits import failed_in
-from vitlit.text import say, shown
+from vitlit.text import quoted, say, shown
 
 #: The splits a format may name: validation and test are only ever used as such.
 SPLITS = ("train", "val", "test")
@@ -46,6 +46,9 @@ MANY_ROWS = 100_000
 _CONTROL = {"Cc", "Cf", "Cs", "Zl", "Zp"}
 #: A label that is an integer (COCO's category ids): such labels are ordered as numbers.
 _INTEGER = re.compile(r"-?[0-9]+")
+#: What the system refuses about a path (permissions, a name too long, a read-only or full disk): not a bug of the
+#: format's code, and said as the command line says every such path (`vitlit.exits.one_line_error`).
+_REFUSED_PATHS = {errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
 class Scan(NamedTuple):
@@ -215,8 +218,9 @@ class ItemTableDataModule(ImageClassificationDataModule):
     def _call_scan(self) -> Scan:
         """`scan`, its splits' rows read into lists, with an error in the format's own code said in one line.
 
-        Whatever `scan` raises (a ``SystemExit`` too; Ctrl-C aside) names where it was raised: a split given as a
-        generator runs the format's code here as well.
+        Whatever `scan` raises (a ``SystemExit`` too; Ctrl-C aside) names the file and line of the format's code
+        that raised it: a split given as a generator runs that code here as well. A path the system refused
+        (permissions, a name too long) stays as it is, said as every such path is.
         """
         name = type(self).__name__
         try:
@@ -240,7 +244,14 @@ class ItemTableDataModule(ImageClassificationDataModule):
         except (ConfigError, KeyboardInterrupt):
             raise
         except BaseException as err:  # a bug in a format (SystemExit too): not the user's config, never silent
-            raise failed_in(err, type(self).scan) from None
+            if isinstance(err, OSError) and err.errno in _REFUSED_PATHS:
+                raise  # a path the system refused: said as such
+            method, frames = type(self).scan, traceback.extract_tb(err.__traceback__)
+            at = next((f for f in reversed(frames) if f.filename == method.__code__.co_filename), frames[-1])
+            raise ConfigError(
+                f"{method.__qualname__}() raised {quoted(err)} at {at.filename}:{at.lineno}; that is "
+                f"a bug in the data format's code (or a file it reads): fix it there."
+            ) from None
 
     def _admit(self, scan: Scan) -> tuple[dict[str, Any], list[str]]:
         """Each split's rows as items, after the rules every format shares: split names, rows, labels, files, sizes."""

@@ -26,8 +26,7 @@ from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.callbacks import RichProgressBar, Timer, TQDMProgressBar
 
 from vitlit.optim import logging_step
-from vitlit.streams import stream_gone
-from vitlit.text import say
+from vitlit.text import say, stream_gone
 
 
 class EpochLines(LightningProgressBar):

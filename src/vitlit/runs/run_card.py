@@ -36,8 +36,7 @@ from vitlit.cli import TOOLS
 from vitlit.optim import planned_steps, schedule_of
 from vitlit.run_dir import saved_config
 from vitlit.runtime import STOP
-from vitlit.streams import tell
-from vitlit.text import markdown, redacted
+from vitlit.text import markdown, redacted, tell
 
 CARD = "run_card.json"
 
