@@ -9,13 +9,15 @@ anywhere in its ``__init__``. Then, in one place, for every format: what `scan` 
 (whitespace around it dropped; missing, empty or control characters refused), the class order (sorted, as numbers
 where every label is an integer), each file inside ``root`` (links resolved) and listed once, the labels of
 validation and test known to training, an error in the format's own code said in one line naming its file and line,
-the test split held out where the data has none, the validation size, and each image's start-up check with
-``bad_images`` (stop at the first, naming it, or leave them out and list them in ``skipped``).
+the test split held out where the data has none, the validation size, each image's start-up check with
+``bad_images`` (stop at the first, naming it, or leave them out and list them in ``skipped``), and the validation and
+test images that are byte copies of training images, counted in one line.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import math
 import numbers
 import os
@@ -390,8 +392,6 @@ class ItemTableDataModule(ImageClassificationDataModule):
                 self.skipped += left
             self._checked[name] = items
             if name != "train":  # a validation or test split of the data's own
-                from vitlit.data.copies import copies_of_training
-
                 copies_of_training(self._checked[name], self._split("train"), name)
         return self._checked.get(name)
 
@@ -433,3 +433,41 @@ class ItemTableDataModule(ImageClassificationDataModule):
                                   f"labelled images: label them or leave them out (predict reads the split as it "
                                   f"is).")  # fmt: skip
         super().setup(stage)
+
+
+def _content(items: Any, i: int) -> bytes:
+    """Item ``i``'s bytes as stored: a data set's embedded bytes (``encoded``), else its file's."""
+    data = items.encoded(i) if hasattr(items, "encoded") else Path(items.samples[i][0])
+    return data if isinstance(data, bytes) else data.read_bytes() if data is not None else b""
+
+
+def _size(items: Any, i: int) -> int:
+    """Item ``i``'s size in bytes, its file's read from the file system (-1: unknown)."""
+    if hasattr(items, "encoded"):
+        return len(_content(items, i))
+    try:
+        return os.stat(items.samples[i][0]).st_size
+    except OSError:
+        return -1
+
+
+def copies_of_training(items: Any, train: Any, split: str) -> None:
+    """Say in one line how many images of a validation or test split are byte copies of training images.
+
+    Such a copy is scored as an image the model has seen, so the split's accuracy overstates what it learned. Files
+    are compared by size first (``os.stat``, nothing read), and only those whose size some image of the other split
+    shares are read and hashed.
+    """
+    theirs: dict[int, list[int]] = {}
+    for i in range(len(train)):
+        if (size := _size(train, i)) >= 0:
+            theirs.setdefault(size, []).append(i)
+    ours = {i: size for i in range(len(items)) if (size := _size(items, i)) in theirs}  # each size read once
+    digest = lambda of, i: hashlib.blake2b(_content(of, i)).digest()  # noqa: E731
+    hashes = {digest(train, j): j for size in set(ours.values()) for j in theirs[size]}
+    copies = [(i, hashes[h]) for i in ours if (h := digest(items, i)) in hashes]
+    if copies:
+        i, j = copies[0]
+        rank_zero_info(f"vitlit: {len(copies)} of the {len(items)} {split} images are byte copies of training images "
+                       f"(e.g. {shown(items.samples[i][0])} = {shown(train.samples[j][0])}); their accuracy "
+                       f"overstates what the model learned: remove them from one of the splits")  # fmt: skip
