@@ -63,8 +63,6 @@ def class_folders(root: Path) -> Scan:
     if not train_dir.is_dir():
         flat = _class_dirs(root) if root.is_dir() else []
         if len(flat) >= 2 and not any((root / split).exists() for split in SPLITS):
-            from vitlit.data.flat import scan_flat  # this layout's runs only
-
             return scan_flat(root, flat)
         one = f"; it holds one class folder ({flat[0].name}), and a classifier needs 2" if len(flat) == 1 else ""
         raise ConfigError(
@@ -102,3 +100,19 @@ def class_folders(root: Path) -> Scan:
 def no_test_folder(root: Path) -> str:
     """The refusal of ``test`` and ``predict`` for class folders without ``root/test``."""
     return f"{root / 'test'} does not exist; test and predict need root/test/<class>/<images>."
+
+
+def scan_flat(root: Path, class_dirs: list[Path]) -> Scan:
+    """List the images of ``class_dirs`` as one training split, of which the table holds out the test split.
+
+    Args:
+        root: The data's folder (``--data.root``).
+        class_dirs: The class folders under it, sorted.
+    """
+    rows = []
+    for class_dir in class_dirs:
+        found = list(image_files(class_dir))
+        if not found:
+            raise ConfigError(f"{class_dir} holds no image ({', '.join(IMAGE_SUFFIXES)}); add images or remove it.")
+        rows += [(path, class_dir.name) for path in found]
+    return Scan({"train": rows}, hold_out_test=f"{root} (class folders, {len(class_dirs)} classes)")

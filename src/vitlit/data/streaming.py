@@ -30,8 +30,7 @@ import numpy as np
 import torch
 
 from vitlit.data.base import ImageClassificationDataModule
-from vitlit.data.images import PIL_MODES, image_problem, open_image
-from vitlit.data.paths import inside
+from vitlit.data.images import PIL_MODES, image_problem, inside, open_image
 from vitlit.data.pipeline import Decode
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.owned import digest

@@ -32,7 +32,7 @@ from typing import Any, Literal, NamedTuple
 from lightning.pytorch.utilities import rank_zero_info
 
 from vitlit.data.base import ImageClassificationDataModule, validation_count
-from vitlit.data.images import PIL_MODES, ImageFiles
+from vitlit.data.images import PIL_MODES, BadImage, ImageFiles
 from vitlit.errors import ConfigError
 from vitlit.text import quoted, say, shown
 
@@ -385,11 +385,16 @@ class ItemTableDataModule(ImageClassificationDataModule):
         if name in items_by_split and name not in self._checked:
             items = items_by_split[name]
             bad = {i: problem for i in range(len(items)) if (problem := items.problem(i)) is not None}
-            if bad:  # refused, or left out and listed
-                from vitlit.data.bad_images import left_out
-
-                items, left = left_out(items, bad, self.bad_images)
-                self.skipped += left
+            if bad and self.bad_images == "error":  # the first one named
+                (i, problem), more = next(iter(bad.items())), f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+                raise ConfigError(f"{items.ITEM.format(items.samples[i][0])} is {problem}{more}; remove or replace "
+                                  f"it, or pass --data.bad_images skip to train without such images.")  # fmt: skip
+            if bad:  # left out, and listed in the run's skipped_images.txt (`vitlit.runs.logs.SkippedImages`)
+                # A log line, not a Python warning: a warning would print vitlit's own source line under it.
+                rank_zero_info(f"vitlit: skipping {len(bad)} unreadable image(s) of {items.where} "
+                               f"(--data.bad_images skip)")  # fmt: skip
+                self.skipped += [BadImage(Path(items.samples[i][0]), problem) for i, problem in bad.items()]
+                items = items.keep([i for i in range(len(items)) if i not in bad])
             self._checked[name] = items
             if name != "train":  # a validation or test split of the data's own
                 copies_of_training(self._checked[name], self._split("train"), name)
