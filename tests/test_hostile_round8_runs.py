@@ -140,3 +140,21 @@ def test_upgrade_config_says_what_it_cannot_keep_and_how_it_is_called(
     with pytest.raises(SystemExit) as stop:
         upgrade_config.main([str(tmp_path / "other.yaml")])
     assert stop.value.code == 2 and "hard link" in capsys.readouterr().err
+
+
+def test_a_folder_whose_file_system_cannot_lock_is_not_called_in_use(tmp_path: Path, monkeypatch) -> None:
+    # NFS without a lock daemon answers flock with ENOLCK: no fit holds the folder, so none may be named as its owner.
+    import errno
+    import fcntl
+
+    from vitlit import run_dir
+    from vitlit.errors import ConfigError
+
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.raises(ConfigError) as refused:
+        run_dir.lock(tmp_path)
+    assert "cannot be locked" in str(refused.value) and "in use" not in str(refused.value)
+    assert "--trainer.default_root_dir" in str(refused.value)

@@ -59,19 +59,80 @@ def _exit(text: object, status: int = 2) -> NoReturn:
     raise SystemExit(status)
 
 
-def resolve_config(config: Any) -> None:
-    """Write into a run's parsed config what its nulls and relative paths stand for, in place (idempotent).
+def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) -> VitLitCLI:
+    """Run the vitlit command line; the single entry of ``python -m vitlit``, ``vitlit``, the tests and notebooks.
 
-    Paths become absolute (the saved config must work from any folder: the notebooks', a resume's), and with
-    pretrained weights the data's missing mean/std/interpolation/crop_pct become the weights' own. The run, its saved
-    ``config.yaml`` and ``--print_config`` all show this one resolution.
+    Args:
+        args: Command-line arguments without the program name; ``None`` reads ``sys.argv``.
+        callbacks: Lightning callbacks to add to the run's own, for callers in Python that hold objects no config
+            can name (`vitlit.tools.sweep` adds Optuna's pruning callback, which carries its trial).
+
+    Returns:
+        The CLI object, whose ``trainer``, ``model`` and ``datamodule`` hold the finished run.
+
+    Raises:
+        SystemExit: With status 2 and a one-line message on a user error (bad option, value, path or checkpoint).
     """
-    cfg.absolute_paths(config)
-    model = config["model"]["init_args"]
-    if model.get("pretrained") or model.get("pretrained_file"):  # the inputs the weights were trained with
-        from vitlit.pretrained import fill_pretrained_inputs
+    argv = sys.argv[1:] if args is None else [str(a) for a in args]
+    learn_secrets(argv)  # a credential in a URL flag is masked wherever a library quotes it
+    try:
+        if argv and argv[0] in TOOLS:
+            with quiet():
+                return run_tool(argv[0], TOOLS[argv[0]], argv[1:], VitLitArgumentParser)
+        cfg.check_config_files(argv)
+        with quiet(), interrupts_stop_the_fit() if argv[:1] == ["fit"] else contextlib.nullcontext():
+            defaults = {"default_config_files": [str(cfg.DEFAULTS)]}
+            return VitLitCLI(
+                LightningModule,  # --model: a class path; the shared defaults name vitlit.model.ViTClassifier
+                ImageClassificationDataModule,
+                subclass_mode_model=True,
+                subclass_mode_data=True,
+                auto_configure_optimizers=False,  # the model injects its own optimizer and step-interval scheduler
+                parser_class=VitLitArgumentParser,
+                parser_kwargs={
+                    "prog": PROG,
+                    "description": f"Train and evaluate timm Vision Transformers with Lightning. More subcommands: "
+                    f"{', '.join(TOOLS)}, each with its own --help.",
+                    **dict.fromkeys(("fit", "validate", "test", "predict"), defaults),
+                },
+                args=None if args is None else argv,
+                trainer_class=Trainer,
+                # Appended to the configured callbacks, and kept out of the saved config (objects, not options).
+                trainer_defaults={"callbacks": list(callbacks)} if callbacks else None,
+            )
+    except (Exception, KeyboardInterrupt) as err:  # one line and its exit status; a bug's traceback is wanted
+        status = ended(err)
+        if status is None:
+            raise
+        raise SystemExit(status) from None
 
-        fill_pretrained_inputs(model, config["data"]["init_args"])
+
+def run_tool(name: str, target: str, argv: list[str], parser_class: type[ArgumentParser]) -> Any:
+    """Parse ``argv`` as the flags of the function ``target`` names (``vitlit export --help``) and call it.
+
+    Args:
+        name: The subcommand as typed after ``vitlit`` (for its usage line).
+        target: ``module:function``, the subcommand's entry in `vitlit.cli.TOOLS`.
+        argv: The arguments after the subcommand.
+        parser_class: The CLI's parser, so that a tool's errors read as the CLI's.
+    """
+    module, function = target.split(":")
+    try:
+        run = getattr(importlib.import_module(module), function)
+    except ModuleNotFoundError as err:
+        if not module.startswith(str(err.name)):  # a package the tool needs, not the tool itself
+            raise
+        raise ConfigError(f"the {name} subcommand's module {module} is not in this copy of vitlit; restore it or "
+                          f"drop {name} from vitlit.cli.TOOLS.") from None  # fmt: skip
+    parser = parser_class(prog=f"vitlit {name}", description=(run.__doc__ or name).split("\n\n")[0],
+                                  allow_abbrev=False)  # fmt: skip
+    parser.add_function_arguments(run, as_group=False)
+    if argv and not argv[0].startswith("-"):  # a leading word is the first argument: `vitlit models 'vit_*'`
+        argv = [f"--{next(iter(inspect.signature(run).parameters))}", *argv]
+    # Options may be spelled with dashes too (--n-trials for --n_trials), as most command-line tools take them.
+    argv = [re.sub(r"^--([\w-]+)", lambda m: "--" + m.group(1).replace("-", "_"), a) for a in argv]
+    cfg.check_finite_flags(argv)
+    return run(**vars(parser.instantiate_classes(parser.parse_args(argv))))  # classes (vitlit prepare --data)
 
 
 class VitLitArgumentParser(LightningArgumentParser):
@@ -115,15 +176,15 @@ class VitLitCLI(LightningCLI):
             if self.run is not None and self.run.lock is not None:
                 unlock(self.run.run_dir, self.run.lock)
 
-    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
-        kwargs.setdefault("allow_abbrev", False)  # `--trainer.max_ep 5` must be an error, not --trainer.max_epochs
-        return super().init_parser(**kwargs)
-
     def setup_parser(self, add_subcommands: bool, main_kwargs: dict, subparser_kwargs: dict) -> None:
         super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
         self.parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
         # After the subcommands took their names from it: the usage line lists the tools' subcommands too.
         self.parser.usage = f"{PROG} [--version] {{{','.join(['fit', 'validate', 'test', 'predict', *TOOLS])}}} ..."
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        kwargs.setdefault("allow_abbrev", False)  # `--trainer.max_ep 5` must be an error, not --trainer.max_epochs
+        return super().init_parser(**kwargs)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # The data decides what it delivers; the model adapts (these --model.* flags disappear). The input_* are
@@ -188,77 +249,16 @@ class VitLitCLI(LightningCLI):
         stop(err, getattr(self, "trainer", None), self.run.run_dir if self.run is not None else None)
 
 
-def run_tool(name: str, target: str, argv: list[str], parser_class: type[ArgumentParser]) -> Any:
-    """Parse ``argv`` as the flags of the function ``target`` names (``vitlit export --help``) and call it.
+def resolve_config(config: Any) -> None:
+    """Write into a run's parsed config what its nulls and relative paths stand for, in place (idempotent).
 
-    Args:
-        name: The subcommand as typed after ``vitlit`` (for its usage line).
-        target: ``module:function``, the subcommand's entry in `vitlit.cli.TOOLS`.
-        argv: The arguments after the subcommand.
-        parser_class: The CLI's parser, so that a tool's errors read as the CLI's.
+    Paths become absolute (the saved config must work from any folder: the notebooks', a resume's), and with
+    pretrained weights the data's missing mean/std/interpolation/crop_pct become the weights' own. The run, its saved
+    ``config.yaml`` and ``--print_config`` all show this one resolution.
     """
-    module, function = target.split(":")
-    try:
-        run = getattr(importlib.import_module(module), function)
-    except ModuleNotFoundError as err:
-        if not module.startswith(str(err.name)):  # a package the tool needs, not the tool itself
-            raise
-        raise ConfigError(f"the {name} subcommand's module {module} is not in this copy of vitlit; restore it or "
-                          f"drop {name} from vitlit.cli.TOOLS.") from None  # fmt: skip
-    parser = parser_class(prog=f"vitlit {name}", description=(run.__doc__ or name).split("\n\n")[0],
-                                  allow_abbrev=False)  # fmt: skip
-    parser.add_function_arguments(run, as_group=False)
-    if argv and not argv[0].startswith("-"):  # a leading word is the first argument: `vitlit models 'vit_*'`
-        argv = [f"--{next(iter(inspect.signature(run).parameters))}", *argv]
-    # Options may be spelled with dashes too (--n-trials for --n_trials), as most command-line tools take them.
-    argv = [re.sub(r"^--([\w-]+)", lambda m: "--" + m.group(1).replace("-", "_"), a) for a in argv]
-    cfg.check_finite_flags(argv)
-    return run(**vars(parser.instantiate_classes(parser.parse_args(argv))))  # classes (vitlit prepare --data)
+    cfg.absolute_paths(config)
+    model = config["model"]["init_args"]
+    if model.get("pretrained") or model.get("pretrained_file"):  # the inputs the weights were trained with
+        from vitlit.pretrained import fill_pretrained_inputs
 
-
-def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) -> VitLitCLI:
-    """Run the vitlit command line; the single entry of ``python -m vitlit``, ``vitlit``, the tests and notebooks.
-
-    Args:
-        args: Command-line arguments without the program name; ``None`` reads ``sys.argv``.
-        callbacks: Lightning callbacks to add to the run's own, for callers in Python that hold objects no config
-            can name (`vitlit.tools.sweep` adds Optuna's pruning callback, which carries its trial).
-
-    Returns:
-        The CLI object, whose ``trainer``, ``model`` and ``datamodule`` hold the finished run.
-
-    Raises:
-        SystemExit: With status 2 and a one-line message on a user error (bad option, value, path or checkpoint).
-    """
-    argv = sys.argv[1:] if args is None else [str(a) for a in args]
-    learn_secrets(argv)  # a credential in a URL flag is masked wherever a library quotes it
-    try:
-        if argv and argv[0] in TOOLS:
-            with quiet():
-                return run_tool(argv[0], TOOLS[argv[0]], argv[1:], VitLitArgumentParser)
-        cfg.check_config_files(argv)
-        with quiet(), interrupts_stop_the_fit() if argv[:1] == ["fit"] else contextlib.nullcontext():
-            defaults = {"default_config_files": [str(cfg.DEFAULTS)]}
-            return VitLitCLI(
-                LightningModule,  # --model: a class path; the shared defaults name vitlit.model.ViTClassifier
-                ImageClassificationDataModule,
-                subclass_mode_model=True,
-                subclass_mode_data=True,
-                auto_configure_optimizers=False,  # the model injects its own optimizer and step-interval scheduler
-                parser_class=VitLitArgumentParser,
-                parser_kwargs={
-                    "prog": PROG,
-                    "description": f"Train and evaluate timm Vision Transformers with Lightning. More subcommands: "
-                    f"{', '.join(TOOLS)}, each with its own --help.",
-                    **dict.fromkeys(("fit", "validate", "test", "predict"), defaults),
-                },
-                args=None if args is None else argv,
-                trainer_class=Trainer,
-                # Appended to the configured callbacks, and kept out of the saved config (objects, not options).
-                trainer_defaults={"callbacks": list(callbacks)} if callbacks else None,
-            )
-    except (Exception, KeyboardInterrupt) as err:  # one line and its exit status; a bug's traceback is wanted
-        status = ended(err)
-        if status is None:
-            raise
-        raise SystemExit(status) from None
+        fill_pretrained_inputs(model, config["data"]["init_args"])

@@ -142,31 +142,6 @@ class ViTClassifier(LightningModule):
         if not compile:  # lets Lightning's model summary show FLOPs and shapes (a compiled model would recompile)
             self.example_input_array = torch.zeros(1, in_chans, img_size, img_size)
 
-    def evaluation_metrics(self, num_classes: int) -> dict[str, Metric]:
-        """The metrics of validation and test, by name (logged as ``val/<name>`` and ``test/<name>``).
-
-        The hook for metrics of your own: override it in a subclass and add to ``super().evaluation_metrics(...)``.
-        A metric that returns one value per class (``MulticlassF1Score(num_classes, average=None)``) is logged per
-        class as ``val/<name>/<class name>``. ``val/acc`` must stay: checkpoints and early stopping follow it.
-        """
-        return {"acc": self._accuracy(num_classes, 1), "acc_top5": self._accuracy(num_classes, min(5, num_classes))}
-
-    @staticmethod
-    def _accuracy(num_classes: int, top_k: int) -> MulticlassAccuracy:
-        # average="micro" is plain accuracy; torchmetrics' default ("macro") would average per-class recalls.
-        # validate_args=False: the check counts unique target values on the host, a GPU sync on every step; the
-        # inputs here are the model's own logits and class indices.
-        return MulticlassAccuracy(num_classes, top_k=top_k, average="micro", validate_args=False)
-
-    def net_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of ``timm.create_model`` for this model's architecture."""
-        hp = self.hparams
-        names = ("num_classes", "img_size", "in_chans", "drop_path_rate", "drop_rate")
-        kwargs: dict[str, Any] = {name: hp[name] for name in names}
-        if hp.patch_size is not None:
-            kwargs["patch_size"] = hp.patch_size
-        return kwargs
-
     def _create_net(self) -> nn.Module:
         """Refuse options no timm model of ``model_name`` takes, then build the timm model, pretrained if asked.
 
@@ -201,6 +176,47 @@ class ViTClassifier(LightningModule):
             return create_pretrained(hp, probe, kwargs)
         return timm.create_model(hp.model_name, pretrained=False, **kwargs)
 
+    def net_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``timm.create_model`` for this model's architecture."""
+        hp = self.hparams
+        names = ("num_classes", "img_size", "in_chans", "drop_path_rate", "drop_rate")
+        kwargs: dict[str, Any] = {name: hp[name] for name in names}
+        if hp.patch_size is not None:
+            kwargs["patch_size"] = hp.patch_size
+        return kwargs
+
+    @staticmethod
+    def _accuracy(num_classes: int, top_k: int) -> MulticlassAccuracy:
+        # average="micro" is plain accuracy; torchmetrics' default ("macro") would average per-class recalls.
+        # validate_args=False: the check counts unique target values on the host, a GPU sync on every step; the
+        # inputs here are the model's own logits and class indices.
+        return MulticlassAccuracy(num_classes, top_k=top_k, average="micro", validate_args=False)
+
+    def evaluation_metrics(self, num_classes: int) -> dict[str, Metric]:
+        """The metrics of validation and test, by name (logged as ``val/<name>`` and ``test/<name>``).
+
+        The hook for metrics of your own: override it in a subclass and add to ``super().evaluation_metrics(...)``.
+        A metric that returns one value per class (``MulticlassF1Score(num_classes, average=None)``) is logged per
+        class as ``val/<name>/<class name>``. ``val/acc`` must stay: checkpoints and early stopping follow it.
+        """
+        return {"acc": self._accuracy(num_classes, 1), "acc_top5": self._accuracy(num_classes, min(5, num_classes))}
+
+    def param_groups(self, names: set[str] | None = None) -> list[dict[str, Any]]:
+        """The network's trainable parameters (or only ``names``) in optimizer groups: weight decay and layer decay.
+
+        `vitlit.transfer.finetune.FreezeSchedule` groups the stages it unfreezes with this, so they are split like the
+        rest.
+        """
+        no_decay = getattr(self.net, "no_weight_decay", set)()  # timm: pos_embed, cls_token, ...
+        return param_groups(self.net, skip=no_decay, layer_decay=self.hparams.layer_decay, names=names)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = self.optimizer_factory(self.param_groups())
+        apply_lr_scale(optimizer)
+        scheduler = self.scheduler_factory(optimizer)
+        fit_to_run(scheduler, self.trainer)  # a schedule of the run's length (`vitlit.optim`)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Return class logits (batch, num_classes) for images of shape (batch, in_chans, img_size, img_size)."""
         return self.net(images)
@@ -226,65 +242,6 @@ class ViTClassifier(LightningModule):
         self.log("train/loss", loss, batch_size=len(images))
         return loss
 
-    def _evaluate(
-        self, batch: tuple[torch.Tensor, torch.Tensor], stage: str, metrics: MetricCollection, loss: MeanMetric
-    ) -> None:
-        images, targets = batch
-        logits = self(images)
-        # torchmetrics objects: under DDP they combine every process's shard when computed, at the epoch end. The
-        # batch's loss goes in once per image, not with a weight: torchmetrics' MeanMetric drops the weight when
-        # nan_strategy="disable" (every batch would count the same, its last small one too).
-        loss.update(self.criterion(logits, targets).expand(len(images)))
-        self.log(f"{stage}/loss", loss, prog_bar=stage == "val", batch_size=len(images))
-        metrics.update(logits, targets)
-
-    def _log_metrics(self, metrics: MetricCollection) -> None:
-        """Log the epoch's evaluation metrics; one value per class becomes ``<stage>/<name>/<class name>``."""
-        names = self.hparams.class_names or [str(i) for i in range(self.hparams.num_classes)]
-        for name, value in metrics.compute().items():
-            if value.numel() == 1:
-                self.log(name, value.squeeze(), prog_bar=name.startswith("val/"))
-            else:
-                self.log_dict({f"{name}/{names[i]}": v for i, v in enumerate(value.flatten())})
-        metrics.reset()
-
-    def on_train_epoch_end(self) -> None:
-        if any(metric.update_count for metric in self.train_metrics.values()):  # an epoch a resume skipped: no step
-            self._log_metrics(self.train_metrics)
-
-    def on_validation_epoch_end(self) -> None:
-        self._log_metrics(self.val_metrics)
-
-    def on_test_epoch_end(self) -> None:
-        self._log_metrics(self.test_metrics)
-
-    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "val", self.val_metrics, self.val_loss)
-
-    def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "test", self.test_metrics, self.test_loss)
-
-    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        """Return class probabilities (softmax of the logits), shape (batch, num_classes)."""
-        images = batch[0] if isinstance(batch, (list, tuple)) else batch
-        return self(images).softmax(dim=-1)
-
-    def param_groups(self, names: set[str] | None = None) -> list[dict[str, Any]]:
-        """The network's trainable parameters (or only ``names``) in optimizer groups: weight decay and layer decay.
-
-        `vitlit.transfer.finetune.FreezeSchedule` groups the stages it unfreezes with this, so they are split like the
-        rest.
-        """
-        no_decay = getattr(self.net, "no_weight_decay", set)()  # timm: pos_embed, cls_token, ...
-        return param_groups(self.net, skip=no_decay, layer_decay=self.hparams.layer_decay, names=names)
-
-    def configure_optimizers(self) -> dict[str, Any]:
-        optimizer = self.optimizer_factory(self.param_groups())
-        apply_lr_scale(optimizer)
-        scheduler = self.scheduler_factory(optimizer)
-        fit_to_run(scheduler, self.trainer)  # a schedule of the run's length (`vitlit.optim`)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
     def configure_gradient_clipping(
         self,
         optimizer: torch.optim.Optimizer,
@@ -305,6 +262,49 @@ class ViTClassifier(LightningModule):
                 self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
             weights = [p.detach() for p in self.parameters() if p.requires_grad]
             self.log("train/weight_norm", torch.nn.utils.get_total_norm(weights), on_step=True, on_epoch=False)
+
+    def on_train_epoch_end(self) -> None:
+        if any(metric.update_count for metric in self.train_metrics.values()):  # an epoch a resume skipped: no step
+            self._log_metrics(self.train_metrics)
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "val", self.val_metrics, self.val_loss)
+
+    def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "test", self.test_metrics, self.test_loss)
+
+    def _evaluate(
+        self, batch: tuple[torch.Tensor, torch.Tensor], stage: str, metrics: MetricCollection, loss: MeanMetric
+    ) -> None:
+        images, targets = batch
+        logits = self(images)
+        # torchmetrics objects: under DDP they combine every process's shard when computed, at the epoch end. The
+        # batch's loss goes in once per image, not with a weight: torchmetrics' MeanMetric drops the weight when
+        # nan_strategy="disable" (every batch would count the same, its last small one too).
+        loss.update(self.criterion(logits, targets).expand(len(images)))
+        self.log(f"{stage}/loss", loss, prog_bar=stage == "val", batch_size=len(images))
+        metrics.update(logits, targets)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_metrics(self.val_metrics)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_metrics(self.test_metrics)
+
+    def _log_metrics(self, metrics: MetricCollection) -> None:
+        """Log the epoch's evaluation metrics; one value per class becomes ``<stage>/<name>/<class name>``."""
+        names = self.hparams.class_names or [str(i) for i in range(self.hparams.num_classes)]
+        for name, value in metrics.compute().items():
+            if value.numel() == 1:
+                self.log(name, value.squeeze(), prog_bar=name.startswith("val/"))
+            else:
+                self.log_dict({f"{name}/{names[i]}": v for i, v in enumerate(value.flatten())})
+        metrics.reset()
+
+    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        """Return class probabilities (softmax of the logits), shape (batch, num_classes)."""
+        images = batch[0] if isinstance(batch, (list, tuple)) else batch
+        return self(images).softmax(dim=-1)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuse a checkpoint whose architecture or classes differ, with the reason, before any weights are copied."""

@@ -16,6 +16,7 @@ again, from its configured arguments, into the chosen folder.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import socket
@@ -64,8 +65,12 @@ def lock(run_dir: Path) -> int:
             os.lseek(fd, 0, os.SEEK_SET)
         else:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:  # another fit holds it: name its owner
-        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError as err:
+        if err.errno not in (errno.EAGAIN, errno.EACCES, errno.EDEADLK):  # not held: the file system locks nothing
+            os.close(fd)
+            raise ConfigError(f"{run_dir} cannot be locked ({err.strerror}), so a second fit could write into it at "
+                              f"once; give --trainer.default_root_dir a folder on a local disk.") from None  # fmt: skip
+        os.lseek(fd, 0, os.SEEK_SET)  # another fit holds it: name its owner
         owner = os.read(fd, 200).decode(errors="replace") or "another process"
         os.close(fd)
         raise ConfigError(

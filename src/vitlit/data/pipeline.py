@@ -68,6 +68,9 @@ ALL = slice(None)
 AUTO_DEVICE_FRACTION = 0.25
 
 
+# 1. The source: a split's view and its per-image geometry; held in memory where it fits, else streamed.
+
+
 class Decode:
     """A streamed image's per-image geometry: decoded to a uint8 tensor, then brought to the split's stored size.
 
@@ -108,60 +111,6 @@ class TransformedSubset(Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         image, target = self.dataset[self.indices[i]]
         return self.transform(image), target
-
-
-class InMemory(Dataset):
-    """A split as one uint8 tensor and its class indices, on the training device: a batch is one gather.
-
-    DataLoader hands ``__getitems__`` a batch's indices at once (`whole_batch` keeps the result as it is).
-    """
-
-    def __init__(self, images: torch.Tensor, targets: torch.Tensor) -> None:
-        self.images, self.targets = images, targets
-
-    def __len__(self) -> int:
-        return len(self.targets)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.images[i], self.targets[i]
-
-    def __getitems__(self, indices: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        index = torch.as_tensor(indices, dtype=torch.long)
-        if self.images.is_cuda:  # pinned, so that the copy does not wait for the GPU's queue
-            index = index.pin_memory()
-        index = index.to(self.images.device, non_blocking=True)
-        return self.images.index_select(0, index), self.targets[index]  # index_select: [index] is slower on CPUs
-
-
-def whole_batch(batch: Any) -> Any:
-    """The collate function of `InMemory`: its ``__getitems__`` returns the batch already made."""
-    return batch
-
-
-def in_memory(
-    split: TransformedSubset, images: torch.Tensor | None, targets: Sequence[int] | None, device: torch.device
-) -> InMemory:
-    """The items of ``split`` held on ``device``, decoded once.
-
-    Args:
-        split: A view of a data module's dataset.
-        images: The whole dataset as one uint8 array, where the data module holds it so (its ``uint8_images_of``),
-            taken as it is; ``None``: the split's items decoded here by its own `Decode`, as the workers do.
-        targets: With ``images``, the class index of every item of the dataset; decoded items bring their own.
-        device: The training device.
-    """
-    index, expected = torch.as_tensor(split.indices, dtype=torch.long), (len(split.dataset), split.transform.in_chans)
-    if images is None:  # each item once, as a worker reads it: the image at the stored size, and its label
-        rank_zero_info(f"vitlit: decoding {len(split)} images once to hold them in memory")
-        items = [split[i] for i in range(len(split))]
-        images, targets = torch.stack([image for image, _ in items]), torch.as_tensor([int(t) for _, t in items])
-    elif images.dtype != torch.uint8 or images.ndim != 4 or images.shape[:2] != expected:
-        raise ValueError(f"uint8_images_of returned {images.dtype} images of shape {tuple(images.shape)}; it must "
-                         f"return uint8 of shape ({', '.join(map(str, expected))}, H, W).")  # fmt: skip
-    else:
-        images, targets = images[index], torch.as_tensor(targets, dtype=torch.long)[index]
-    # Channels first in memory too (an array taken as it is may be channels last): every batch op runs faster so.
-    return InMemory(images.to(device).contiguous(), targets.to(device))
 
 
 def free_memory(device: torch.device) -> int | None:
@@ -218,49 +167,61 @@ def keep_in_memory(
     return fits
 
 
-def resized_side(size: int, crop_pct: float) -> int:
-    """The side the shorter side is resized to before a ``size`` centre crop keeps ``crop_pct`` (timm's rule)."""
-    return math.floor(size / crop_pct)
+def in_memory(
+    split: TransformedSubset, images: torch.Tensor | None, targets: Sequence[int] | None, device: torch.device
+) -> InMemory:
+    """The items of ``split`` held on ``device``, decoded once.
 
-
-def resize_uint8(
-    images: torch.Tensor, size: int, crop_pct: float = 1.0, interpolation: Interpolation = "bilinear"
-) -> torch.Tensor:
-    """uint8 images (one, or a batch) to ``size`` x ``size``: the shorter side resized, then the centre cropped.
-
-    The shorter side goes to ``floor(size / crop_pct)`` (timm's evaluation resize; ``crop_pct`` 1: ``size``), with
-    torchvision's antialiased resize on the uint8 tensor: the one resize of vitlit (the sources' stored geometry,
-    this batched pipeline, exports and servers), so every path gives the same pixels.
+    Args:
+        split: A view of a data module's dataset.
+        images: The whole dataset as one uint8 array, where the data module holds it so (its ``uint8_images_of``),
+            taken as it is; ``None``: the split's items decoded here by its own `Decode`, as the workers do.
+        targets: With ``images``, the class index of every item of the dataset; decoded items bring their own.
+        device: The training device.
     """
-    side = resized_side(size, crop_pct)
-    if min(images.shape[-2:]) != side:
-        images = resize(images, [side], interpolation=InterpolationMode(interpolation), antialias=True)
-    return images if images.shape[-2:] == (size, size) else center_crop(images, [size])
+    index, expected = torch.as_tensor(split.indices, dtype=torch.long), (len(split.dataset), split.transform.in_chans)
+    if images is None:  # each item once, as a worker reads it: the image at the stored size, and its label
+        rank_zero_info(f"vitlit: decoding {len(split)} images once to hold them in memory")
+        items = [split[i] for i in range(len(split))]
+        images, targets = torch.stack([image for image, _ in items]), torch.as_tensor([int(t) for _, t in items])
+    elif images.dtype != torch.uint8 or images.ndim != 4 or images.shape[:2] != expected:
+        raise ValueError(f"uint8_images_of returned {images.dtype} images of shape {tuple(images.shape)}; it must "
+                         f"return uint8 of shape ({', '.join(map(str, expected))}, H, W).")  # fmt: skip
+    else:
+        images, targets = images[index], torch.as_tensor(targets, dtype=torch.long)[index]
+    # Channels first in memory too (an array taken as it is may be channels last): every batch op runs faster so.
+    return InMemory(images.to(device).contiguous(), targets.to(device))
 
 
-def to_normalized_float(images: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
-    """uint8 images as float32 scaled to [0, 1] and normalised per channel (torchvision's ToDtype and Normalize)."""
-    return normalize(to_dtype(images, torch.float32, scale=True), list(mean), list(std), inplace=True)
+class InMemory(Dataset):
+    """A split as one uint8 tensor and its class indices, on the training device: a batch is one gather.
 
-
-def random_crop(images: torch.Tensor, padding: int, among: int | None = None, share: slice = ALL) -> torch.Tensor:
-    """Crop each image at its own offset from the batch zero-padded by ``padding`` (torchvision's RandomCrop).
-
-    Offsets are uniform in ``0..2 * padding`` per image and axis. With ``among``, the draws are made for ``among``
-    images and those at ``share`` used: one DDP process's part of a step. The windows are a view of every possible
-    crop (``unfold``); one indexing kernel copies the chosen ones.
+    DataLoader hands ``__getitems__`` a batch's indices at once (`whole_batch` keeps the result as it is).
     """
-    dy, dx = torch.randint(0, 2 * padding + 1, (2, among or len(images)), device=images.device)
-    size = images.shape[-1]
-    padded = F.pad(images, (padding, padding, padding, padding))
-    windows = padded.unfold(2, size, 1).unfold(3, size, 1)  # (B, C, H + 2 * padding - size + 1, ..., size, size)
-    return windows[torch.arange(len(padded), device=padded.device), :, dy[share], dx[share]]
+
+    def __init__(self, images: torch.Tensor, targets: torch.Tensor) -> None:
+        self.images, self.targets = images, targets
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.images[i], self.targets[i]
+
+    def __getitems__(self, indices: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        index = torch.as_tensor(indices, dtype=torch.long)
+        if self.images.is_cuda:  # pinned, so that the copy does not wait for the GPU's queue
+            index = index.pin_memory()
+        index = index.to(self.images.device, non_blocking=True)
+        return self.images.index_select(0, index), self.targets[index]  # index_select: [index] is slower on CPUs
 
 
-def random_flip(images: torch.Tensor, among: int | None = None, share: slice = ALL) -> torch.Tensor:
-    """Mirror each image of a (B, C, H, W) batch left-right with probability 0.5 (``among``, ``share``: as crops)."""
-    flip = (torch.rand(among or len(images), device=images.device) < 0.5)[share]
-    return torch.where(flip[:, None, None, None], images.flip(-1), images)
+def whole_batch(batch: Any) -> Any:
+    """The collate function of `InMemory`: its ``__getitems__`` returns the batch already made."""
+    return batch
+
+
+# 2. The device half: `Augment` and its steps, in the order it takes them.
 
 
 class Augment:
@@ -324,30 +285,6 @@ class Augment:
         return to_normalized_float(images, self.mean, self.std)
 
 
-def channel_statistics(values: Sequence[float], in_chans: int, name: str) -> tuple[float, ...]:
-    """Fit per-channel statistics to ``in_chans`` channels: as they are, or averaged into one for grey images.
-
-    Args:
-        values: Statistics of some channel count (a data set's defaults, or a pretrained model's).
-        in_chans: Channels of the images.
-        name: ``mean`` or ``std``, for the message.
-
-    Raises:
-        ConfigError: If the counts differ otherwise; the user must then give one value per channel.
-    """
-    if len(values) == in_chans:
-        return tuple(values)
-    if in_chans == 1:  # grey images: the average of the colour channels' statistics, as grey is their average
-        return (sum(values) / len(values),)
-    raise ConfigError(
-        f"in_chans={in_chans}, but the default {name} has {len(values)} values; give {in_chans} with --data.{name} "
-        f"(e.g. [{', '.join(['0.5'] * in_chans)}]), or correct --data.in_chans."
-    )
-
-
-# RandomResizedCrop, batched: each image its own box, drawn at once, resampled at once (timm's and DeiT's crop).
-
-
 def resized_crop_boxes(
     n: int, height: int, width: int, scale: Sequence[float], ratio: Sequence[float], device: torch.device
 ) -> torch.Tensor:
@@ -402,3 +339,72 @@ def random_resized_crop(
         grid = F.affine_grid(theta, [b, x.shape[1], size, size], align_corners=False)
         out = F.grid_sample(x, grid, mode="bicubic", padding_mode="border", align_corners=False)
     return out.round_().clamp_(0, 255).to(torch.uint8)  # uint8 again, as the policies after it take
+
+
+def resized_side(size: int, crop_pct: float) -> int:
+    """The side the shorter side is resized to before a ``size`` centre crop keeps ``crop_pct`` (timm's rule)."""
+    return math.floor(size / crop_pct)
+
+
+def resize_uint8(
+    images: torch.Tensor, size: int, crop_pct: float = 1.0, interpolation: Interpolation = "bilinear"
+) -> torch.Tensor:
+    """uint8 images (one, or a batch) to ``size`` x ``size``: the shorter side resized, then the centre cropped.
+
+    The shorter side goes to ``floor(size / crop_pct)`` (timm's evaluation resize; ``crop_pct`` 1: ``size``), with
+    torchvision's antialiased resize on the uint8 tensor: the one resize of vitlit (the sources' stored geometry,
+    this batched pipeline, exports and servers), so every path gives the same pixels.
+    """
+    side = resized_side(size, crop_pct)
+    if min(images.shape[-2:]) != side:
+        images = resize(images, [side], interpolation=InterpolationMode(interpolation), antialias=True)
+    return images if images.shape[-2:] == (size, size) else center_crop(images, [size])
+
+
+def random_crop(images: torch.Tensor, padding: int, among: int | None = None, share: slice = ALL) -> torch.Tensor:
+    """Crop each image at its own offset from the batch zero-padded by ``padding`` (torchvision's RandomCrop).
+
+    Offsets are uniform in ``0..2 * padding`` per image and axis. With ``among``, the draws are made for ``among``
+    images and those at ``share`` used: one DDP process's part of a step. The windows are a view of every possible
+    crop (``unfold``); one indexing kernel copies the chosen ones.
+    """
+    dy, dx = torch.randint(0, 2 * padding + 1, (2, among or len(images)), device=images.device)
+    size = images.shape[-1]
+    padded = F.pad(images, (padding, padding, padding, padding))
+    windows = padded.unfold(2, size, 1).unfold(3, size, 1)  # (B, C, H + 2 * padding - size + 1, ..., size, size)
+    return windows[torch.arange(len(padded), device=padded.device), :, dy[share], dx[share]]
+
+
+def random_flip(images: torch.Tensor, among: int | None = None, share: slice = ALL) -> torch.Tensor:
+    """Mirror each image of a (B, C, H, W) batch left-right with probability 0.5 (``among``, ``share``: as crops)."""
+    flip = (torch.rand(among or len(images), device=images.device) < 0.5)[share]
+    return torch.where(flip[:, None, None, None], images.flip(-1), images)
+
+
+def to_normalized_float(images: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
+    """uint8 images as float32 scaled to [0, 1] and normalised per channel (torchvision's ToDtype and Normalize)."""
+    return normalize(to_dtype(images, torch.float32, scale=True), list(mean), list(std), inplace=True)
+
+
+# The normalisation's statistics, fitted to the images' channels (the data module's and a pretrained model's).
+
+
+def channel_statistics(values: Sequence[float], in_chans: int, name: str) -> tuple[float, ...]:
+    """Fit per-channel statistics to ``in_chans`` channels: as they are, or averaged into one for grey images.
+
+    Args:
+        values: Statistics of some channel count (a data set's defaults, or a pretrained model's).
+        in_chans: Channels of the images.
+        name: ``mean`` or ``std``, for the message.
+
+    Raises:
+        ConfigError: If the counts differ otherwise; the user must then give one value per channel.
+    """
+    if len(values) == in_chans:
+        return tuple(values)
+    if in_chans == 1:  # grey images: the average of the colour channels' statistics, as grey is their average
+        return (sum(values) / len(values),)
+    raise ConfigError(
+        f"in_chans={in_chans}, but the default {name} has {len(values)} values; give {in_chans} with --data.{name} "
+        f"(e.g. [{', '.join(['0.5'] * in_chans)}]), or correct --data.in_chans."
+    )

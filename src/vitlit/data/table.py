@@ -242,7 +242,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
                                       f"pairs.")  # fmt: skip
                 else:
                     splits[split] = rows if isinstance(rows, list) else list(rows)
-            return scan._replace(splits=splits)
+            return Scan(splits, scan.classes, scan.hold_out_test)
         except (ConfigError, KeyboardInterrupt):
             raise
         except BaseException as err:  # a bug in a format (SystemExit too): not the user's config, never silent

@@ -17,6 +17,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from vitlit.atomic import replacing
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import CheckFailed
+from vitlit.runs.ddp import all_gather_objects, interleave
 from vitlit.text import shown
 
 #: `_ACTIVE` less the newline and the undecodable bytes that are no C1 control: a file name's part CSV can hold.
@@ -51,8 +52,6 @@ def write_predictions(
         probabilities: Also one ``p_<class>`` column per class.
     """
     if trainer.world_size > 1:  # each process predicted its shard: back in data order (collectives: all call)
-        from vitlit.runs.ddp import all_gather_objects, interleave
-
         probs = interleave(all_gather_objects(probs, trainer))
     path = Path(trainer.log_dir or trainer.default_root_dir) / filename
     broken = int((~torch.isfinite(probs).all(dim=1)).sum())

@@ -34,6 +34,7 @@ from vitlit.data.images import image_files, image_problem
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.run_dir import check_writable_folder
 from vitlit.text import say, shown
+from vitlit.tools.hf_folder import check_folder_output, write_timm_folder
 from vitlit.trained import PREPROCESS, ModelCard, load_classifier
 
 Format = Literal["onnx", "int8", "pt2", "timm"]
@@ -220,8 +221,6 @@ def export(
     if license is not None and format != "timm":
         raise ConfigError(f"--license is the model card's, which --format timm writes; drop it for --format {format}.")
     if format == "timm":
-        from vitlit.tools.hf_folder import check_folder_output
-
         check_folder_output(output, Path(ckpt_path), overwrite, "other" if license is None else license)
     else:
         check_output(output, Path(ckpt_path).expanduser(), overwrite, format)
@@ -238,8 +237,6 @@ def export(
         )
     report: dict[str, Any] = {"format": format, "output": str(output), "batch": len(batch)}
     if format == "timm":
-        from vitlit.tools.hf_folder import write_timm_folder
-
         output.parent.mkdir(parents=True, exist_ok=True)  # checked: a missing folder is created, as by prepare
         report |= write_timm_folder(net, card, batch, output, Path(ckpt_path), license or "other", TOLERANCE)
         say(f"vitlit: wrote {output}/ ({', '.join(report['files'])}; {report['bytes'] / 2**20:.1f} MiB); timm's "
