@@ -336,3 +336,15 @@ def test_the_fork_guide_lists_every_rule_of_the_admission() -> None:
                  "as numbers where every label is an integer", "`SystemExit`", "iterable of `(file, label)` pairs",
                  "whether `scan()` returns a dict or a `Scan`", "1,000,000 rows"):  # fmt: skip
         assert rule in checks, rule
+
+
+def test_class_folders_beside_a_test_folder_name_what_stopped_the_flat_layout(tmp_path: Path) -> None:
+    # root/{cat,dog,test}: a forker's class folders and a held-back test/: the layout is a split one without train/.
+    from vitlit.data.folder import class_folders
+    from vitlit.errors import ConfigError
+
+    for name in ("cat", "dog", "test/cat"):
+        (tmp_path / name).mkdir(parents=True)
+    with pytest.raises(ConfigError) as refused:
+        class_folders(tmp_path)
+    assert "has test/ but no train/" in str(refused.value) and str(tmp_path / "train") in str(refused.value)

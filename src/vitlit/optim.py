@@ -166,7 +166,9 @@ class WarmupCosineLR(LambdaLR):
         if self.total_steps is None:
             if step == 0:  # LambdaLR evaluates step 0 in its constructor, before the model can fill total_steps in.
                 return 1.0
-            raise ConfigError("WarmupCosineLR needs total_steps; set it, or let ViTClassifier fill it in.")
+            raise ConfigError(
+                "WarmupCosineLR needs total_steps; set it, or let the run's length fill it in (fit_to_run)."
+            )
         decay_steps = max(1.0, self.decay_fraction * (self.total_steps - self.warmup_steps))
         progress = min(1.0, max(0.0, (step - self.total_steps + decay_steps) / decay_steps))
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))

@@ -62,12 +62,15 @@ def class_folders(root: Path) -> Scan:
     train_dir = root / "train"
     if not train_dir.is_dir():
         flat = _class_dirs(root) if root.is_dir() else []
-        if len(flat) >= 2 and not any((root / split).exists() for split in SPLITS):
+        splits_there = [f"{split}/" for split in SPLITS if (root / split).exists()]
+        if len(flat) >= 2 and not splits_there:
             return scan_flat(root, flat)
         one = f"; it holds one class folder ({flat[0].name}), and a classifier needs 2" if len(flat) == 1 else ""
+        # A val/ or test/ beside class folders makes the layout a split one, whose train/ is missing.
+        why = f"; it has {' and '.join(splits_there)} but no train/" if splits_there and len(flat) >= 2 else one
         raise ConfigError(
             f"{train_dir} does not exist; --data.root must hold train/<class>/<images> "
-            f"(and optionally val/ and test/), or class folders <class>/<images> only{one}."
+            f"(and optionally val/ and test/), or class folders <class>/<images> only{why}."
         )
     classes, splits = [c.name for c in _class_dirs(train_dir)], {}
     if len(classes) < 2:

@@ -333,9 +333,10 @@ class PredictFolder:
 def inside(root: Path, name: str | os.PathLike | None) -> Path | None:
     """The file ``name`` (relative to ``root``, or absolute) resolved, if it is a file inside ``root``; else ``None``.
 
-    The one admission of a file that a data set names (a table's row, a Hugging Face row's ``path``, a saved data
-    set's metadata, a stream's index): a ``../``, an absolute path or a link that leads out of the data set's folder
-    is never read, whatever the format.
+    The admission of a file a data set names outside the item table's rows (a Hugging Face row's ``path``, a saved
+    data set's metadata, a stream's index; the table's rows are admitted by `vitlit.data.table`, which also keeps a
+    missing file to report it as a bad image): a ``../``, an absolute path or a link that leads out of the data set's
+    folder is never read, whatever the format.
     """
     if not name:
         return None
