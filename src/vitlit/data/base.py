@@ -247,7 +247,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         if self.predict_dir is not None:  # its files found now, before any work starts
             self._predict_folder = PredictFolder(self.predict_dir, self.in_chans)
         self.train_set: TransformedSubset | None = None
-        self._said_test_split = False  # `hold_out_test` says the carved split once, for fit and test alike
+        self._said_test_split = False  # `held_out_split` says the held-out split once, for fit and test alike
         self.val_set: TransformedSubset | None = None
         self.test_set: TransformedSubset | None = None
         self.predict_set: TransformedSubset | None = None
@@ -274,14 +274,14 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     def test_dataset(self) -> Dataset:
         """The held-out test images, used by ``test`` (and by ``predict`` without ``predict_dir``) only.
 
-        Without an override, ``test_size`` of the training images are held out for it (`carves_test`), seeded: a
+        Without an override, ``test_size`` of the training images are held out for it (`holds_out_test`), seeded: a
         new format is then ``class_names`` and ``train_dataset`` alone. (`setup` then views those items of the
         training set itself, so that its hooks, ``targets_of`` and ``uint8_images_of``, serve the test split too.)
         """
 
     @property
-    def carves_test(self) -> bool:
-        """Whether the test split is held out of the training images (`hold_out_test`).
+    def holds_out_test(self) -> bool:
+        """Whether the test split is held out of the training images (`held_out_split`).
 
         By default where ``test_dataset`` is the base class's: a subclass that reads a test split of its own
         overrides that, or this.
@@ -413,8 +413,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             size = None if self.native_size else self.stored_size(train)
         return TransformedSubset(dataset, indices, pipeline.Decode(self.in_chans, size, self.interpolation))
 
-    def hold_out_test(self, n: int, said: str | None = None) -> tuple[list[int], list[int]]:
-        """The seeded (training, test) indices of ``n`` training items where the test split is carved out of them.
+    def held_out_split(self, n: int, said: str | None = None) -> tuple[list[int], list[int]]:
+        """The seeded (training, test) indices of ``n`` training items where the test split is held out of them.
 
         A split that leaves either side empty is refused in one line.
         The split is said once, in one line, with ``said`` (what holds the items) or the class's name.
@@ -432,7 +432,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             dataset, val_dataset = self.train_dataset(), self.val_dataset()
             self._check_channels(dataset)
             self._check_labels(dataset)
-            pool = self.hold_out_test(len(dataset))[0] if self.carves_test else None  # None: every item
+            pool = self.held_out_split(len(dataset))[0] if self.holds_out_test else None  # None: every item
             if val_dataset is None:
                 pool = pool or list(range(len(dataset)))
                 parts = split_indices(len(pool), self.val_size, self.seed)
@@ -444,15 +444,15 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             else:
                 self.train_set, self.val_set = self._view(dataset, pool, train=True), self._view(val_dataset, None)
         if stage == "test" and self.test_set is None:
-            test = None if self.carves_test else self._check_labels(self.test_dataset(), "test")
-            self.test_set = self._held_out() if test is None else self._view(test, None)
+            test = None if self.holds_out_test else self._check_labels(self.test_dataset(), "test")
+            self.test_set = self._held_out_test() if test is None else self._view(test, None)
         if stage == "predict" and self.predict_set is None:
-            carved = self.carves_test and self.predict_dir is None
-            self.predict_set = self._held_out() if carved else self._view(self.predict_dataset(), None)
+            held_out = self.holds_out_test and self.predict_dir is None
+            self.predict_set = self._held_out_test() if held_out else self._view(self.predict_dataset(), None)
 
-    def _held_out(self) -> TransformedSubset:
-        """The test split carved out of the training set (`carves_test`)."""
-        return self._view(dataset := self.train_dataset(), self.hold_out_test(len(dataset))[1])
+    def _held_out_test(self) -> TransformedSubset:
+        """The test split held out of the training set (`holds_out_test`)."""
+        return self._view(dataset := self.train_dataset(), self.held_out_split(len(dataset))[1])
 
     def _check_labels(self, dataset: Dataset, split: str = "training") -> Dataset:
         """Return ``dataset``, or refuse a label that is no class index (``targets_of``), naming the item.

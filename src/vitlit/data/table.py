@@ -297,7 +297,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
             items[split] = ImageFiles(pairs, classes, PIL_MODES[self.in_chans], self.img_size, f"the {split} split")
         if "test" not in items and scan.hold_out_test:
             said = scan.hold_out_test if isinstance(scan.hold_out_test, str) else None
-            keep, held = self.hold_out_test(len(items["train"]), said)
+            keep, held = self.held_out_split(len(items["train"]), said)
             items["test"], items["train"] = items["train"].keep(held), items["train"].keep(keep)
         if "val" not in items:
             validation_count(len(items["train"]), self.val_size)  # fail now, not after the run folder exists
