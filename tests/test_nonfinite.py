@@ -87,3 +87,19 @@ def test_skip_drops_the_step_counts_it_and_trains_on(
     assert float(cli.trainer.callback_metrics["train/nonfinite_steps"]) == 1.0
     adam_steps = {int(state["step"]) for state in cli.model.optimizers().optimizer.state.values()}
     assert adam_steps == {7}  # eight steps, one of them skipped: AdamW's bias correction did not count it
+
+
+@pytest.mark.parametrize(("precision", "suggested"), [("32-true", True), ("16-mixed", True), ("bf16-mixed", False)])
+def test_the_stop_suggests_bf16_only_to_a_run_not_in_bf16(precision: str, suggested: bool) -> None:
+    from types import SimpleNamespace
+
+    from vitlit.errors import TrainingHalted
+    from vitlit.runs.nonfinite import NonFiniteGuard
+
+    guard = NonFiniteGuard(action="stop")
+    guard._counts = torch.tensor([1, 3, 1, 1])  # one skipped step, the first at step 3
+    trainer = SimpleNamespace(precision=precision, global_step=5, current_epoch=0)
+    with pytest.raises(TrainingHalted) as halted:
+        guard._check(trainer)
+    assert "step 3" in str(halted.value) and "--model.optimizer.init_args.lr" in str(halted.value)
+    assert ("--trainer.precision bf16-mixed" in str(halted.value)) == suggested

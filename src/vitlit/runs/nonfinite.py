@@ -155,10 +155,12 @@ class NonFiniteGuard(Callback):
             return
         if self.action == "stop" or longest >= self.max_consecutive_skips:
             repeated = f" and on {longest} steps in a row" if self.action == "skip" else ""
+            # bf16's range is fp32's: the fix for fp16's overflows, not for a run already in bf16.
+            bf16 = "" if "bf16" in str(trainer.precision) else " or train in bf16 (--trainer.precision bf16-mixed)"
             raise TrainingHalted(
                 f"the loss or the gradients became NaN/inf at step {first}{repeated} (that update was skipped; stopped "
                 f"at step {trainer.global_step}, epoch {trainer.current_epoch}); lower the learning rate "
-                f"(--model.optimizer.init_args.lr) or train in bf16 (--trainer.precision bf16-mixed)"
+                f"(--model.optimizer.init_args.lr){bf16}"
             )
         if skipped > self._reported:
             rank_zero_warn(f"NonFiniteGuard: skipped {skipped - self._reported} NaN/inf steps since step {first}.")
