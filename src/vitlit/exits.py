@@ -22,7 +22,6 @@ Four places here read what another library offers only as text or frames; each s
 from __future__ import annotations
 
 import contextlib
-import errno
 import re
 import shutil
 import signal
@@ -34,7 +33,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from vitlit.errors import CheckFailed, ConfigError, TrainingHalted
+from vitlit.errors import NO_SPACE, PATH_REFUSED, CheckFailed, ConfigError, TrainingHalted
 from vitlit.run_dir import saved_config
 from vitlit.runtime import STOP
 from vitlit.text import stream_gone, tell
@@ -78,10 +77,7 @@ def one_line_error(err: BaseException) -> str | None:
     full = disk_full(err)
     if full is not None:
         return f"{full[0]}: {str(err).splitlines()[0][:160]}; {full[1]}, and run it again."
-    refused = {errno.ENAMETOOLONG: "is longer than the file system allows; give shorter paths",
-               errno.EACCES: "cannot be read or written by this user (permission denied); check its permissions",
-               errno.EPERM: "cannot be read or written by this user (operation not permitted); check its permissions",
-               errno.EROFS: "is on a read-only file system; choose a folder on a writable disk"}  # fmt: skip
+    refused = PATH_REFUSED
     seen: set[int] = set()
     while err is not None and id(err) not in seen:  # an OSError about a path, wherever the path was first used
         seen.add(id(err))
@@ -100,10 +96,7 @@ def disk_full(err: BaseException | None) -> tuple[str, str] | None:
     torch's zip writer reports a failed write as ``RuntimeError: ... unexpected pos``; the OSError behind it is only
     its ``__context__``.
     """
-    reasons = {errno.ENOSPC: ("the disk is full", "free some space or choose a folder on a larger disk"),
-               errno.EDQUOT: ("the disk quota is used up", "free some of the quota or choose a folder on another disk"),
-               errno.EFBIG: ("the file is larger than this process may write (its ulimit -f)",
-                             "raise the limit (ulimit -f unlimited) in the shell that starts it")}  # fmt: skip
+    reasons = NO_SPACE
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))

@@ -16,7 +16,6 @@ test images that are byte copies of training images, counted in one line.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import math
 import numbers
@@ -33,7 +32,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from vitlit.data.base import ImageClassificationDataModule, validation_count
 from vitlit.data.images import PIL_MODES, BadImage, ImageFiles
-from vitlit.errors import ConfigError
+from vitlit.errors import NO_SPACE, PATH_REFUSED, ConfigError
 from vitlit.text import quoted, say, shown
 
 #: The splits a format may name: validation and test are only ever used as such.
@@ -48,9 +47,6 @@ MANY_ROWS = 100_000
 _CONTROL = {"Cc", "Cf", "Cs", "Zl", "Zp"}
 #: A label that is an integer (COCO's category ids): such labels are ordered as numbers.
 _INTEGER = re.compile(r"-?[0-9]+")
-#: What the system refuses about a path (permissions, a name too long, a read-only or full disk): not a bug of the
-#: format's code, and said as the command line says every such path (`vitlit.exits.one_line_error`).
-_REFUSED_PATHS = {errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
 class Scan(NamedTuple):
@@ -246,7 +242,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
         except (ConfigError, KeyboardInterrupt):
             raise
         except BaseException as err:  # a bug in a format (SystemExit too): not the user's config, never silent
-            if isinstance(err, OSError) and err.errno in _REFUSED_PATHS:
+            if isinstance(err, OSError) and (err.errno in PATH_REFUSED or err.errno in NO_SPACE):
                 raise  # a path the system refused: said as such
             method, frames = type(self).scan, traceback.extract_tb(err.__traceback__)
             at = next((f for f in reversed(frames) if f.filename == method.__code__.co_filename), frames[-1])
