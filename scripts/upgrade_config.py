@@ -39,17 +39,17 @@ from vitlit.text import shown
 
 #: Class paths of 0.1 to 0.4 -> 0.5 (None: the CLI or the data module does it now, the callback is dropped).
 MOVED = {
-    "vitlit.callbacks.PredictionWriter": "vitlit.runs.predictions.PredictionWriter",
-    "vitlit.runs.callbacks.PredictionWriter": "vitlit.runs.predictions.PredictionWriter",
-    "vitlit.callbacks.RNGStateCheckpoint": "vitlit.runs.resume.RNGStateCheckpoint",
-    "vitlit.runs.callbacks.RNGStateCheckpoint": "vitlit.runs.resume.RNGStateCheckpoint",
+    "vitlit.callbacks.PredictionWriter": "vitlit.runs.records.PredictionWriter",
+    "vitlit.runs.callbacks.PredictionWriter": "vitlit.runs.records.PredictionWriter",
+    "vitlit.callbacks.RNGStateCheckpoint": "vitlit.runs.checkpoint_io.RNGStateCheckpoint",
+    "vitlit.runs.callbacks.RNGStateCheckpoint": "vitlit.runs.checkpoint_io.RNGStateCheckpoint",
     "vitlit.callbacks.Snapshots": "vitlit.runs.snapshots.Snapshots",
     "vitlit.runs.callbacks.Snapshots": "vitlit.runs.snapshots.Snapshots",
-    "vitlit.runs.callbacks.SkippedImages": "vitlit.runs.logs.SkippedImages",
+    "vitlit.runs.callbacks.SkippedImages": "vitlit.runs.records.SkippedImages",
     "vitlit.monitor.SpeedMonitor": "vitlit.runs.monitor.SpeedMonitor",
     "vitlit.monitor.WeightHistograms": "vitlit.runs.histograms.WeightHistograms",
     "vitlit.runs.monitor.WeightHistograms": "vitlit.runs.histograms.WeightHistograms",
-    "vitlit.run_card.RunCard": "vitlit.runs.run_card.RunCard",
+    "vitlit.run_card.RunCard": "vitlit.runs.records.RunCard",
     "vitlit.nonfinite.NonFiniteGuard": "vitlit.runs.nonfinite.NonFiniteGuard",
     "vitlit.runs.NonFiniteGuard": "vitlit.runs.nonfinite.NonFiniteGuard",
     "vitlit.progress.DefaultBar": "vitlit.runs.progress.DefaultBar",
@@ -72,6 +72,11 @@ MOVED = {
     "vitlit.runs.callbacks.LogEveryEpoch": None,
     "vitlit.fast.batch_augment.BatchAugment": "vitlit.regularize.batch_augment.BatchAugment",
     "vitlit.runs.bar.ProgressBar": "vitlit.runs.progress.ProgressBar",  # 0.6: Rich's bar beside the epoch lines
+    # 0.6.x: the run's records in one module, the random state beside the checkpoint's writer (old paths still load).
+    "vitlit.runs.logs.SkippedImages": "vitlit.runs.records.SkippedImages",
+    "vitlit.runs.predictions.PredictionWriter": "vitlit.runs.records.PredictionWriter",
+    "vitlit.runs.run_card.RunCard": "vitlit.runs.records.RunCard",
+    "vitlit.runs.resume.RNGStateCheckpoint": "vitlit.runs.checkpoint_io.RNGStateCheckpoint",
 }
 DEFAULTS = Path(__file__).resolve().parents[1] / "src" / "vitlit" / "defaults.yaml"
 #: 0.5's ``data.on_device`` -> 0.6's ``data.source``.

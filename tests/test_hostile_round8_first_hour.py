@@ -23,7 +23,7 @@ from lightning.pytorch.callbacks import Timer
 
 from vitlit.errors import ConfigError
 from vitlit.model import ViTClassifier
-from vitlit.runs import run_card
+from vitlit.runs import records as run_card
 from vitlit.runs.progress import epoch_line
 
 FORK = "coco_data_r8"  # a module name no other test imports: sys.modules keeps what a test imported

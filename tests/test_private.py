@@ -10,8 +10,10 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from vitlit.model import skip_step_if, take_skip_flag, unscales_internally
-from vitlit.private import is_local_path, litdata_formats, state_key
+from vitlit.private import is_local_path, litdata_formats
+from vitlit.runs.nonfinite import NonFiniteGuard
 from vitlit.runs.private import cap_batch_search, kill_started_processes, set_checkpoint_interval
+from vitlit.runs.snapshots import Snapshots
 
 
 def test_checkpoint_interval_can_be_changed_after_construction() -> None:
@@ -38,10 +40,16 @@ def test_fused_optimizers_are_recognised_as_unscaling_inside_their_step() -> Non
     assert not unscales_internally(torch.optim.AdamW(params, foreach=True))
 
 
-def test_a_callbacks_state_key_is_built_from_its_settings() -> None:
-    a, b = ModelCheckpoint(monitor="val/acc"), ModelCheckpoint(monitor="val/loss")
-    assert hasattr(a, "_generate_state_key"), "Lightning renamed Callback._generate_state_key"
-    assert state_key(a, x=1).startswith("ModelCheckpoint") and state_key(a, x=1) != state_key(b, x=2)
+def test_the_state_keys_vitlit_makes_are_those_lightning_made_so_saved_checkpoints_read_back() -> None:
+    # Checkpoints written while vitlit asked Lightning's _generate_state_key hold the guard's and snapshots' state
+    # under these keys; the callbacks now make them themselves, in the same form.
+    guard = NonFiniteGuard(action="skip", max_consecutive_skips=3, check_every_n_steps=7)
+    assert guard.state_key == guard._generate_state_key(action="skip", every=7, skips=3)
+    assert guard.state_key != NonFiniteGuard().state_key
+    snapshots = Snapshots(every_fraction=0.25)
+    assert snapshots.state_key == snapshots._generate_state_key(
+        snapshots=snapshots.filename, every_fraction=snapshots.every_fraction
+    )
 
 
 def test_a_fused_optimizer_skips_a_flagged_step_on_the_device() -> None:

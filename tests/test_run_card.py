@@ -1,4 +1,4 @@
-"""The run card (vitlit.runs.run_card.RunCard): written by every fit, carried through a resume, completed by test."""
+"""The run card (vitlit.runs.records.RunCard): written by every fit, carried through a resume, completed by test."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from helpers.cli import DIGITS_CONFIG, ROOT, carries, run_cli
 from helpers.shapes import write_shapes
 
-from vitlit.runs.run_card import _near_chance
+from vitlit.runs.records import _near_chance
 
 SHORT = [
     "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "2", "--data.batch_size", "32",
@@ -141,7 +141,7 @@ def test_a_fast_dev_run_writes_no_card(tmp_path: Path, digits_dir: Path, monkeyp
 
 def test_git_dirty_counts_an_untracked_module_but_not_ignored_runs(tmp_path: Path) -> None:
     """Issue 44: a fork with a new, uncommitted module recorded ``git_dirty: false``."""
-    from vitlit.runs.run_card import git_state
+    from vitlit.runs.records import git_state
 
     def git(*args: str) -> None:
         subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,

@@ -30,7 +30,7 @@ def test_a_0_1_config_upgrades_and_trains(tmp_path: Path, digits_dir: Path) -> N
     assert upgrade_config.upgrade(new) == new  # idempotent
     text = config.read_text()
     assert "vitlit.monitor." not in text and "vitlit.runs.monitor.SpeedMonitor" in text and "nonfinite:" not in text
-    assert "vitlit.runs.run_card.RunCard" in text and "DeviceData" not in text  # 0.4's defaults
+    assert "vitlit.runs.records.RunCard" in text and "DeviceData" not in text  # 0.4's defaults
     teacher = tmp_path / "teacher.pth"  # the saved config names timm's test_vit; its weights from a file (offline)
     torch.save(timm.create_model("test_vit", num_classes=10).state_dict(), teacher)
     cli = run_cli("fit", "--config", config, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path / "r",
@@ -50,7 +50,7 @@ def test_a_0_2_config_upgrades_and_trains(tmp_path: Path, digits_dir: Path) -> N
     text = config.read_text()
     for gone in ("RunFolders", "CheckedResume", "Preflight", "ResumableStop", "LogEveryEpoch", "runs.callbacks."):
         assert gone not in text, gone
-    assert "vitlit.runs.ddp.StopTogetherOnSigterm" in text and "vitlit.runs.predictions.PredictionWriter" in text
+    assert "vitlit.runs.ddp.StopTogetherOnSigterm" in text and "vitlit.runs.records.PredictionWriter" in text
     flags = ["--trainer.strategy", "auto", "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1"]
     cli = run_cli("fit", "--config", config, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path, *flags)
     assert cli.trainer.global_step == 2 and (Path(cli.trainer.log_dir) / "run_card.json").is_file()
@@ -63,7 +63,7 @@ def test_a_0_3_config_names_the_upgrade_and_trains_after_it(
     short = ["--trainer.max_steps", "1", "--trainer.limit_val_batches", "1"]
     fit = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, *short,
                   "--trainer.default_root_dir", tmp_path / "a")  # fmt: skip
-    rng = "  - class_path: vitlit.runs.resume.RNGStateCheckpoint"
+    rng = "  - class_path: vitlit.runs.checkpoint_io.RNGStateCheckpoint"
     text = (Path(fit.trainer.log_dir) / "config.yaml").read_text()
     assert rng in text
     config = tmp_path / "config.yaml"
@@ -106,3 +106,25 @@ def test_a_0_5_config_names_the_renamed_options_and_upgrades(
         run_cli("fit", "--config", DIGITS_CONFIG, "--data.on_device", "true", "--print_config")
     err = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 2 and len(err) == 1 and "--data.on_device is now --data.source" in err[0]
+
+
+def test_a_config_naming_the_runs_modules_before_their_merge_trains_as_it_is(tmp_path: Path, digits_dir: Path) -> None:
+    """Issue 74: run_card, logs and predictions are one module (records), resume is in checkpoint_io; a config saved
+    before names the old modules and trains unchanged, and the upgrade writes the new paths."""
+    fit = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.max_steps", "1",
+                  "--trainer.limit_val_batches", "1", "--trainer.default_root_dir", tmp_path / "a")  # fmt: skip
+    text = (Path(fit.trainer.log_dir) / "config.yaml").read_text()
+    moved = {"records.RunCard": "run_card.RunCard", "records.SkippedImages": "logs.SkippedImages",
+             "records.PredictionWriter": "predictions.PredictionWriter",
+             "checkpoint_io.RNGStateCheckpoint": "resume.RNGStateCheckpoint"}  # fmt: skip
+    for new, old in moved.items():
+        assert f"class_path: vitlit.runs.{new}" in text, new
+        text = text.replace(f"vitlit.runs.{new}", f"vitlit.runs.{old}")
+    config = tmp_path / "config.yaml"
+    config.write_text(text)
+    again = run_cli("fit", "--config", config, "--trainer.default_root_dir", tmp_path / "b")
+    assert again.trainer.global_step == 1 and (Path(again.trainer.log_dir) / "run_card.json").is_file()
+    named = {type(cb).__name__ for cb in again.trainer.callbacks}
+    assert {"NonFiniteGuard", "PredictionWriter", "RNGStateCheckpoint", "RunCard", "SkippedImages"} <= named, named
+    upgrade_config.main([str(config)])
+    assert all(f"vitlit.runs.{new}" in config.read_text() for new in moved)

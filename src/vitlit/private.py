@@ -11,24 +11,13 @@ behaviour.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
-from lightning.pytorch import Callback
 
 
 def is_local_path(path: str | Path) -> bool:
     """Whether ``path`` is on the local file system (not ``s3://``, ``gs://``, ...), as Lightning decides it."""
     return _is_local_file_protocol(path)
-
-
-def state_key(callback: Callback, **settings: Any) -> str:
-    """Lightning's key for a callback's state in checkpoints, made from its class and ``settings``.
-
-    Two callbacks of one class (ModelCheckpoints with other settings) need distinct keys; Lightning builds them with
-    the callback's ``_generate_state_key``.
-    """
-    return callback._generate_state_key(**settings)
 
 
 def litdata_formats() -> list[str]:

@@ -16,7 +16,7 @@ from lightning.pytorch.callbacks import Timer
 
 from vitlit.errors import ConfigError
 from vitlit.optim import schedule_of, total_steps
-from vitlit.runs.run_card import RunCard
+from vitlit.runs.records import RunCard
 from vitlit.text import say
 from vitlit.types import Fraction, PositiveInt
 

@@ -22,7 +22,6 @@ from torch.optim import Optimizer
 from vitlit.errors import TrainingHalted
 from vitlit.model import ViTClassifier, skip_step_if, take_skip_flag, unscales_internally
 from vitlit.optim import logging_step
-from vitlit.private import state_key
 from vitlit.types import PositiveInt
 
 
@@ -68,16 +67,14 @@ class NonFiniteGuard(Callback):
         self._fused: dict[int, bool] = {}  # per optimizer (by id): whether it can skip a step on the device
         self._fused_and_clipped = False  # every optimizer fused, and the model's clipping completes their flag
         # Two guards (the shared one and one appended) need their own keys in checkpoints: their settings differ.
-        # Lightning reads the key at every hook (its profiler's names), so it is made once, here.
-        self.state_key = state_key(
-            self, action=action, every=self.check_every_n_steps, skips=self.max_consecutive_skips
-        )
-
-    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        guards = [cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard)]
-        self.active = guards[-1] is self and self.action != "off"
+        # Lightning reads the key at every hook (its profiler's names), so it is made once, here, in the form of
+        # Lightning's own keys made from settings (ModelCheckpoint's), which checkpoints saved before hold.
+        settings = {"action": action, "every": self.check_every_n_steps, "skips": self.max_consecutive_skips}
+        self.state_key = f"{type(self).__qualname__}{settings!r}"
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        guards = [cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard)]
+        self.active = guards[-1] is self and self.action != "off"  # only the last guard in the callbacks acts
         if not self.active:
             self._counts = None
             return

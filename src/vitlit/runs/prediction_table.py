@@ -1,4 +1,4 @@
-"""``predictions.csv`` (`vitlit.runs.predictions.PredictionWriter`): gathered, checked, written whole, text made safe.
+"""``predictions.csv`` (`vitlit.runs.records.PredictionWriter`): gathered, checked, written whole, text made safe.
 
 Loaded by ``predict`` only.
 """

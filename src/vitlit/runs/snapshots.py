@@ -12,7 +12,6 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from vitlit.errors import ConfigError
 from vitlit.optim import planned_steps
-from vitlit.private import state_key
 from vitlit.runs.private import set_checkpoint_interval
 from vitlit.types import Fraction, PositiveInt
 
@@ -87,5 +86,7 @@ class Snapshots(ModelCheckpoint):
 
     @property
     def state_key(self) -> str:
-        # Distinct from the ModelCheckpoints next to it, whose state (best paths) is stored under their own settings.
-        return state_key(self, snapshots=self.filename, every_fraction=self.every_fraction)
+        # Distinct from the ModelCheckpoints next to it, whose state (best paths) is stored under their own settings;
+        # in the form of Lightning's keys made from settings, which checkpoints saved before hold.
+        settings = {"snapshots": self.filename, "every_fraction": self.every_fraction}
+        return f"{type(self).__qualname__}{settings!r}"
