@@ -12,7 +12,7 @@ import torch
 
 from vitlit import ImageFolderDataModule, ViTClassifier
 from vitlit.errors import ConfigError
-from vitlit.optim import WarmupCosineLR, apply_lr_scale, param_groups
+from vitlit.optim import WarmupCosineLR, param_groups
 
 
 def _lrs(scheduler: WarmupCosineLR, steps: int) -> list[float]:
@@ -70,10 +70,11 @@ def test_no_weight_decay_on_biases_norms_and_embeddings() -> None:
 
 
 def test_layer_decay_scales_learning_rates_by_depth() -> None:
-    net = timm.create_model("test_vit", num_classes=10, img_size=32, patch_size=4)  # 6 blocks
-    groups = param_groups(net, skip=net.no_weight_decay(), layer_decay=0.5)
-    optimizer = torch.optim.AdamW(groups, lr=1.0, weight_decay=0.05)
-    apply_lr_scale(optimizer)
+    model = ViTClassifier("test_vit", img_size=32, patch_size=4, layer_decay=0.5,  # 6 blocks
+                          optimizer=lambda groups: torch.optim.AdamW(groups, lr=1.0, weight_decay=0.05),
+                          scheduler=lambda opt: WarmupCosineLR(opt, warmup_steps=0, total_steps=10))  # fmt: skip
+    model.trainer = L.Trainer(logger=False, enable_checkpointing=False)  # the model scales the rates it configures
+    optimizer, net = model.configure_optimizers()["optimizer"], model.net
     lr_of = {id(p): g["lr"] for g in optimizer.param_groups for p in g["params"]}
     decay_of = {id(p): g["weight_decay"] for g in optimizer.param_groups for p in g["params"]}
     assert lr_of[id(net.head.weight)] == 1.0

@@ -16,7 +16,7 @@ from torchmetrics import MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from vitlit.errors import ConfigError
-from vitlit.optim import WarmupCosineLR, apply_lr_scale, check_factories, fit_to_run, logging_step, param_groups
+from vitlit.optim import WarmupCosineLR, check_factories, fit_to_run, logging_step, param_groups
 from vitlit.types import Fraction, PositiveInt, Rate, as_builtin
 
 
@@ -212,7 +212,8 @@ class ViTClassifier(LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = self.optimizer_factory(self.param_groups())
-        apply_lr_scale(optimizer)
+        for group in optimizer.param_groups:  # layer decay's factor per group, before the scheduler records the rates
+            group["lr"] *= group.get("lr_scale", 1.0)
         scheduler = self.scheduler_factory(optimizer)
         fit_to_run(scheduler, self.trainer)  # a schedule of the run's length (`vitlit.optim`)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

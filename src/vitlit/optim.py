@@ -76,12 +76,6 @@ def param_groups(
     return groups
 
 
-def apply_lr_scale(optimizer: torch.optim.Optimizer) -> None:
-    """Multiply each group's learning rate by its ``lr_scale`` (layer decay); call before building the scheduler."""
-    for group in optimizer.param_groups:
-        group["lr"] = group["lr"] * group.get("lr_scale", 1.0)
-
-
 class WarmupCosineLR(LambdaLR):
     """Linear warmup to the optimizer's learning rate, then cosine decay to a floor; stepped every optimizer step.
 
