@@ -10,7 +10,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from vitlit.model import skip_step_if, take_skip_flag, unscales_internally
-from vitlit.private import is_local_path, litdata_formats
+from vitlit.private import litdata_formats
 from vitlit.runs.nonfinite import NonFiniteGuard
 from vitlit.runs.private import cap_batch_search, kill_started_processes, set_checkpoint_interval
 from vitlit.runs.snapshots import Snapshots
@@ -63,10 +63,6 @@ def test_a_fused_optimizer_skips_a_flagged_step_on_the_device() -> None:
         take_skip_flag(optimizer)
         assert "found_inf" not in vars(optimizer) and "grad_scale" not in vars(optimizer)
         assert (not torch.equal(param, before)) == expect_change, "torch's fused step ignored found_inf"
-
-
-def test_local_paths_are_told_from_remote_ones() -> None:
-    assert is_local_path("/tmp/x.ckpt") and is_local_path("runs/last.ckpt") and not is_local_path("s3://bucket/x")
 
 
 def test_lightnings_launchers_can_pass_a_signal_on() -> None:

@@ -261,3 +261,14 @@ def test_resume_with_more_epochs_keeps_the_schedule_and_says_so(
     assert f"schedule of the checkpoint's run ({kept[0]} steps; this run has {3 * kept[0]})" in err
     resumed_scheduler = resumed.model.lr_schedulers()
     assert (resumed_scheduler.total_steps, resumed_scheduler.warmup_steps) == kept
+
+
+def test_a_remote_checkpoint_keeps_lightnings_own_writing_and_reading(tmp_path: Path) -> None:
+    """A path with an fsspec protocol (here fsspec's in-memory one, as s3:// would be) is Lightning's to write."""
+    from vitlit.runs.checkpoint_io import AtomicCheckpointIO
+
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"step": torch.tensor(3)}, "memory://runs/last.ckpt")
+    assert int(io.load_checkpoint("memory://runs/last.ckpt")["step"]) == 3
+    io.save_checkpoint({"state_dict": {}, "step": torch.tensor(4)}, tmp_path / "last.ckpt")  # local: the atomic writer
+    assert int(io.load_checkpoint(tmp_path / "last.ckpt")["step"]) == 4 and not list(tmp_path.glob(".*.tmp"))

@@ -10,15 +10,6 @@ behaviour.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
-
-
-def is_local_path(path: str | Path) -> bool:
-    """Whether ``path`` is on the local file system (not ``s3://``, ``gs://``, ...), as Lightning decides it."""
-    return _is_local_file_protocol(path)
-
 
 def litdata_formats() -> list[str]:
     """The names of every item format LitData can read (its serializers), so that vitlit can refuse all but a few.

@@ -13,8 +13,8 @@ draws them for one image (`torchvision.transforms.v2.AutoAugment` with the CIFAR
 
 There is no Python loop over images. On the CPU each operation runs on the images that drew it; on an accelerator
 each runs on the whole batch with a neutral parameter (or a per-image select) for the others, so that no step
-waits for the host to learn how many images drew what. Random numbers come from the device's default generator,
-whose state `vitlit.runs.resume.RNGStateCheckpoint` saves, so resumed runs draw what the interrupted run would have.
+waits for the host to learn how many images drew what. Random numbers come from the device's default generator, whose
+state `vitlit.runs.checkpoint_io.RNGStateCheckpoint` saves, so resumed runs draw what the interrupted run would have.
 """
 
 from __future__ import annotations

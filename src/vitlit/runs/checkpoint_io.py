@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from fsspec.utils import get_protocol
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from vitlit.atomic import replacing
 from vitlit.exits import save_failed
 from vitlit.optim import total_steps
-from vitlit.private import is_local_path
 from vitlit.text import say
 
 
@@ -36,7 +36,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's TorchCheckpointIO with saves that are atomic on the checkpoint's own file system."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None) -> None:
-        if storage_options is not None or not is_local_path(path):
+        # A remote path (s3://, ...) as Lightning tells it, by its fsspec protocol: Lightning's own handling.
+        if storage_options is not None or get_protocol(str(path)) != "file":
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         target = Path(path)
@@ -57,7 +58,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(
         self, path: str | Path, map_location: Callable | None = None, weights_only: bool | None = None
     ) -> dict[str, Any]:
-        if not is_local_path(path):
+        if get_protocol(str(path)) != "file":
             return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
         from vitlit.checkpoints import read_checkpoint  # a resume only
 
