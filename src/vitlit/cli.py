@@ -81,7 +81,8 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
                 return run_tool(argv[0], TOOLS[argv[0]], argv[1:], VitLitArgumentParser)
         cfg.check_config_files(argv)
         with quiet(), interrupts_stop_the_fit() if argv[:1] == ["fit"] else contextlib.nullcontext():
-            defaults = {"default_config_files": [str(cfg.DEFAULTS)]}
+            # No abbreviations: `--trainer.max_ep 5` must be an error, not --trainer.max_epochs.
+            defaults = {"default_config_files": [str(cfg.DEFAULTS)], "allow_abbrev": False}
             return VitLitCLI(
                 LightningModule,  # --model: a class path; the shared defaults name vitlit.model.ViTClassifier
                 ImageClassificationDataModule,
@@ -93,6 +94,7 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
                     "prog": PROG,
                     "description": f"Train and evaluate timm Vision Transformers with Lightning. More subcommands: "
                     f"{', '.join(TOOLS)}, each with its own --help.",
+                    "allow_abbrev": False,
                     **dict.fromkeys(("fit", "validate", "test", "predict"), defaults),
                 },
                 args=None if args is None else argv,
@@ -182,10 +184,6 @@ class VitLitCLI(LightningCLI):
         # After the subcommands took their names from it: the usage line lists the tools' subcommands too.
         self.parser.usage = f"{PROG} [--version] {{{','.join(['fit', 'validate', 'test', 'predict', *TOOLS])}}} ..."
 
-    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
-        kwargs.setdefault("allow_abbrev", False)  # `--trainer.max_ep 5` must be an error, not --trainer.max_epochs
-        return super().init_parser(**kwargs)
-
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # The data decides what it delivers; the model adapts (these --model.* flags disappear). The input_* are
         # recorded in checkpoints, so that exports and servers prepare new images as the data module did.
@@ -194,17 +192,14 @@ class VitLitCLI(LightningCLI):
             parser.link_arguments(f"data.{key}", f"model.init_args.{target}", apply_on="instantiate")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """Parse, check the run's settings as a whole (`check_run`), and resolve its nulls and relative paths."""
         super().parse_arguments(parser, args)
         config = self.config[self.config["subcommand"]]
         check_run(self.config["subcommand"], config)
-        # Kept from LightningCLI until the classes are built: given a checkpoint, it copies the checkpoint's
+        resolve_config(config)
+        # Held back until the run starts (`_start`): given a checkpoint, LightningCLI would copy the checkpoint's
         # hyperparameters over the parsed config (flags typed on the command line could vanish without a word).
         self._ckpt_path, config["ckpt_path"] = config.get("ckpt_path"), None
-
-    def before_instantiate_classes(self) -> None:
-        config = self.config[self.subcommand]
-        config["ckpt_path"] = self._ckpt_path  # as typed, in the saved config
-        resolve_config(config)
 
     def instantiate_classes(self) -> None:
         """Build the configured classes; one whose constructor refuses its arguments is a user error, in one line."""
@@ -225,11 +220,12 @@ class VitLitCLI(LightningCLI):
     def _start(self) -> None:
         """Check ``--ckpt_path``, the memory and the loggers' services, then place the run: before Lightning writes."""
         subcommand, trainer, model = self.subcommand, self.trainer, self.model
-        ckpt = run = None
+        config, ckpt, run = self.config[subcommand], None, None
+        config["ckpt_path"] = self._ckpt_path  # as typed, in the saved config
         if self._ckpt_path is not None:
             from vitlit.checkpoints import start_from  # runs from a checkpoint only
 
-            config, weights_only = self.config[subcommand], self.config_init[subcommand].get("weights_only")
+            weights_only = self.config_init[subcommand].get("weights_only")
             ckpt, run = start_from(self._ckpt_path, subcommand, trainer, model, config, weights_only)
         self.config_init[subcommand]["ckpt_path"] = None if ckpt is None else str(ckpt)  # what the run loads
         check_activations(model, self.datamodule, trainer, subcommand)

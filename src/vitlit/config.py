@@ -99,7 +99,11 @@ def check_finite_flags(argv: list[str]) -> None:
         value = argv[i + 1] if i + 1 < len(argv) else ""  # a --flag=value may come last
         flag, value = (flag.split("=", 1) if "=" in flag else (flag, value)) if flag.startswith("--") else ("", "")
         named = flag.rsplit(".", 1)[-1].lstrip("-") in NAMED  # a folder called nan is a folder, not a number
-        if not named and not math.isfinite(_number(value) or 0.0):  # nan, inf, 1e400 (read as inf)
+        try:
+            number = float(value)
+        except ValueError:
+            number = 0.0  # not a number
+        if not named and not math.isfinite(number):  # nan, inf, 1e400 (read as inf)
             raise ConfigError(f"{flag}={value} is not a finite number; give a number such as 0.1.")
         if ("&" in value and "*" in value) or ("\\" in value and '"' in value and _is_yaml(value)):
             load_yaml(value, f"the value of {flag}")
@@ -114,13 +118,6 @@ def _is_yaml(text: str) -> bool:
     except RecursionError:  # load_yaml says so
         return True
     return True
-
-
-def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
 
 
 def _finite(content: Any, where: str, key: str = "") -> None:

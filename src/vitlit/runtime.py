@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import threading
 import warnings
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -57,7 +58,7 @@ def interrupts_stop_the_fit() -> Iterator[None]:
         tell("vitlit: stopping at the next step; Ctrl-C again to stop at once")
         signal.raise_signal(signal.SIGTERM)
 
-    handled = stop_signals() if _main_thread() else ()
+    handled = stop_signals() if threading.current_thread() is threading.main_thread() else ()
     previous = {s: signal.signal(s, stop) for s in handled}
     try:
         yield
@@ -69,12 +70,6 @@ def interrupts_stop_the_fit() -> Iterator[None]:
 def stop_signals() -> tuple[signal.Signals, ...]:
     """What stops a fit at the next step: Ctrl-C, and SIGHUP (POSIX) or Ctrl-Break (Windows) where they exist."""
     return tuple(getattr(signal, name) for name in ("SIGINT", "SIGHUP", "SIGBREAK") if hasattr(signal, name))
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 @contextlib.contextmanager
@@ -97,7 +92,7 @@ def quiet() -> Iterator[None]:
                         r"Precision .* is not supported by the model summary", "The dirpath has changed from",
                         r"`isinstance\(treespec, LeafSpec\)` is deprecated",  # Lightning's own, of torch's API
                         # A resume writes into its own run's folder; a mid-epoch one is said in vitlit's words
-                        # (`vitlit.runs.resume.RNGStateCheckpoint`: not bit-identical, end-of-epoch ones are).
+                        # (`vitlit.runs.checkpoint_io.RNGStateCheckpoint`: not bit-identical, end-of-epoch ones are).
                         r"Checkpoint directory .* exists and is not empty", r".*resuming from a checkpoint that ended",
                         r"(?s).*was deprecated in v4",  # jsonargparse's, of what Lightning calls
                         # LitData's streams are sharded per worker by LitData itself, which Lightning cannot know.
