@@ -32,27 +32,21 @@ def replacing(target: Path) -> Iterator[Path]:
         with tmp.open("rb+") as f:  # durable before it is visible: a power cut after the swap keeps the new file
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~umask())
-        _replace(tmp, target)
+        # Windows refuses to replace a file open anywhere (a `vitlit test` reading last.ckpt while the fit saves the
+        # next one): tried again for up to 3 s, as the reader is done within moments.
+        for wait in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, None):
+            try:
+                os.replace(tmp, target)
+                break
+            except PermissionError as err:
+                if wait is None:
+                    raise PermissionError(f"{target} could not be replaced: another process holds it open; close "
+                                          f"that process and run this again") from err  # fmt: skip
+                time.sleep(wait)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(target.parent)
-
-
-def _replace(tmp: Path, target: Path) -> None:
-    """``os.replace``, tried again for up to 3 s while another process holds ``target`` open.
-
-    Windows refuses to replace a file that is open anywhere (a ``vitlit test`` reading ``last.ckpt`` while the fit
-    saves the next one); the reader is done within moments.
-    """
-    for wait in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, None):
-        try:
-            return os.replace(tmp, target)
-        except PermissionError as err:
-            if wait is None:
-                raise PermissionError(f"{target} could not be replaced: another process holds it open; close that "
-                                      f"process and run this again") from err  # fmt: skip
-            time.sleep(wait)
 
 
 def write_atomically(path: Path, data: str | bytes) -> None:
