@@ -50,7 +50,7 @@ IMPORTS_INSIDE_FUNCTIONS = {
     ("model.py", "check_checkpoint"): "a checkpoint's fit to the model: runs given --ckpt_path only",
     ("runs/checkpoint_io.py", "load_checkpoint"): "a checkpoint read: runs given --ckpt_path only",
     ("data/base.py", "pipeline"): "the batched policies (416 lines): runs that augment with a policy only",
-    ("runs/predictions.py", "on_predict_epoch_end"): "predictions.csv's writer: predict only",
+    ("runs/records.py", "on_predict_epoch_end"): "predictions.csv's writer: predict only",
 }
 
 
