@@ -1,6 +1,6 @@
 """Hostile round 8 (issue 73), the fork contract's second half: what the item table admits for every format.
 
-Each class is fixed once, in `vitlit.data.table.ItemTableDataModule`'s admission (`_call_scan`, `_admit`), so class
+Each class is fixed once, in `vitlit.data.table.ItemTableDataModule`'s admission (`_scanned`, `_admit`), so class
 folders, labels.csv, Hugging Face data sets and a fork's own `scan()` get it alike: labels as class names (whitespace,
 control characters, None), files listed twice, the order of number-like labels, -1 as no label, whatever `scan()`
 raises, empty splits, the shape of what it returns, a million rows, and one default for the test split.

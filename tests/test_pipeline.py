@@ -293,6 +293,19 @@ def test_auto_holds_the_images_in_memory_only_when_they_fit(
     assert lines[1].startswith("vitlit: data source: streamed by DataLoader workers (80 images") and "33.3%" in lines[1]
 
 
+class _Blank(Dataset):
+    """``n`` blank 32 px images: only their count (and the first one's channels) is read."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return torch.zeros(3, 32, 32, dtype=torch.uint8), 0
+
+
 class _FakeCIFAR224(ImageClassificationDataModule):
     """45,000 + 5,000 training images of CIFAR's 32 px in a 224 px recipe; nothing is decoded to decide."""
 
@@ -305,13 +318,10 @@ class _FakeCIFAR224(ImageClassificationDataModule):
         return [str(i) for i in range(100)]
 
     def train_dataset(self) -> Dataset:
-        return range(50_000)
+        return _Blank(50_000)
 
     def test_dataset(self) -> Dataset:
-        return range(10_000)
-
-    def _check_channels(self, dataset: Dataset) -> None:
-        pass
+        return _Blank(10_000)
 
 
 def test_the_224_px_recipes_hold_cifar_in_memory_at_32_px(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -321,7 +331,7 @@ def test_the_224_px_recipes_hold_cifar_in_memory_at_32_px(monkeypatch: pytest.Mo
         data = _FakeCIFAR224(native)
         data.setup("fit")
         splits = [data.train_set, data.val_set]
-        assert sources_module.keep_in_memory(splits, data.native_size, False, data.device(), None) is held
+        assert sources_module.keep_in_memory(splits, data.native_size, False, torch.device("cpu"), None) is held
         assert data.stored_size(train=True) == (native or 224)
 
 
@@ -332,7 +342,7 @@ def test_holding_the_images_in_memory_is_refused_where_they_cannot_fit(
     monkeypatch.setattr(sources_module, "free_memory", lambda device: 80 * 3072)  # one copy fits, two do not
     dm = CIFARDataModule(data_dir=str(cifar_dir), download=False, val_size=16, batch_size=8, source="memory")
     dm.setup("fit")
-    monkeypatch.setattr(sources_module, "in_memory", lambda *args: pytest.fail("decoded before the refusal"))
+    monkeypatch.setattr(sources_module, "InMemory", lambda *args: pytest.fail("decoded before the refusal"))
     with pytest.raises(ConfigError, match=r"--data.source memory.* 80 images .*0.2 MB.*--data.source auto"):
         dm.train_dataloader()
 

@@ -1,20 +1,23 @@
-"""Data modules: the data contract (`ImageClassificationDataModule`), image folders, the digits.
+"""Data modules: the data contract (`ImageClassificationDataModule`), the item table, image folders, the digits.
 
 ``--data ImageFolderDataModule`` (the module to fork for your images) and ``DigitsDataModule`` are named by class;
 the others by class path, and load only where a run uses them: ``vitlit.data.csv_table.CSVImageDataModule`` (a
 labels.csv table), ``vitlit.data.cifar.CIFARDataModule`` and ``vitlit.data.svhn.SVHNDataModule``. The first two are
-also ``vitlit.data.CSVImageDataModule`` and ``vitlit.data.CIFARDataModule``.
+also ``vitlit.data.CSVImageDataModule`` and ``vitlit.data.CIFARDataModule``. The bases a fork subclasses
+(`ImageClassificationDataModule`, `ItemTableDataModule`) and what ``--data.batch_augment`` takes (`BatchTransform`)
+are named here too, where the parser looks for a class's shortest import path.
 """
 
 import importlib
 from typing import Any
 
-from vitlit.data.base import ImageClassificationDataModule
+from vitlit.data.base import BatchTransform, ImageClassificationDataModule
 from vitlit.data.digits import DigitsDataModule
 from vitlit.data.folder import ImageFolderDataModule
+from vitlit.data.table import ItemTableDataModule
 
-__all__ = ["CIFARDataModule", "CSVImageDataModule", "DigitsDataModule", "ImageClassificationDataModule",
-           "ImageFolderDataModule"]  # fmt: skip
+__all__ = ["BatchTransform", "CIFARDataModule", "CSVImageDataModule", "DigitsDataModule",
+           "ImageClassificationDataModule", "ImageFolderDataModule", "ItemTableDataModule"]  # fmt: skip
 _LAZY = {"CIFARDataModule": "vitlit.data.cifar", "CSVImageDataModule": "vitlit.data.csv_table"}
 
 

@@ -35,7 +35,7 @@ from torch.utils.data import (
 )
 
 import vitlit.data.pipeline as pipeline
-from vitlit.data.images import PredictFolder, channels_of
+from vitlit.data.images import PredictFolder
 from vitlit.data.pipeline import (
     Augment,
     Crop,
@@ -150,11 +150,13 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     #: Side of the stored images when they all share one; at that ``img_size`` nothing is resized.
     native_size: int | None = None
     #: What the parts read off a data module, declared here once. ``skipped``: the images ``--data.bad_images skip``
-    #: left out (`vitlit.data.images.BadImage`; the item table fills it, `vitlit.runs.logs.SkippedImages` lists it);
+    #: left out (`vitlit.data.images.BadImage`; the item table fills it, `vitlit.runs.records.SkippedImages` lists it);
     #: ``resumes_in_place``: a stream resumed mid-epoch goes on from where it stopped (LitData's), so a resume skips
-    #: no batches of its own (`vitlit.runs.resume`); ``description`` (below): the data in the run card's words.
+    #: no batches of its own (`vitlit.runs.checkpoint_io`); ``description``: the data in the run card's words, where
+    #: a subclass has its own (a Hugging Face data set's path; ``None``: the run card names the class).
     skipped: Sequence[Any] = ()
     resumes_in_place: bool = False
+    description: str | None = None
 
     def __init__(
         self,
@@ -274,19 +276,12 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     def test_dataset(self) -> Dataset:
         """The held-out test images, used by ``test`` (and by ``predict`` without ``predict_dir``) only.
 
-        Without an override, ``test_size`` of the training images are held out for it (`holds_out_test`), seeded: a
-        new format is then ``class_names`` and ``train_dataset`` alone. (`setup` then views those items of the
-        training set itself, so that its hooks, ``targets_of`` and ``uint8_images_of``, serve the test split too.)
+        Without an override, `setup` holds ``test_size`` of the training images out for it (`held_out_split`),
+        seeded: a new format is then ``class_names`` and ``train_dataset`` alone. (`setup` then views those items of
+        the training set itself, so that its hooks, ``targets_of`` and ``uint8_images_of``, serve the test split too.)
+        A subclass that lists its items before the run starts may hold the split out of them itself, with
+        `held_out_split`, and give it here (the item table: `vitlit.data.table.Scan.hold_out_test`).
         """
-
-    @property
-    def holds_out_test(self) -> bool:
-        """Whether the test split is held out of the training images (`held_out_split`).
-
-        By default where ``test_dataset`` is the base class's: a subclass that reads a test split of its own
-        overrides that, or this.
-        """
-        return type(self).test_dataset is ImageClassificationDataModule.test_dataset
 
     def predict_dataset(self) -> Dataset:
         """What ``predict`` classifies: the images of ``predict_dir``, else the test split.
@@ -330,11 +325,6 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         return None if samples is None else [str(path) for path, _ in samples]
 
     # -- derived from the contract -------------------------------------------------------------------------------
-
-    @property
-    def description(self) -> str:
-        """What the run card records as the data: the class's name, or a subclass's own words (where it is read)."""
-        return type(self).__name__
 
     @property
     def num_classes(self) -> int:
@@ -396,10 +386,6 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
                 else "the data's own", "crop_pct": self.crop_pct,
                 "interpolation": self.interpolation}  # fmt: skip
 
-    def device(self) -> torch.device:
-        """The training device (the CPU outside a Trainer)."""
-        return self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
-
     # -- shared machinery ----------------------------------------------------------------------------------------
 
     def _view(self, dataset: Dataset, indices: Sequence[int] | None, train: bool = False) -> TransformedSubset:
@@ -416,8 +402,9 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     def held_out_split(self, n: int, said: str | None = None) -> tuple[list[int], list[int]]:
         """The seeded (training, test) indices of ``n`` training items where the test split is held out of them.
 
-        A split that leaves either side empty is refused in one line.
-        The split is said once, in one line, with ``said`` (what holds the items) or the class's name.
+        The one place a test split is made: by `setup` where ``test_dataset`` is not overridden, or by a subclass
+        that lists its items before the run starts (the item table). A split that leaves either side empty is refused
+        in one line; the split is said once, in one line, with ``said`` (what holds the items) or the class's name.
         """
         keep, held = split_indices(n, self.test_size, self.seed, "test_size")
         if not self._said_test_split:
@@ -427,12 +414,22 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         return keep, held
 
     def setup(self, stage: str) -> None:
-        """Build the datasets that ``stage`` needs; idempotent, so a fit followed by a test reuses the split."""
+        """Build the datasets that ``stage`` needs; idempotent, so a fit followed by a test reuses the split.
+
+        Where the subclass gives no ``test_dataset``, the test split is held out of ``train_dataset()`` here
+        (`held_out_split`); validation, where it gives no ``val_dataset``, is carved from what training keeps.
+        """
+        held_out = type(self).test_dataset is ImageClassificationDataModule.test_dataset
         if stage in ("fit", "validate") and self.val_set is None:
             dataset, val_dataset = self.train_dataset(), self.val_dataset()
-            self._check_channels(dataset)
+            if len(dataset):  # the first image's channels (a PIL image's bands, a tensor's first axis), before a step
+                image = dataset[0][0]
+                channels = len(image.getbands()) if hasattr(image, "getbands") else int(image.shape[0])
+                if channels != self.in_chans:
+                    raise ConfigError(f"the images of {type(self).__name__} have {channels} channel(s) but in_chans="
+                                      f"{self.in_chans}; pass --data.in_chans {channels}.")  # fmt: skip
             self._check_labels(dataset)
-            pool = self.held_out_split(len(dataset))[0] if self.holds_out_test else None  # None: every item
+            pool = self.held_out_split(len(dataset))[0] if held_out else None  # None: every item
             if val_dataset is None:
                 pool = pool or list(range(len(dataset)))
                 parts = split_indices(len(pool), self.val_size, self.seed)
@@ -444,14 +441,14 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             else:
                 self.train_set, self.val_set = self._view(dataset, pool, train=True), self._view(val_dataset, None)
         if stage == "test" and self.test_set is None:
-            test = None if self.holds_out_test else self._check_labels(self.test_dataset(), "test")
+            test = None if held_out else self._check_labels(self.test_dataset(), "test")
             self.test_set = self._held_out_test() if test is None else self._view(test, None)
         if stage == "predict" and self.predict_set is None:
-            held_out = self.holds_out_test and self.predict_dir is None
-            self.predict_set = self._held_out_test() if held_out else self._view(self.predict_dataset(), None)
+            of_test = held_out and self.predict_dir is None  # predict classifies the test split
+            self.predict_set = self._held_out_test() if of_test else self._view(self.predict_dataset(), None)
 
     def _held_out_test(self) -> TransformedSubset:
-        """The test split held out of the training set (`holds_out_test`)."""
+        """The test split `setup` holds out of the training set (`held_out_split`)."""
         return self._view(dataset := self.train_dataset(), self.held_out_split(len(dataset))[1])
 
     def _check_labels(self, dataset: Dataset, split: str = "training") -> Dataset:
@@ -470,13 +467,6 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
                               f"class_names take the indices 0 to {n - 1}; correct the labels or name every class in "
                               f"class_names.")  # fmt: skip
         return dataset
-
-    def _check_channels(self, dataset: Dataset) -> None:
-        """Refuse data whose images have another channel count than ``in_chans``, before the first step."""
-        channels = channels_of(dataset[0][0]) if len(dataset) else self.in_chans
-        if channels != self.in_chans:
-            raise ConfigError(f"the images of {type(self).__name__} have {channels} channel(s) but in_chans="
-                              f"{self.in_chans}; pass --data.in_chans {channels}.")  # fmt: skip
 
     def pipeline(self, train: bool) -> Augment:
         """The device half of the pipeline for training (``train``) or evaluation batches (`vitlit.data.pipeline`)."""
@@ -540,17 +530,18 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """A DataLoader of ``split``'s uint8 batches from the `source` taken, in the sampler's order."""
         if split is None:
             raise RuntimeError("setup() must run before the loaders are requested; the Trainer does this for you.")
+        device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
         if self._in_memory is None:
             splits = [s for s in (self.train_set, self.val_set, self.test_set, self.predict_set) if s is not None]
             self._in_memory = self.source != "workers" and pipeline.keep_in_memory(
-                splits, self.native_size, self.source == "memory", self.device(), self.trainer
+                splits, self.native_size, self.source == "memory", device, self.trainer
             )
         sampler = self.sampler(split, train)
         if self._in_memory:
             if id(split) not in self._held:  # decoded once per split: a batch size search rebuilds the loaders
                 images = None if self.is_predict_folder(split.dataset) else self.uint8_images_of(split.dataset)
                 targets = None if images is None else self.targets_of(split.dataset)  # decoded items bring their own
-                self._held[id(split)] = pipeline.in_memory(split, images, targets, self.device())
+                self._held[id(split)] = pipeline.InMemory(split, images, targets, device)
             dataset, workers, collate = self._held[id(split)], 0, pipeline.whole_batch
         else:
             dataset, workers, collate = split, self.workers, None

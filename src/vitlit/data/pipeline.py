@@ -26,9 +26,9 @@ Two halves, in the order a batch meets them:
    (random erasing and Mixup/CutMix, ``--data.batch_augment``, follow on the normalised batch; the policies are
    `vitlit.data.policies`.) The crops, flips and policies draw per image, for the whole batch at once, on the
    batch's device (the CPU on a machine without a GPU), from torch's default generator there, whose state
-   `vitlit.runs.resume.RNGStateCheckpoint` saves. Under DDP each process draws for the whole step and takes its own
-   images' share (``among``, ``share``), so that the processes together draw exactly what one process would for
-   the whole step.
+   `vitlit.runs.checkpoint_io.RNGStateCheckpoint` saves. Under DDP each process draws for the whole step and takes
+   its own images' share (``among``, ``share``), so that the processes together draw exactly what one process would
+   for the whole step.
 """
 
 from __future__ import annotations
@@ -167,40 +167,35 @@ def keep_in_memory(
     return fits
 
 
-def in_memory(
-    split: TransformedSubset, images: torch.Tensor | None, targets: Sequence[int] | None, device: torch.device
-) -> InMemory:
-    """The items of ``split`` held on ``device``, decoded once.
+class InMemory(Dataset):
+    """A split as one uint8 tensor and its class indices, on the training device: a batch is one gather.
+
+    DataLoader hands ``__getitems__`` a batch's indices at once (`whole_batch` keeps the result as it is).
 
     Args:
-        split: A view of a data module's dataset.
+        split: A view of a data module's dataset, decoded here once.
         images: The whole dataset as one uint8 array, where the data module holds it so (its ``uint8_images_of``),
             taken as it is; ``None``: the split's items decoded here by its own `Decode`, as the workers do.
         targets: With ``images``, the class index of every item of the dataset; decoded items bring their own.
         device: The training device.
     """
-    index, expected = torch.as_tensor(split.indices, dtype=torch.long), (len(split.dataset), split.transform.in_chans)
-    if images is None:  # each item once, as a worker reads it: the image at the stored size, and its label
-        rank_zero_info(f"vitlit: decoding {len(split)} images once to hold them in memory")
-        items = [split[i] for i in range(len(split))]
-        images, targets = torch.stack([image for image, _ in items]), torch.as_tensor([int(t) for _, t in items])
-    elif images.dtype != torch.uint8 or images.ndim != 4 or images.shape[:2] != expected:
-        raise ValueError(f"uint8_images_of returned {images.dtype} images of shape {tuple(images.shape)}; it must "
-                         f"return uint8 of shape ({', '.join(map(str, expected))}, H, W).")  # fmt: skip
-    else:
-        images, targets = images[index], torch.as_tensor(targets, dtype=torch.long)[index]
-    # Channels first in memory too (an array taken as it is may be channels last): every batch op runs faster so.
-    return InMemory(images.to(device).contiguous(), targets.to(device))
 
-
-class InMemory(Dataset):
-    """A split as one uint8 tensor and its class indices, on the training device: a batch is one gather.
-
-    DataLoader hands ``__getitems__`` a batch's indices at once (`whole_batch` keeps the result as it is).
-    """
-
-    def __init__(self, images: torch.Tensor, targets: torch.Tensor) -> None:
-        self.images, self.targets = images, targets
+    def __init__(
+        self, split: TransformedSubset, images: torch.Tensor | None, targets: Sequence[int] | None, device: torch.device
+    ) -> None:
+        index = torch.as_tensor(split.indices, dtype=torch.long)
+        expected = (len(split.dataset), split.transform.in_chans)  # what an array taken as it is must hold
+        if images is None:  # each item once, as a worker reads it: the image at the stored size, and its label
+            rank_zero_info(f"vitlit: decoding {len(split)} images once to hold them in memory")
+            items = [split[i] for i in range(len(split))]
+            images, targets = torch.stack([image for image, _ in items]), torch.as_tensor([int(t) for _, t in items])
+        elif images.dtype != torch.uint8 or images.ndim != 4 or images.shape[:2] != expected:
+            raise ValueError(f"uint8_images_of returned {images.dtype} images of shape {tuple(images.shape)}; it must "
+                             f"return uint8 of shape ({', '.join(map(str, expected))}, H, W).")  # fmt: skip
+        else:
+            images, targets = images[index], torch.as_tensor(targets, dtype=torch.long)[index]
+        # Channels first in memory too (an array taken as it is may be channels last): every batch op runs faster so.
+        self.images, self.targets = images.to(device).contiguous(), targets.to(device)
 
     def __len__(self) -> int:
         return len(self.targets)
@@ -282,7 +277,8 @@ class Augment:
             images = random_flip(images, among, share)
         if self.policy is not None:
             images = self.policy(images, among, share)
-        return to_normalized_float(images, self.mean, self.std)
+        # To float32 in [0, 1], then normalised per channel (torchvision's ToDtype and Normalize).
+        return normalize(to_dtype(images, torch.float32, scale=True), self.mean, self.std, inplace=True)
 
 
 def resized_crop_boxes(
@@ -379,11 +375,6 @@ def random_flip(images: torch.Tensor, among: int | None = None, share: slice = A
     """Mirror each image of a (B, C, H, W) batch left-right with probability 0.5 (``among``, ``share``: as crops)."""
     flip = (torch.rand(among or len(images), device=images.device) < 0.5)[share]
     return torch.where(flip[:, None, None, None], images.flip(-1), images)
-
-
-def to_normalized_float(images: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
-    """uint8 images as float32 scaled to [0, 1] and normalised per channel (torchvision's ToDtype and Normalize)."""
-    return normalize(to_dtype(images, torch.float32, scale=True), list(mean), list(std), inplace=True)
 
 
 # The normalisation's statistics, fitted to the images' channels (the data module's and a pretrained model's).

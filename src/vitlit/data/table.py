@@ -159,11 +159,6 @@ def _links(folder: str) -> set[str] | None:
         return None
 
 
-def _is_dataset(split: Any) -> bool:
-    """Whether a split is a dataset of items (embedded images), not rows: it checks and keeps its own items."""
-    return hasattr(split, "problem") and hasattr(split, "keep") and hasattr(split, "__len__")
-
-
 class ItemTableDataModule(ImageClassificationDataModule):
     """Base of the data modules whose images are files or encoded bytes that a format lists in `scan`.
 
@@ -208,18 +203,17 @@ class ItemTableDataModule(ImageClassificationDataModule):
         """
 
     def _scanned(self) -> tuple[dict[str, Any], list[str]]:
-        """The format's rows admitted as items, and the classes, read once (`scan`), before any work starts."""
-        if self._table is None:
-            self._table = self._admit(self._call_scan())
-        return self._table
+        """The format's items and classes: `scan` called once, before any work starts, in three steps.
 
-    def _call_scan(self) -> Scan:
-        """`scan`, its splits' rows read into lists, with an error in the format's own code said in one line.
-
-        Whatever `scan` raises (a ``SystemExit`` too; Ctrl-C aside) names the file and line of the format's code
-        that raised it: a split given as a generator runs that code here as well. A path the system refused
-        (permissions, a name too long) stays as it is, said as every such path is.
+        1. `scan`'s splits are read into lists; whatever it raises (a ``SystemExit`` too; Ctrl-C aside) names the
+           file and line of the format's code that raised it (a split given as a generator runs that code here). A
+           path the system refused (permissions, a name too long) stays as it is, said as every such path is.
+        2. The table admits the rows as items (`_admit`).
+        3. The base class splits what the data lacks off the training items (`held_out_split`, `validation_count`),
+           seeded, and now: a size the items cannot give is refused before the run folder exists.
         """
+        if self._table is not None:
+            return self._table
         name = type(self).__name__
         try:
             found = self.scan()
@@ -230,15 +224,14 @@ class ItemTableDataModule(ImageClassificationDataModule):
                                   f"(vitlit.data.table).")  # fmt: skip
             splits = {}
             for split, rows in scan.splits.items():
-                if rows is None or _is_dataset(rows):
-                    splits[split] = rows
+                if rows is None or (hasattr(rows, "problem") and hasattr(rows, "keep") and hasattr(rows, "__len__")):
+                    splits[split] = rows  # a dataset of items (embedded images): it checks and keeps its own items
                 elif isinstance(rows, str | bytes | Mapping) or not isinstance(rows, Iterable):
                     raise ConfigError(f"{name}.scan() gave the split {shown(str(split)[:40])!r} as a "
                                       f"{type(rows).__name__}; give each split as a list of (file, label) "
                                       f"pairs.")  # fmt: skip
                 else:
                     splits[split] = rows if isinstance(rows, list) else list(rows)
-            return Scan(splits, scan.classes, scan.hold_out_test)
         except (ConfigError, KeyboardInterrupt):
             raise
         except BaseException as err:  # a bug in a format (SystemExit too): not the user's config, never silent
@@ -250,10 +243,29 @@ class ItemTableDataModule(ImageClassificationDataModule):
                 f"{method.__qualname__}() raised {quoted(err)} at {at.filename}:{at.lineno}; that is "
                 f"a bug in the data format's code (or a file it reads): fix it there."
             ) from None
+        items, classes = self._admit(splits, scan.classes, scan.hold_out_test)
+        # A test split held out where the format asks for one (said in its words, where it gives them); validation
+        # is carved in `setup`, and its size checked here.
+        if "test" not in items and scan.hold_out_test:
+            said = scan.hold_out_test if isinstance(scan.hold_out_test, str) else None
+            keep, held = self.held_out_split(len(items["train"]), said)
+            items["test"], items["train"] = items["train"].keep(held), items["train"].keep(keep)
+        if "val" not in items:
+            validation_count(len(items["train"]), self.val_size)
+        self._table = items, classes
+        return self._table
 
-    def _admit(self, scan: Scan) -> tuple[dict[str, Any], list[str]]:
-        """Each split's rows as items, after the rules every format shares: split names, rows, labels, files, sizes."""
-        name, splits = type(self).__name__, {split: found for split, found in scan.splits.items() if found is not None}
+    def _admit(
+        self, listed: dict[str, Any], given: list[str] | None, hold_out_test: bool | str | None
+    ) -> tuple[dict[str, Any], list[str]]:
+        """Each split's rows as items, after the rules every format shares: split names, rows, labels, files, classes.
+
+        Args:
+            listed: Each split's rows as a list, or a dataset of its items (embedded images), as `_scanned` read them.
+            given: The class order a `Scan` gives, or ``None`` (the training labels, sorted).
+            hold_out_test: `Scan.hold_out_test`, for the words of an empty test split's refusal.
+        """
+        name, splits = type(self).__name__, {split: found for split, found in listed.items() if found is not None}
         unknown = next((split for split in splits if split not in SPLITS), None)
         if unknown is not None:
             raise ConfigError(f"{name} has the split {shown(str(unknown)[:40])!r}; splits are {', '.join(SPLITS)} (a "
@@ -263,23 +275,43 @@ class ItemTableDataModule(ImageClassificationDataModule):
         for split in ("val", "test"):
             if split in splits and len(splits[split]) == 0:
                 instead = ("validation is then carved from training (--data.val_size)" if split == "val" else
-                           "a test split is then held out of training (--data.test_size)" if scan.hold_out_test else
+                           "a test split is then held out of training (--data.test_size)" if hold_out_test else
                            "test and predict then need one")  # fmt: skip
                 raise ConfigError(f"{name}: scan() gave an empty {split} split; give it rows, or leave the key out "
                                   f"({instead}).")  # fmt: skip
-        rows = {split: found for split, found in splits.items() if not _is_dataset(found)}
+        rows = {split: found for split, found in splits.items() if isinstance(found, list)}  # else a dataset
         total = sum(len(found) for found in rows.values())
         if total >= MANY_ROWS:  # seconds of work: said before it starts
             say(f"vitlit: {name}: checking {total:,} rows (labels, files inside {self.root}, each listed once)")
         files, labels = self._rows(rows)
-        classes = self._classes(scan.classes, labels.get("train", []))
+        # The classes in index order: a `Scan`'s (checked as labels are), else the training labels', sorted.
+        train = labels.get("train", [])
+        if given is None:
+            classes = class_order(train, f"{name}: the training rows")
+        else:
+            try:
+                classes = [label_name(c) for c in given]
+            except ValueError as err:
+                raise ConfigError(f"{name}: in Scan's classes, {err}; give each class a name.") from None
+            named: set[str] = set()
+            twice = next((c for c in classes if c in named or named.add(c)), None)  # the first named again
+            if twice is not None:
+                raise ConfigError(f"{name}: Scan's classes name '{shown(twice)}' twice; name each class once.")
+            unnamed = sorted(set(train) - set(classes))
+            if unnamed:
+                raise ConfigError(f"{name}: the train rows have labels that Scan's classes do not name: "
+                                  f"{', '.join(shown(s) for s in unnamed[:5])}; add them to classes (or leave classes "
+                                  f"out: the training labels, sorted).")  # fmt: skip
+        if len(classes) < 2:
+            raise ConfigError(f"{name} has {len(classes)} class(es) in its training rows; a classifier needs 2 or "
+                              f"more.")  # fmt: skip
         for split, found in splits.items():
-            if _is_dataset(found) and split != "test":  # -1: an item with no label (the hub's mark), never trained
+            if split not in rows and split != "test":  # -1: an item with no label (the hub's mark), never trained
                 unlabelled = next((i for i, t in enumerate(getattr(found, "targets", ())) if t == -1), None)
                 if unlabelled is not None:
                     raise ConfigError(f"{name}: {shown(found.samples[unlabelled][0])} has no label (-1); {split} "
                                       f"rows need labels: label it or leave it out of the split.")  # fmt: skip
-        known = set(labels.get("train", []))
+        known = set(train)
         for split in ("val", "test"):
             strange = sorted(set(labels.get(split, [])) - known)
             if strange:
@@ -291,12 +323,6 @@ class ItemTableDataModule(ImageClassificationDataModule):
         for split in rows:
             pairs = list(zip(files[split], [index[label] for label in labels[split]], strict=True))
             items[split] = ImageFiles(pairs, classes, PIL_MODES[self.in_chans], self.img_size, f"the {split} split")
-        if "test" not in items and scan.hold_out_test:
-            said = scan.hold_out_test if isinstance(scan.hold_out_test, str) else None
-            keep, held = self.held_out_split(len(items["train"]), said)
-            items["test"], items["train"] = items["train"].keep(held), items["train"].keep(keep)
-        if "val" not in items:
-            validation_count(len(items["train"]), self.val_size)  # fail now, not after the run folder exists
         return items, classes
 
     def _rows(self, rows: dict[str, list[Any]]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
@@ -342,30 +368,6 @@ class ItemTableDataModule(ImageClassificationDataModule):
                 labels[split].append(named)
         return files, labels
 
-    def _classes(self, given: list[str] | None, train: list[str]) -> list[str]:
-        """The classes in index order: ``given`` (a `Scan`'s, checked as labels are), else the training labels'."""
-        name = type(self).__name__
-        if given is None:
-            classes = class_order(train, f"{name}: the training rows")
-        else:
-            try:
-                classes = [label_name(c) for c in given]
-            except ValueError as err:
-                raise ConfigError(f"{name}: in Scan's classes, {err}; give each class a name.") from None
-            named: set[str] = set()
-            twice = next((c for c in classes if c in named or named.add(c)), None)  # the first named again
-            if twice is not None:
-                raise ConfigError(f"{name}: Scan's classes name '{shown(twice)}' twice; name each class once.")
-            unnamed = sorted(set(train) - set(classes))
-            if unnamed:
-                raise ConfigError(f"{name}: the train rows have labels that Scan's classes do not name: "
-                                  f"{', '.join(shown(s) for s in unnamed[:5])}; add them to classes (or leave classes "
-                                  f"out: the training labels, sorted).")  # fmt: skip
-        if len(classes) < 2:
-            raise ConfigError(f"{name} has {len(classes)} class(es) in its training rows; a classifier needs 2 or "
-                              f"more.")  # fmt: skip
-        return classes
-
     def no_test_split(self) -> str:
         """The refusal of ``test`` and ``predict`` where the data has no test split (and none is held out)."""
         return f"{type(self).__name__} has no test split; test and predict need one."
@@ -385,7 +387,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
                 (i, problem), more = next(iter(bad.items())), f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
                 raise ConfigError(f"{items.ITEM.format(items.samples[i][0])} is {problem}{more}; remove or replace "
                                   f"it, or pass --data.bad_images skip to train without such images.")  # fmt: skip
-            if bad:  # left out, and listed in the run's skipped_images.txt (`vitlit.runs.logs.SkippedImages`)
+            if bad:  # left out, and listed in the run's skipped_images.txt (`vitlit.runs.records.SkippedImages`)
                 # A log line, not a Python warning: a warning would print vitlit's own source line under it.
                 rank_zero_info(f"vitlit: skipping {len(bad)} unreadable image(s) of {items.where} "
                                f"(--data.bad_images skip)")  # fmt: skip
