@@ -35,7 +35,7 @@ MAX_DEFAULT_RUN_LINES = 3063
 #: which import only the core, have their own test). A prefix names a package's modules.
 LAYERS = (
     ("vitlit.__main__", "vitlit.cli"),  # the command line
-    ("vitlit.checks", "vitlit.run_dir", "vitlit.exits", "vitlit.runtime", "vitlit.trained"),  # a run
+    ("vitlit.checks", "vitlit.run_dir", "vitlit.exits", "vitlit.trained"),  # a run
     ("vitlit.model", "vitlit.optim", "vitlit.checkpoints", "vitlit.pretrained", "vitlit.data"),  # model and data
     ("vitlit.text", "vitlit.errors", "vitlit.types", "vitlit.private", "vitlit.config",
      "vitlit.atomic", "vitlit.owned", "vitlit.hub", "vitlit"),  # what every layer shares

@@ -31,7 +31,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from vitlit.cli import VitLitCLI
 from vitlit.errors import TrainingHalted
 from vitlit.run_dir import LOCK, Placed, allocate_version
-from vitlit.runtime import STOP
+from vitlit.exits import STOP
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from vitlit import atomic
 from vitlit.cli import main
 from vitlit.errors import ConfigError
 from vitlit.run_dir import lock, unlock
-from vitlit.runtime import stop_signals
+from vitlit.cli import stop_signals
 
 
 class CtrlCAtStep(Callback):

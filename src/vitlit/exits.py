@@ -27,6 +27,7 @@ import shutil
 import signal
 import traceback
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -35,8 +36,11 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit.errors import NO_SPACE, PATH_REFUSED, CheckFailed, ConfigError, TrainingHalted
 from vitlit.run_dir import saved_config
-from vitlit.runtime import STOP
 from vitlit.text import stream_gone, tell
+
+#: The signal that stopped this process's fit (``signal_name``, e.g. ``SIGINT``), ``None`` while none has; set by
+#: `vitlit.cli.interrupts_stop_the_fit`, read for the stopped fit's last line and the run card.
+STOP = SimpleNamespace(signal_name=None)
 
 #: Options renamed for what they are, and what to write instead (scripts/upgrade_config.py rewrites saved configs).
 RENAMED = {"on_device": "--data.source memory|workers|auto (on_device true|false|auto before vitlit 0.6)"}

@@ -8,7 +8,7 @@ Formats with their own quoting (JSON, YAML written by a YAML library) need no es
 run's config, its card) goes through `redacted` too.
 
 Every line vitlit prints leaves through `clean`: `say` prints vitlit's lines, and the command line's log filter
-(`vitlit.runtime.quiet`) cleans Lightning's and vitlit's own ``rank_zero_info``: escapes shown, credentials redacted,
+(`vitlit.cli.quiet`) cleans Lightning's and vitlit's own ``rank_zero_info``: escapes shown, credentials redacted,
 a library's quoted message included.
 
 What is masked is the URL's credential (its user-info, its secret query values), never a word: a password ``model``

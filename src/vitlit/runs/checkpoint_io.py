@@ -102,7 +102,7 @@ class RNGStateCheckpoint(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """On a resume, say in one line where it differs from the run it continues: mid-epoch, another schedule length.
 
-        Lightning's own warning of a mid-epoch resume is left out of the log (`vitlit.runtime.quiet`).
+        Lightning's own warning of a mid-epoch resume is left out of the log (`vitlit.cli.quiet`).
         """
         if trainer.ckpt_path is None or not trainer.is_global_zero:  # a resume only
             return
