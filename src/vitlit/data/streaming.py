@@ -451,7 +451,7 @@ class StreamingDataModule(ImageClassificationDataModule):
             ``val_size`` are those of the prepared data).
     """
 
-    #: A run stopped mid-epoch resumes at its place in the stream (`vitlit.runs.resume` says so).
+    #: A run stopped mid-epoch resumes at its place in the stream (`vitlit.runs.checkpoint_io` says so).
     resumes_in_place = True
 
     def __init__(
