@@ -30,8 +30,8 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit.cli import VitLitCLI
 from vitlit.errors import TrainingHalted
-from vitlit.run_dir import LOCK, Placed, allocate_version
 from vitlit.exits import STOP
+from vitlit.run_dir import LOCK, Placed, allocate_version
 
 
 @pytest.fixture(scope="module")

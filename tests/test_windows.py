@@ -19,10 +19,9 @@ from helpers.cli import CPU, DIGITS_CONFIG, NO_WARMUP
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from vitlit import atomic
-from vitlit.cli import main
+from vitlit.cli import main, stop_signals
 from vitlit.errors import ConfigError
 from vitlit.run_dir import lock, unlock
-from vitlit.cli import stop_signals
 
 
 class CtrlCAtStep(Callback):

@@ -37,9 +37,9 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 import vitlit
 from vitlit.atomic import write_atomically
 from vitlit.cli import TOOLS
+from vitlit.exits import STOP
 from vitlit.optim import planned_steps, schedule_of
 from vitlit.run_dir import saved_config
-from vitlit.exits import STOP
 from vitlit.text import markdown, redacted, shown, tell
 from vitlit.types import PositiveInt
 
