@@ -171,7 +171,7 @@ def interrupts_stop_the_fit() -> Iterator[None]:
     """
     STOP.signal_name = None
 
-    def stop(signum: int, frame: Any) -> None:
+    def stop_at_next_step(signum: int, frame: Any) -> None:
         listening = signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None)  # Lightning's handler is in
         if STOP.signal_name is not None and signal.Signals(signum).name == "SIGHUP":
             return  # a hangup does not insist: a closed terminal is met by the kernel's signal and the bar's writes
@@ -182,7 +182,7 @@ def interrupts_stop_the_fit() -> Iterator[None]:
         signal.raise_signal(signal.SIGTERM)
 
     handled = stop_signals() if threading.current_thread() is threading.main_thread() else ()
-    previous = {s: signal.signal(s, stop) for s in handled}
+    previous = {s: signal.signal(s, stop_at_next_step) for s in handled}
     try:
         yield
     finally:

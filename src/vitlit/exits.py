@@ -81,13 +81,12 @@ def one_line_error(err: BaseException) -> str | None:
     full = disk_full(err)
     if full is not None:
         return f"{full[0]}: {str(err).splitlines()[0][:160]}; {full[1]}, and run it again."
-    refused = PATH_REFUSED
     seen: set[int] = set()
     while err is not None and id(err) not in seen:  # an OSError about a path, wherever the path was first used
         seen.add(id(err))
-        if isinstance(err, OSError) and err.errno in refused:
+        if isinstance(err, OSError) and err.errno in PATH_REFUSED:
             name = str(err.filename or "a path")  # a path too long to show whole: its start and its end
-            return f"{name if len(name) <= 300 else f'{name[:140]}...{name[-140:]}'} {refused[err.errno]}."
+            return f"{name if len(name) <= 300 else f'{name[:140]}...{name[-140:]}'} {PATH_REFUSED[err.errno]}."
         err = err.__cause__ or err.__context__
     return None
 
@@ -100,12 +99,11 @@ def disk_full(err: BaseException | None) -> tuple[str, str] | None:
     torch's zip writer reports a failed write as ``RuntimeError: ... unexpected pos``; the OSError behind it is only
     its ``__context__``.
     """
-    reasons = NO_SPACE
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
-        if isinstance(err, OSError) and err.errno in reasons:
-            return reasons[err.errno]
+        if isinstance(err, OSError) and err.errno in NO_SPACE:
+            return NO_SPACE[err.errno]
         err = err.__cause__ or err.__context__
     return None
 

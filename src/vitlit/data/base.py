@@ -460,9 +460,10 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         own = type(self).targets_of is not ImageClassificationDataModule.targets_of
         if getattr(dataset, "targets", None) is None and not isinstance(dataset, TensorDataset) and not own:
             return dataset
-        bad = next(((i, t) for i, t in enumerate(self.targets_of(dataset)) if not 0 <= t < self.num_classes), None)
+        n = self.num_classes  # once: a table's class list is read from its scan
+        bad = next(((i, t) for i, t in enumerate(self.targets_of(dataset)) if not 0 <= t < n), None)
         if bad is not None:
-            (item, label), n = bad, self.num_classes
+            item, label = bad
             raise ConfigError(f"{split} item {item} of {type(self).__name__} has the label {label}, but its {n} "
                               f"class_names take the indices 0 to {n - 1}; correct the labels or name every class in "
                               f"class_names.")  # fmt: skip
@@ -530,7 +531,9 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """A DataLoader of ``split``'s uint8 batches from the `source` taken, in the sampler's order."""
         if split is None:
             raise RuntimeError("setup() must run before the loaders are requested; the Trainer does this for you.")
-        device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
+        device = None  # where in-memory images are held: the training device (the CPU outside a Trainer)
+        if self.source != "workers":
+            device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
         if self._in_memory is None:
             splits = [s for s in (self.train_set, self.val_set, self.test_set, self.predict_set) if s is not None]
             self._in_memory = self.source != "workers" and pipeline.keep_in_memory(

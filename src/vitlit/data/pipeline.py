@@ -132,7 +132,7 @@ def keep_in_memory(
 ) -> bool:
     """``--data.source``: whether the splits are held in memory, decided once, on the first loader, in one line.
 
-    ``true`` (``forced``) is refused where the images cannot fit at all; ``auto`` takes memory where they take at
+    ``memory`` (``forced``) is refused where the images cannot fit at all; ``auto`` takes memory where they take at
     most `AUTO_DEVICE_FRACTION` of the device's free memory (on every DDP process), else the workers.
 
     Args:
