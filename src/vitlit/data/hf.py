@@ -21,8 +21,8 @@ from typing import Any, Literal
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import Dataset
 
-from vitlit.data.images import PIL_MODES, image_problem, inside, open_image, refuse_unlisted
-from vitlit.data.table import ItemTableDataModule, Scan, class_order, label_name
+from vitlit.data.images import PIL_MODES, image_problem, open_image, refuse_unlisted
+from vitlit.data.table import ItemTableDataModule, Scan, class_order, inside, label_name
 from vitlit.errors import ConfigError
 from vitlit.hub import hub_unreachable
 from vitlit.text import shown
@@ -218,7 +218,7 @@ class HFImages(Dataset):
         """Item ``i``'s encoded image: its embedded bytes, else the file its row names if inside ``root``, else None.
 
         A row's ``path`` beside embedded bytes is only a name (datasets keeps where a file came from); alone, it is
-        read only inside the data set's folder (`vitlit.data.images.inside`).
+        read only inside the data set's folder (`vitlit.data.table.inside`).
         """
         data, path = self.value(i)
         if data:

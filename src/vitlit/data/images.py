@@ -313,20 +313,3 @@ class PredictFolder:
         """The folder's images that decode (`readable_images`): the dataset ``predict`` classifies."""
         self.images = readable_images(self.files, self.folder, classes, self.in_chans, img_size, speak)
         return self.images
-
-
-def inside(root: Path, name: str | os.PathLike | None) -> Path | None:
-    """The file ``name`` (relative to ``root``, or absolute) resolved, if it is a file inside ``root``; else ``None``.
-
-    The admission of a file a data set names outside the item table's rows (a Hugging Face row's ``path``, a saved
-    data set's metadata, a stream's index; the table's rows are admitted by `vitlit.data.table`, which also keeps a
-    missing file to report it as a bad image): a ``../``, an absolute path or a link that leads out of the data set's
-    folder is never read, whatever the format.
-    """
-    if not name:
-        return None
-    try:
-        file = (root / os.fspath(name)).resolve()
-        return file if file.is_relative_to(root.resolve()) and file.is_file() else None
-    except (OSError, RuntimeError, ValueError):  # a symbolic link loop; a NUL byte, which no file name holds
-        return None

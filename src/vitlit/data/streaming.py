@@ -30,8 +30,9 @@ import numpy as np
 import torch
 
 from vitlit.data.base import ImageClassificationDataModule
-from vitlit.data.images import PIL_MODES, image_problem, inside, open_image
+from vitlit.data.images import PIL_MODES, image_problem, open_image
 from vitlit.data.pipeline import Decode
+from vitlit.data.table import inside
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.owned import digest
 from vitlit.private import litdata_formats

@@ -111,11 +111,12 @@ class _Root:
     (`os.scandir`), not once per file, so a million rows take seconds.
     """
 
-    def __init__(self, root: Path, resolve: bool) -> None:
+    def __init__(self, root: Path, resolve: bool, list_links: bool = True) -> None:
         self.path = os.path.abspath(os.path.expanduser(root))
         self._prefix = self.path.rstrip(os.sep) + os.sep
         real = os.path.realpath(self.path)
         self._real = (real, real.rstrip(os.sep) + os.sep) if resolve else None
+        self._list_links = list_links  # for many files in a folder; one file asks for itself
         self._folders: dict[str, tuple[bool, set[str] | None]] = {}  # each folder: inside the root? its links
 
     def inside(self, text: str) -> str | None:
@@ -128,7 +129,10 @@ class _Root:
         folder, _, name = path.rpartition(os.sep)
         folder = folder or os.sep  # a file in /
         if folder not in self._folders:
-            self._folders[folder] = (self._within(os.path.realpath(folder)), _links(folder))
+            self._folders[folder] = (
+                self._within(os.path.realpath(folder)),
+                _links(folder) if self._list_links else None,
+            )
         inside, links = self._folders[folder]
         if inside and (name in links if links is not None else os.path.islink(path)):  # a link may still lead out
             inside = self._within(_target(path))
@@ -146,6 +150,20 @@ def _target(link: str) -> str:
         return os.path.realpath(link)
     except OSError:  # a loop
         return ""
+
+
+def inside(root: Path, name: str | os.PathLike | None) -> Path | None:
+    """The file ``name`` (relative to ``root``, or absolute) if it is a file inside ``root``, links resolved, else None.
+
+    The rows' rule (`_Root`) for a file a data set names outside the table's rows (a Hugging Face row's ``path``, a
+    saved data set's metadata, a stream's index): a ``../``, an absolute path or a link that leads out of the data
+    set's folder is never read, whatever the format. Unlike a row's, the file must exist (there is no bad image to
+    report later).
+    """
+    if not name:
+        return None
+    path = _Root(root, resolve=True, list_links=False).inside(os.fspath(name))
+    return Path(path) if path is not None and os.path.isfile(path) else None
 
 
 def _links(folder: str) -> set[str] | None:
