@@ -7,12 +7,12 @@ folders refused, each file's header and ending are checked before training start
 folder), and 16-bit images are scaled to 8 bits.
 
 `open_image` is the one way vitlit decodes an image, for every entry point (fit, predict, export, serve): the same
-file gives the same pixels everywhere. It and `image_problem` are the two places vitlit hands bytes to PIL, and
-both let only the raster formats of `RASTER_FORMATS` look at them: PIL's EPS plugin would hand a file named ``x.png``
-that holds PostScript to Ghostscript, a program, and its other plugins read formats nobody trains on. `open_image`
-reads the size from the header and refuses an image that would take too much memory or time before decoding it
-(`MAX_PIXELS`): a 20 KB PNG can hold 13,000 x 13,000 pixels, and a 4 KB one 4,000,000 x 1, which the resize to the
-model's size would blow up to billions of pixels.
+file gives the same pixels everywhere. Every file or upload meets PIL through `open_raster`, which lets only the raster
+formats of `RASTER_FORMATS` look at the bytes: PIL's EPS plugin would hand a file named ``x.png`` that holds
+PostScript to Ghostscript, a program, and its other plugins read formats nobody trains on. `open_image` reads the size
+from the header and refuses an image that would take too much memory or time before decoding it (`MAX_PIXELS`): a
+20 KB PNG can hold 13,000 x 13,000 pixels, and a 4 KB one 4,000,000 x 1, which the resize to the model's size would
+blow up to billions of pixels.
 """
 
 from __future__ import annotations
@@ -84,6 +84,15 @@ def size_problem(
     return None
 
 
+def open_raster(source: str | Path | BinaryIO) -> Image.Image:
+    """PIL's ``Image.open`` with only `RASTER_FORMATS`' plugins: the one place where vitlit hands bytes to PIL.
+
+    Raises:
+        PIL.UnidentifiedImageError: An ``OSError``, for bytes of any other format (PostScript among them).
+    """
+    return Image.open(source, formats=RASTER_FORMATS)
+
+
 def open_image(
     source: str | Path | BinaryIO, mode: str = "RGB", img_size: int | None = None, max_pixels: int = MAX_PIXELS
 ) -> Image.Image:
@@ -105,7 +114,7 @@ def open_image(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the bound below is stricter
         try:
-            image = Image.open(source, formats=RASTER_FORMATS)  # any other format: "not an image"
+            image = open_raster(source)
         except Image.DecompressionBombError:  # a header claiming billions of pixels: PIL refuses it first
             raise ImageTooLarge(
                 f"its header claims over {2 * Image.MAX_IMAGE_PIXELS:,} pixels, over the {max_pixels:,} vitlit decodes"
@@ -186,7 +195,7 @@ def image_problem(path: Path | bytes, img_size: int | None = None, decode: bool 
     with f, warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the bound below is stricter
         try:
-            image = Image.open(f, formats=RASTER_FORMATS)
+            image = open_raster(f)
         except Image.DecompressionBombError:
             return f"over PIL's decompression-bomb limit of {Image.MAX_IMAGE_PIXELS:,} pixels"
         except (OSError, SyntaxError, ValueError):
