@@ -86,7 +86,7 @@ def plain_step(epochs: int) -> float:
     )  # the recipe's: lr, decay, fused
     loader = data.train_dataloader()
     scheduler = WarmupCosineLR(optimizer, warmup_steps=0.1, total_steps=epochs * len(loader))
-    criterion, pipeline, times = nn.CrossEntropyLoss(label_smoothing=0.1), data.pipeline(True), []
+    criterion, pipeline, times = nn.CrossEntropyLoss(label_smoothing=0.1), data.device_transform(True), []
     for epoch in range(epochs):
         last = None
         for images, targets in loader:

@@ -11,7 +11,7 @@ from PIL import Image
 from vitlit.data import ImageFolderDataModule
 from vitlit.data.base import split_indices
 from vitlit.data.cifar import CIFARDataModule
-from vitlit.data.pipeline import Augment
+from vitlit.data.pipeline import DeviceTransform
 from vitlit.errors import ConfigError
 
 
@@ -46,7 +46,7 @@ def test_cifar_normalises_with_its_statistics(cifar_dir: Path) -> None:
     raw, _ = data.val_set.dataset[data.val_set.indices[0]]
     expected = torch.tensor(list(raw.getdata()), dtype=torch.float32).T.reshape(3, 32, 32) / 255
     expected = (expected - torch.tensor(data.mean)[:, None, None]) / torch.tensor(data.std)[:, None, None]
-    torch.testing.assert_close(data.pipeline(train=False)(data.val_set[0][0][None])[0], expected)
+    torch.testing.assert_close(data.device_transform(train=False)(data.val_set[0][0][None])[0], expected)
     assert data.mean == [0.4914, 0.4822, 0.4465]
 
 
@@ -56,7 +56,8 @@ def test_cifar100_and_resizing_for_patch16_models(cifar_dir: Path) -> None:
     data.setup("fit")
     assert data.train_set[0][0].shape == (3, 32, 32)  # stored at CIFAR's own size; resized on the device
     images, _ = data.on_after_batch_transfer(next(iter(data.val_dataloader())), 0)
-    assert images.shape == (8, 3, 64, 64) and data.pipeline(train=True)(data.train_set[0][0][None]).shape[-1] == 64
+    assert images.shape == (8, 3, 64, 64)
+    assert data.device_transform(train=True)(data.train_set[0][0][None]).shape[-1] == 64
     assert len(data.class_names) == 100
 
 
@@ -64,11 +65,11 @@ def test_the_pipeline_crops_and_flips_in_training_and_evaluates_deterministicall
     image = (torch.arange(32 * 32 * 3) % 251).reshape(3, 32, 32).to(torch.uint8)
     batch = image.expand(64, -1, -1, -1)
     mean, std = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
-    evaluate = Augment(32, mean, std)
+    evaluate = DeviceTransform(32, mean, std)
     reference = evaluate(image[None])[0]
     assert torch.equal(evaluate(batch), reference.expand(64, -1, -1, -1))
 
-    outputs = Augment(32, mean, std, hflip=True)(batch)
+    outputs = DeviceTransform(32, mean, std, hflip=True)(batch)
     flipped = sum(torch.equal(out, reference.flip(-1)) for out in outputs)
     unchanged = sum(torch.equal(out, reference) for out in outputs)
     assert flipped + unchanged == 64 and 10 < flipped < 54  # each output is the image or its mirror, about half
@@ -76,7 +77,7 @@ def test_the_pipeline_crops_and_flips_in_training_and_evaluates_deterministicall
     padded = torch.nn.functional.pad(reference, (4, 4, 4, 4), value=(0 - 0.5) / 0.25)  # zero pixels, normalised
     windows = {(y, x): padded[:, y : y + 32, x : x + 32] for y in range(9) for x in range(9)}
     offsets = set()
-    for out in Augment(32, mean, std, crop="pad", crop_padding=4)(batch):
+    for out in DeviceTransform(32, mean, std, crop="pad", crop_padding=4)(batch):
         offsets |= {key for key, window in windows.items() if torch.equal(out, window)}
     assert len(offsets) > 10  # many of the 81 offsets, each output an exact window of the padded image
 

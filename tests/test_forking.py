@@ -186,7 +186,7 @@ def test_channels_follow_the_data_with_adapted_pretrained_weights(
     # in the checkpoint for exports and servers.
     assert (saved["crop_pct"], saved["interpolation"]) == (0.95, "bicubic")
     assert (cli.model.hparams.input_crop_pct, cli.model.hparams.input_interpolation) == (0.95, "bicubic")
-    assert cli.datamodule.pipeline(train=False).crop_pct == 0.95
+    assert cli.datamodule.device_transform(train=False).crop_pct == 0.95
 
 
 def test_statistics_come_from_the_weights_unless_given() -> None:

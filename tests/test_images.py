@@ -16,6 +16,7 @@ from PIL import Image
 
 from vitlit import ImageFolderDataModule
 from vitlit.data.images import image_problem, open_image
+from vitlit.errors import ConfigError
 from vitlit.runs.curves import read_scalars
 
 
@@ -200,6 +201,18 @@ def test_a_symlinked_folder_elsewhere_is_followed(tmp_path: Path) -> None:
     data = ImageFolderDataModule(root, img_size=16, num_workers=0, val_size=2)
     data.setup("fit")
     assert len(data.train_set) + len(data.val_set) == 12 + 3 + 12
+
+
+@pytest.mark.parametrize("reader", ["ImageFolderDataModule", "predict_dir"])
+def test_a_channel_count_no_image_file_holds_is_refused_in_the_readers_words(reader: str, tmp_path: Path) -> None:
+    # One rule for every reader of image files (`vitlit.data.images.pil_mode`): grey, RGB or RGBA.
+    root = _folder(tmp_path / "data")
+    predict = {"predict_dir": root / "train" / "a"} if reader == "predict_dir" else {}
+    with pytest.raises(ConfigError) as refused:
+        ImageFolderDataModule(root, in_chans=2, **predict)
+    assert str(refused.value).startswith(f"{reader} reads image files, which hold 1 (grey), 3 (RGB) or 4 (RGBA) ")
+    assert "not in_chans=2; give one of those" in str(refused.value)
+    assert ImageFolderDataModule(root, in_chans=4, **predict).image_mode == "RGBA"
 
 
 @pytest.mark.parametrize("split", ["val", "test"])

@@ -22,7 +22,14 @@ from torchvision.transforms import v2
 from vitlit.data import ImageClassificationDataModule
 from vitlit.data import pipeline as sources_module
 from vitlit.data.cifar import CIFARDataModule
-from vitlit.data.pipeline import Augment, InMemory, random_crop, random_flip, random_resized_crop, resized_crop_boxes
+from vitlit.data.pipeline import (
+    DeviceTransform,
+    InMemory,
+    random_crop,
+    random_flip,
+    random_resized_crop,
+    resized_crop_boxes,
+)
 from vitlit.data.policies import BatchPolicy
 from vitlit.errors import ConfigError
 
@@ -211,10 +218,13 @@ def test_a_policy_works_on_images_resized_on_the_device() -> None:
     # need the uint8 images the resize gives them.
     images = torch.randint(0, 256, (32, 3, 16, 16), dtype=torch.uint8)
     for policy in ("autoaugment", "randaugment", "trivialaugment"):
-        augment = Augment(24, [0.5] * 3, [0.5] * 3, crop="pad", crop_padding=3, hflip=True, policy=BatchPolicy(policy))
+        augment = DeviceTransform(
+            24, [0.5] * 3, [0.5] * 3, crop="pad", crop_padding=3, hflip=True, policy=BatchPolicy(policy)
+        )
         out = augment(images)
         assert out.shape == (32, 3, 24, 24) and out.dtype == torch.float32
-    pixels = Augment(24, [0.0] * 3, [1.0] * 3)(images) * 255  # the resized images themselves: whole uint8 levels
+    # The resized images themselves: whole uint8 levels.
+    pixels = DeviceTransform(24, [0.0] * 3, [1.0] * 3)(images) * 255
     torch.testing.assert_close(pixels, pixels.round(), rtol=0, atol=1e-4)
 
 
@@ -424,7 +434,7 @@ def test_the_streaming_module_stores_images_of_many_sizes_as_memory_does(tmp_pat
     held = ImageFolderDataModule(root, val_size=6, test_size=3, source="memory", **options)
     for data in (stream, held):
         data.setup("fit")
-    assert stream.pipeline(train=True).crop == "resized"  # the device crops, as for the images held in memory
+    assert stream.device_transform(train=True).crop == "resized"  # the device crops, as for the images held in memory
     streamed = torch.cat([images for images, _ in stream.val_dataloader()])
     stored = held.val_dataloader().dataset.images
     # Evaluation stores at its own size (floor(img_size / crop_pct)), training at store_size, in either source.

@@ -11,7 +11,7 @@ from helpers.learning import CASES as LEARNING
 from scipy.stats import binomtest, chisquare
 from torchvision.transforms import v2
 
-from vitlit.data.pipeline import Augment, InMemory, random_crop
+from vitlit.data.pipeline import DeviceTransform, InMemory, random_crop
 from vitlit.data.policies import (
     _AUTOAUGMENT_SPACE,
     _RANDAUGMENT_SPACE,
@@ -133,12 +133,12 @@ def test_autoaugment_draws_sub_policies_with_their_probabilities() -> None:
 def _spread_digits(folder: Path, n: int) -> torch.Tensor:
     """``n`` images spread over ``folder`` (every class) as (n, 3, H, W) uint8, decoded as the sources do."""
     from vitlit.data.images import ImageFiles, image_files
-    from vitlit.data.pipeline import Decode
+    from vitlit.data.pipeline import ToStoredImage
 
     files = list(image_files(folder))
     files = files[:: len(files) // n][:n]
     dataset = ImageFiles([(str(p), 0) for p in files], ["digit"])
-    return torch.stack([Decode(3, None)(dataset[i][0]) for i in range(len(dataset))])
+    return torch.stack([ToStoredImage(3, None)(dataset[i][0]) for i in range(len(dataset))])
 
 
 def test_every_operation_of_the_cifar10_policy_equals_torchvision_on_real_digits(digits_dir: Path) -> None:
@@ -249,7 +249,7 @@ def test_the_pipeline_delivers_torchvisions_per_image_distribution(name: str, di
 
     images, epochs, mean, std = _spread_digits(digits_dir / "train", 200), 6, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
     torch.manual_seed(0)
-    augment = Augment(32, mean, std, crop="pad", crop_padding=4, hflip=True,
+    augment = DeviceTransform(32, mean, std, crop="pad", crop_padding=4, hflip=True,
                       policy=BatchPolicy(name, num_ops=1, magnitude=5))  # fmt: skip
     ours = torch.cat([augment(batch) for _ in range(epochs) for batch in images.split(100)])
     policy = {"autoaugment": v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10), "trivialaugment": v2.TrivialAugmentWide(),
@@ -278,7 +278,7 @@ def test_a_digits_fit_learns_with_each_policy_on_the_device(name: str, digits_di
     case = LEARNING[f"policy-{name}"]
     cli = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path,
                   *case.flags)  # fmt: skip
-    policy = cli.datamodule.pipeline(train=True).policy
+    policy = cli.datamodule.device_transform(train=True).policy
     assert isinstance(policy, BatchPolicy) and policy.name == name
     best = cli.trainer.checkpoint_callback.best_model_score
     assert case.metric == "best_val_acc" and float(best) > case.threshold

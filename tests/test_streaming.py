@@ -63,7 +63,7 @@ def test_encoded_chunks_keep_the_files_and_decode_in_training(digits_dir: Path, 
             "--format", "encoded", "--data.val_size", "0.5")  # fmt: skip
     fit = _fit(out, tmp_path / "runs", "--trainer.max_epochs", "1", "--data.crop", "resized")
     assert fit.trainer.global_step == 674 // 64 and fit.datamodule.native_size is None
-    assert fit.datamodule.pipeline(train=True).crop == "resized"  # cropped on the device, as in memory (issue 53)
+    assert fit.datamodule.device_transform(train=True).crop == "resized"  # the device crops, as in memory (issue 53)
     # The chunks hold the PNG files as they are, smaller than uint8 pixels.
     raw = sum(p.stat().st_size for p in (tmp_path / "encoded" / "train").glob("*.bin"))
     assert raw < 674 * 3 * 32 * 32

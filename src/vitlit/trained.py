@@ -18,7 +18,7 @@ from torch import nn
 
 from vitlit.checkpoints import check_weights, read_checkpoint
 from vitlit.data.images import PIL_MODES, ImageFiles
-from vitlit.data.pipeline import Augment, Decode, resized_side
+from vitlit.data.pipeline import DeviceTransform, ToStoredImage, resized_side
 from vitlit.errors import CheckFailed, ConfigError
 
 
@@ -41,8 +41,10 @@ class ModelCard:
         In the same two steps as evaluation in training, so the pixels are the same: stored as an evaluation split
         is (`vitlit.data.base.ImageClassificationDataModule.stored_size`), then cropped as its batches are.
         """
-        decode = Decode(self.in_chans, resized_side(self.img_size, self.crop_pct), self.interpolation)
-        crop = Augment(self.img_size, self.mean, self.std, crop_pct=self.crop_pct, interpolation=self.interpolation)
+        decode = ToStoredImage(self.in_chans, resized_side(self.img_size, self.crop_pct), self.interpolation)
+        crop = DeviceTransform(
+            self.img_size, self.mean, self.std, crop_pct=self.crop_pct, interpolation=self.interpolation
+        )
         return lambda image: crop(decode(image)[None])[0]
 
     def batch(self, files: Sequence[Path]) -> torch.Tensor:

@@ -462,7 +462,7 @@ def test_evaluation_resizes_and_crops_as_the_model_card_says_in_every_split(
         files = [data.files_of(split.dataset)[i] for i in split.indices]
         batch = torch.cat([data.on_after_batch_transfer(b, 0)[0] for b in loader])
         torch.testing.assert_close(batch, card.batch([Path(f) for f in files]), rtol=0, atol=0)
-    assert data.pipeline(train=False).crop_pct == 0.8 and data.stored_size(train=False) == 40  # floor(32 / 0.8)
+    assert data.device_transform(train=False).crop_pct == 0.8 and data.stored_size(train=False) == 40  # floor(32 / 0.8)
 
 
 def test_exports_carry_the_evaluation_geometry_of_the_checkpoint(trained, tmp_path: Path) -> None:

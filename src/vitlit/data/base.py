@@ -37,8 +37,8 @@ from torch.utils.data import (
 import vitlit.data.pipeline as pipeline
 from vitlit.data.images import PredictFolder
 from vitlit.data.pipeline import (
-    Augment,
     Crop,
+    DeviceTransform,
     Interpolation,
     Magnitude,
     Policy,
@@ -243,7 +243,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self.batch_augment = batch_augment
         self._in_memory: bool | None = None  # decided at the first loader (`vitlit.data.pipeline.keep_in_memory`)
         self._held: dict[int, pipeline.InMemory] = {}  # each split held in memory, by the split's identity
-        self._augments: dict[bool, Augment] = {}  # the device half of the pipeline: training (True) and evaluation
+        # The device half of the pipeline (`device_transform`), by split kind: training (True) and evaluation.
+        self._device_transforms: dict[bool, DeviceTransform] = {}
         self.predict_dir = None if predict_dir is None else Path(predict_dir).expanduser()
         self._predict_folder = None
         if self.predict_dir is not None:  # its files found now, before any work starts
@@ -397,7 +398,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             size = resized_side(self.img_size, self.crop_pct)
         else:  # images that share one size are kept as they are
             size = None if self.native_size else self.stored_size(train)
-        return TransformedSubset(dataset, indices, pipeline.Decode(self.in_chans, size, self.interpolation))
+        return TransformedSubset(dataset, indices, pipeline.ToStoredImage(self.in_chans, size, self.interpolation))
 
     def held_out_split(self, n: int, said: str | None = None) -> tuple[list[int], list[int]]:
         """The seeded (training, test) indices of ``n`` training items where the test split is held out of them.
@@ -469,21 +470,21 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
                               f"class_names.")  # fmt: skip
         return dataset
 
-    def pipeline(self, train: bool) -> Augment:
+    def device_transform(self, train: bool) -> DeviceTransform:
         """The device half of the pipeline for training (``train``) or evaluation batches (`vitlit.data.pipeline`)."""
-        if train not in self._augments:
+        if train not in self._device_transforms:
             policy = None
             if train and self.augment != "none":
                 from vitlit.data.policies import BatchPolicy  # runs that augment with a policy only
 
                 policy = BatchPolicy(self.augment, self.randaugment_num_ops, self.randaugment_magnitude)
             crop = self.crop if train else "none"
-            self._augments[train] = Augment(
+            self._device_transforms[train] = DeviceTransform(
                 self.img_size, self.mean, self.std, crop=crop, crop_pct=1.0 if train else self.crop_pct,
                 crop_padding=self.crop_padding, scale=self.crop_scale, ratio=self.crop_ratio,
                 interpolation=self.interpolation, hflip=self.hflip and train, policy=policy,
             )  # fmt: skip
-        return self._augments[train]
+        return self._device_transforms[train]
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Run the pipeline on a uint8 batch on the training device; training batches then get ``batch_augment``.
@@ -501,7 +502,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             among, share = len(images) * world_size, slice(rank, None, world_size)
         else:
             among, share = None, slice(None)
-        images = self.pipeline(train)(images, among, share)
+        images = self.device_transform(train)(images, among, share)
         if train and self.batch_augment is not None:
             images, targets = self.batch_augment(images, targets, training_progress(self.trainer), self.num_classes)
         return images, targets

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import Dataset
 
-from vitlit.data.images import PIL_MODES, image_problem, open_image, refuse_unlisted
+from vitlit.data.images import image_problem, open_image, refuse_unlisted
 from vitlit.data.table import ItemTableDataModule, Scan, class_order, inside, label_name
 from vitlit.errors import ConfigError
 from vitlit.hub import hub_unreachable
@@ -305,9 +305,8 @@ class HFDataModule(ItemTableDataModule):
         if len(set(targets["train"])) < 2 and -1 not in targets["train"]:  # ClassLabel names many, the rows one
             raise ConfigError(f"{self.path}: every training row has the label {classes[targets['train'][0]]!r}; a "
                               f"classifier needs rows of at least 2 of its {len(classes)} classes.")  # fmt: skip
-        mode = PIL_MODES[self.in_chans]
         splits = {role: HFImages(table, list(range(len(table))), targets[role], self.image_column,
-                                 f"{self.path} {role}", mode, self.img_size, self.root)
+                                 f"{self.path} {role}", self.image_mode, self.img_size, self.root)
                   for role, table in self._tables.items()}  # fmt: skip
         return Scan(splits, classes, hold_out_test=self.path)
 

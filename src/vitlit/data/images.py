@@ -53,6 +53,19 @@ MAX_PIXELS = 40_000_000
 DECODE_BYTES = {"RGB": 3, "L": 4, "P": 4, "1": 4, "LA": 5, "PA": 5, **dict.fromkeys(_SIXTEEN_BIT, 10), "I": 16}
 
 
+def pil_mode(in_chans: int, reader: str) -> str:
+    """The PIL mode in which ``reader`` decodes image files of ``in_chans`` channels (`PIL_MODES`).
+
+    Raises:
+        ConfigError: For a channel count no image file holds, before any file is read.
+    """
+    if in_chans not in PIL_MODES:
+        raise ConfigError(f"{reader} reads image files, which hold 1 (grey), 3 (RGB) or 4 (RGBA) channels, not "
+                          f"in_chans={in_chans}; give one of those, or for other data write a data module "
+                          f'(docs/your-data.md: "Fork it for your data").')  # fmt: skip
+    return PIL_MODES[in_chans]
+
+
 class ImageTooLarge(ValueError):
     """An image whose size (read from its header) exceeds the bound; it is refused before it is decoded."""
 
@@ -279,8 +292,7 @@ def predict_files(folder: Path, in_chans: int) -> list[Path]:
     """The image files below ``predict_dir``, found before any work starts (it must hold at least one)."""
     if not folder.is_dir():
         raise ConfigError(f"predict_dir={folder} is not a folder; give the folder of images to classify.")
-    if in_chans not in PIL_MODES:
-        raise ConfigError(f"predict_dir reads image files, which hold 1, 3 or 4 channels, not in_chans={in_chans}.")
+    pil_mode(in_chans, "predict_dir")
     found = list(image_files(folder))
     if not found:
         raise ConfigError(

@@ -10,14 +10,14 @@ Two halves, in the order a batch meets them:
    - **In memory** (`InMemory`): the split decoded once into one (N, C, S, S) uint8 tensor on the training device
      (the data module's ``uint8_images_of`` hook takes it as it is, e.g. CIFAR's array); a batch is one indexing
      operation, no worker process touches it.
-   - **Streamed** (`Decode`, a DataLoader's per-image transform): workers decode each image and bring it to the
+   - **Streamed** (`ToStoredImage`, a DataLoader's per-image transform): workers decode each image and bring it to the
      stored size as the in-memory source stores it (resize of the shorter side and centre crop); images that share
      a size are decoded and nothing else. Batches are collated as uint8: a quarter of float32's bytes to move.
 
    ``--data.source`` chooses (`keep_in_memory`): ``auto`` holds the splits in memory where their stored size fits
    in a quarter of the device's free memory, and says which source it took.
 
-2. **The device half** (`Augment`, called by ``ImageClassificationDataModule.on_after_batch_transfer``) does the
+2. **The device half** (`DeviceTransform`, called by ``ImageClassificationDataModule.on_after_batch_transfer``) does the
    rest, one implementation of each step for every source, so both sources give the same batches:
 
        [RandomResizedCrop to img_size | resize to img_size] -> [pad-crop] -> [flip] -> [policy] -> scale to [0, 1]
@@ -71,7 +71,7 @@ AUTO_DEVICE_FRACTION = 0.25
 # 1. The source: a split's view and its per-image geometry; held in memory where it fits, else streamed.
 
 
-class Decode:
+class ToStoredImage:
     """A streamed image's per-image geometry: decoded to a uint8 tensor, then brought to the split's stored size.
 
     Args:
@@ -97,7 +97,7 @@ class Decode:
 class TransformedSubset(Dataset):
     """A view of ``dataset`` at ``indices`` with a per-image transform: what the streamed source's workers do.
 
-    The transform is the stored geometry only (`Decode`): every crop is the training device's.
+    The transform is the stored geometry only (`ToStoredImage`): every crop is the training device's.
     """
 
     def __init__(self, dataset: Dataset, indices: Sequence[int] | None, transform: Any) -> None:
@@ -136,7 +136,8 @@ def keep_in_memory(
     most `AUTO_DEVICE_FRACTION` of the device's free memory (on every DDP process), else the workers.
 
     Args:
-        splits: The splits the run has set up; images of ``native_size`` where a split's `Decode` keeps their size.
+        splits: The splits the run has set up; images of ``native_size`` where a split's `ToStoredImage` keeps
+            their size.
         native_size: The side of images that all share one size, else ``None``.
         forced: ``--data.source memory``.
         device: The training device.
@@ -175,7 +176,7 @@ class InMemory(Dataset):
     Args:
         split: A view of a data module's dataset, decoded here once.
         images: The whole dataset as one uint8 array, where the data module holds it so (its ``uint8_images_of``),
-            taken as it is; ``None``: the split's items decoded here by its own `Decode`, as the workers do.
+            taken as it is; ``None``: the split's items decoded here by its own `ToStoredImage`, as the workers do.
         targets: With ``images``, the class index of every item of the dataset; decoded items bring their own.
         device: The training device.
     """
@@ -216,10 +217,10 @@ def whole_batch(batch: Any) -> Any:
     return batch
 
 
-# 2. The device half: `Augment` and its steps, in the order it takes them.
+# 2. The device half: `DeviceTransform` and its steps, in the order it takes them.
 
 
-class Augment:
+class DeviceTransform:
     """The device half of the pipeline for one split: uint8 batches of one stored size in, model inputs out.
 
     Args:
@@ -257,7 +258,7 @@ class Augment:
         self.interpolation, self.hflip, self.policy = interpolation, hflip, policy
 
     def __call__(self, images: torch.Tensor, among: int | None = None, share: slice = ALL) -> torch.Tensor:
-        """Augment a (B, C, S, S) uint8 batch into normalised float32 (B, C, img_size, img_size).
+        """Turn a (B, C, S, S) uint8 batch into normalised float32 (B, C, img_size, img_size).
 
         Args:
             images: The batch, on the training device.

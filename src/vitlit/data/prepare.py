@@ -24,7 +24,7 @@ import torch
 from PIL import Image
 
 from vitlit.data.base import ImageClassificationDataModule
-from vitlit.data.pipeline import Decode
+from vitlit.data.pipeline import ToStoredImage
 from vitlit.data.streaming import (
     MANIFEST,
     SPLITS,
@@ -52,7 +52,7 @@ class Item:
     Picklable, for ``litdata.optimize``'s worker processes.
     """
 
-    def __init__(self, split: Any, targets: list[int], files: list[str] | None, decode: Decode | None) -> None:
+    def __init__(self, split: Any, targets: list[int], files: list[str] | None, decode: ToStoredImage | None) -> None:
         self.split, self.targets, self.files, self.decode = split, targets, files, decode
 
     def __call__(self, i: int) -> dict[str, Any]:
@@ -207,7 +207,7 @@ def _write(
             continue
         files = data.files_of(split.dataset)
         item = Item(split, data.targets(split), None if files is None else [files[i] for i in split.indices],
-                    Decode(data.in_chans, size, data.interpolation) if format == "raw" else None)  # fmt: skip
+                    ToStoredImage(data.in_chans, size, data.interpolation) if format == "raw" else None)  # fmt: skip
         # Training items in a seeded random order: LitData shuffles the order of the chunks and of the items within
         # each, never across them, so a class-ordered folder written in order streamed batches of 2-3 classes.
         order = list(range(len(split)))

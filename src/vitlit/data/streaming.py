@@ -31,7 +31,7 @@ import torch
 
 from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.images import PIL_MODES, image_problem, open_image
-from vitlit.data.pipeline import Decode
+from vitlit.data.pipeline import ToStoredImage
 from vitlit.data.table import inside
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.owned import digest
@@ -396,14 +396,14 @@ class Sample:
     """A streamed sample as ``(uint8 image, class index)``: LitData's ``transform``, run in its workers.
 
     Args:
-        decode: The per-image geometry (`vitlit.data.pipeline.Decode`) of encoded images; ``None`` for raw ones.
+        decode: The per-image geometry (`vitlit.data.pipeline.ToStoredImage`) of encoded images; ``None`` for raw ones.
         where: The split, to name in messages.
         classes: The number of classes the description names: a label past them is refused, naming its sample.
         shape: The shape of a raw image as the description names it (channels, size, size): an item whose header
             says another (the same bytes as 3 x 16 x 64) is refused, naming it, not stacked into a batch.
     """
 
-    def __init__(self, decode: Decode | None, where: str, classes: int, shape: tuple[int, ...]) -> None:
+    def __init__(self, decode: ToStoredImage | None, where: str, classes: int, shape: tuple[int, ...]) -> None:
         self.decode, self.where, self.classes, self.shape = decode, where, classes, shape
 
     def __call__(self, sample: dict[str, Any]) -> tuple[torch.Tensor, int]:
@@ -493,7 +493,8 @@ class StreamingDataModule(ImageClassificationDataModule):
             raise ConfigError(f"{self.input_dir} has no {split} split; vitlit prepare writes one where the data "
                               f"module has it.")  # fmt: skip
         raw, where = self.meta["format"] == "raw", f"{self.input_dir}/{split}"
-        decode = None if raw else Decode(self.in_chans, self.stored_size(train), self.interpolation)  # as in memory
+        # Encoded images are brought to the stored size as the in-memory source stores them.
+        decode = None if raw else ToStoredImage(self.in_chans, self.stored_size(train), self.interpolation)
         shape = (self.in_chans, self.meta["size"], self.meta["size"])
         return stream(
             where, split_item(self.meta["format"]), self.meta["splits"][split], cache_dir=self.cache_dir,
@@ -515,7 +516,7 @@ class StreamingDataModule(ImageClassificationDataModule):
     def _loader(self, split: Any, train: bool) -> Any:
         if split is None or not hasattr(split, "input_dir"):  # not a stream: predict_dir's files
             return super()._loader(split, train)
-        self._augments.pop(True, None)
+        self._device_transforms.pop(True, None)
         loader = epoch_loader()(
             split, batch_size=self.batch_size, num_workers=self.workers,
             pin_memory=self.pin_memory and torch.cuda.is_available(), persistent_workers=False,

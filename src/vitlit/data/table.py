@@ -31,7 +31,7 @@ from typing import Any, Literal, NamedTuple
 from lightning.pytorch.utilities import rank_zero_info
 
 from vitlit.data.base import ImageClassificationDataModule, validation_count
-from vitlit.data.images import PIL_MODES, BadImage, ImageFiles
+from vitlit.data.images import BadImage, ImageFiles, pil_mode
 from vitlit.errors import NO_SPACE, PATH_REFUSED, ConfigError
 from vitlit.text import quoted, say, shown
 
@@ -201,11 +201,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
         super().__init__(**kwargs)
         if bad_images not in ("error", "skip"):
             raise ConfigError(f"bad_images={bad_images!r} is not one of 'error', 'skip'.")
-        if self.in_chans not in PIL_MODES:
-            raise ConfigError(
-                f"in_chans={self.in_chans}: image files hold 1 (grey), 3 (RGB) or 4 (RGBA) channels; for other data "
-                f'write a data module (docs/your-data.md: "Fork it for your data").'
-            )
+        self.image_mode = pil_mode(self.in_chans, type(self).__name__)  # the PIL mode files are decoded in
         self.bad_images, self.skipped = bad_images, []
         self._table: tuple[dict[str, Any], list[str]] | None = None  # the admitted items and classes (`_scanned`)
         self._checked: dict[str, Any] = {}  # the splits `_split` checked
@@ -340,7 +336,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
         items = {split: found for split, found in splits.items() if split not in rows}
         for split in rows:
             pairs = list(zip(files[split], [index[label] for label in labels[split]], strict=True))
-            items[split] = ImageFiles(pairs, classes, PIL_MODES[self.in_chans], self.img_size, f"the {split} split")
+            items[split] = ImageFiles(pairs, classes, self.image_mode, self.img_size, f"the {split} split")
         return items, classes
 
     def _rows(self, rows: dict[str, list[Any]]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
