@@ -215,6 +215,17 @@ def test_a_channel_count_no_image_file_holds_is_refused_in_the_readers_words(rea
     assert ImageFolderDataModule(root, in_chans=4, **predict).image_mode == "RGBA"
 
 
+def test_an_elongated_image_is_bounded_at_the_side_the_split_stores_it_at(tmp_path: Path) -> None:
+    # Evaluation stores images at floor(img_size / crop_pct): 64 px here, where the model sees 32. A 20,000 x 1 image
+    # resized to 32 px high would be 20 M pixels (under the bound), to 64 px high 82 M (over it).
+    root = _folder(tmp_path / "data")
+    Image.fromarray(np.zeros((1, 20_000, 3), dtype=np.uint8)).save(root / "train" / "a" / "long.png")
+    data = ImageFolderDataModule(root, img_size=32, crop_pct=0.5, val_size=2)
+    assert data.stored_side == 64
+    with pytest.raises(ConfigError, match="so elongated that resizing its shorter side to 64 gives 81,920,000 pixels"):
+        data.setup("fit")
+
+
 @pytest.mark.parametrize("split", ["val", "test"])
 def test_an_empty_split_folder_is_refused(split: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = _folder(tmp_path / "data")

@@ -306,7 +306,7 @@ class HFDataModule(ItemTableDataModule):
             raise ConfigError(f"{self.path}: every training row has the label {classes[targets['train'][0]]!r}; a "
                               f"classifier needs rows of at least 2 of its {len(classes)} classes.")  # fmt: skip
         splits = {role: HFImages(table, list(range(len(table))), targets[role], self.image_column,
-                                 f"{self.path} {role}", self.image_mode, self.img_size, self.root)
+                                 f"{self.path} {role}", self.image_mode, self.stored_side, self.root)
                   for role, table in self._tables.items()}  # fmt: skip
         return Scan(splits, classes, hold_out_test=self.path)
 

@@ -78,7 +78,7 @@ def size_problem(
     Args:
         width: Width read from the file's header.
         height: Height read from the file's header.
-        img_size: The side its shorter side is resized to (the model's input); ``None`` checks the stored size only.
+        img_size: The side its shorter side is resized to (a split's stored size); ``None`` checks the stored size only.
         max_pixels: The bound, for the stored image and for the resized one.
         mode: Its PIL mode, read from the header: what decoding it costs a pixel (`DECODE_BYTES`).
     """

@@ -201,7 +201,10 @@ class ItemTableDataModule(ImageClassificationDataModule):
         super().__init__(**kwargs)
         if bad_images not in ("error", "skip"):
             raise ConfigError(f"bad_images={bad_images!r} is not one of 'error', 'skip'.")
-        self.image_mode = pil_mode(self.in_chans, type(self).__name__)  # the PIL mode files are decoded in
+        # The PIL mode the files are decoded in, and the largest side a split stores them at, on which an elongated
+        # image's resize is bounded (`vitlit.data.images.MAX_PIXELS`).
+        self.image_mode = pil_mode(self.in_chans, type(self).__name__)
+        self.stored_side = max(self.stored_size(True), self.stored_size(False))
         self.bad_images, self.skipped = bad_images, []
         self._table: tuple[dict[str, Any], list[str]] | None = None  # the admitted items and classes (`_scanned`)
         self._checked: dict[str, Any] = {}  # the splits `_split` checked
@@ -336,7 +339,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
         items = {split: found for split, found in splits.items() if split not in rows}
         for split in rows:
             pairs = list(zip(files[split], [index[label] for label in labels[split]], strict=True))
-            items[split] = ImageFiles(pairs, classes, self.image_mode, self.img_size, f"the {split} split")
+            items[split] = ImageFiles(pairs, classes, self.image_mode, self.stored_side, f"the {split} split")
         return items, classes
 
     def _rows(self, rows: dict[str, list[Any]]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
