@@ -117,6 +117,8 @@ def test_every_service_waits_seconds_not_minutes_unless_the_user_says(monkeypatc
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")  # the user's own setting stays
     reach_loggers(SimpleNamespace(loggers=[], is_global_zero=True))
+    assert "WANDB_INIT_TIMEOUT" not in os.environ  # a run without a service's logger sets nothing
+    reach_loggers(SimpleNamespace(loggers=[SimpleNamespace(experiment="a run")], is_global_zero=True))
     assert int(os.environ["WANDB_INIT_TIMEOUT"]) <= 30 and int(os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"]) <= 30
     assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "3"
 

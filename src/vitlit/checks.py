@@ -1,11 +1,11 @@
 """The run's check phase: what `vitlit.cli` checks of a run as a whole before it starts, each in one line.
 
 The model checks its own options (`vitlit.model`), a data module its own (`vitlit.data.base`), a checkpoint is
-checked where it is read (`vitlit.checkpoints`), a run's folder where it is placed (`vitlit.run_dir`); what needs
-the run as a whole is here, in the order the CLI asks: the parsed settings (values Lightning would crash on deep
-inside a run, silently ignore or silently replace), the Trainer's callbacks, the memory a run will need (estimated
-before anything is allocated, against what the device has free), and a finished evaluation's metrics. A run that
-cannot fit should stop in one line at its start, not grow until the OOM killer ends it (or CUDA's out-of-memory
+checked where it is read (`vitlit.checkpoints`), a run's folder by the module that places it (`vitlit.run_dir`);
+what needs the run as a whole is here, in the order the CLI asks: the parsed settings (values Lightning would crash
+on deep inside a run, silently ignore or silently replace), the Trainer's callbacks, the memory a run will need
+(estimated before anything is allocated, against what the device has free), and a finished evaluation's metrics. A run
+that cannot fit should stop in one line at its start, not grow until the OOM killer ends it (or CUDA's out-of-memory
 error ends it mid-epoch). The estimates are lower bounds: what a run refused here could never have fitted.
 """
 
@@ -21,11 +21,10 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.callbacks import BatchSizeFinder
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from vitlit.data.pipeline import free_memory
 from vitlit.errors import CheckFailed, ConfigError
-from vitlit.run_dir import check_writable_folder, written_folders
+from vitlit.run_dir import FOLDER_LOGGERS, check_writable_folder, written_folders
 from vitlit.text import shown
 
 
@@ -186,11 +185,11 @@ def reach_loggers(trainer: Trainer) -> None:
     A logger connects at its first use, inside the run: an unreachable server would cost minutes of retries and end
     in chained tracebacks with the run started. Folder loggers (TensorBoard, CSV) are placed by `place_run`.
     """
-    for key, value in SERVICE_TIMEOUTS.items():
-        os.environ.setdefault(key, value)
     for logger in trainer.loggers if trainer.is_global_zero else []:
-        if isinstance(logger, (TensorBoardLogger, CSVLogger)):
+        if isinstance(logger, FOLDER_LOGGERS):
             continue
+        for key, value in SERVICE_TIMEOUTS.items():  # before the service is reached
+            os.environ.setdefault(key, value)
         where = next((str(v) for k in ("_tracking_uri", "tracking_uri") if (v := getattr(logger, k, None))), "")
         try:
             logger.experiment  # noqa: B018 (its connection: the experiment is made or found on the server)

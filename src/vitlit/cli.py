@@ -315,8 +315,7 @@ class VitLitCLI(LightningCLI):
             ckpt, run = start_from(self._ckpt_path, subcommand, trainer, model, config, weights_only)
         self.config_init[subcommand]["ckpt_path"] = None if ckpt is None else str(ckpt)  # what the run loads
         check_activations(model, self.datamodule, trainer, subcommand)
-        if any(type(logger).__name__ not in ("TensorBoardLogger", "CSVLogger") for logger in trainer.loggers):
-            reach_loggers(trainer)
+        reach_loggers(trainer)
         self.run = place_run(trainer, subcommand, ckpt, run)
 
     before_fit = before_validate = before_test = before_predict = _start  # LightningCLI's hooks before each subcommand

@@ -96,13 +96,17 @@ class Placed(NamedTuple):
     made: tuple[Path, ...]  # the run's folder and those above it that did not exist, deepest first; () for a resume
 
 
+#: The loggers that write into a folder: the run's folder is its first logger's (`place_run`).
+FOLDER_LOGGERS = (TensorBoardLogger, CSVLogger)
+
+
 def place_run(trainer: Trainer, subcommand: str, ckpt: Path | None = None, run: Path | None = None) -> Placed | None:
     """Choose and create the run's folder and point the logger and the config there.
 
     ``None`` where there is nothing to place: no logger (Lightning's own folder), or a process other than the main
     one under DDP (Lightning sends the main one's folders to the others).
     """
-    if trainer.loggers and not isinstance(trainer.loggers[0], (TensorBoardLogger, CSVLogger)):
+    if trainer.loggers and not isinstance(trainer.loggers[0], FOLDER_LOGGERS):
         # MLflow or W&B keep no folder of ours, but the config, checkpoints and run card need one: a TensorBoard
         # logger in front gives it.
         trainer.loggers = [TensorBoardLogger(save_dir=trainer.default_root_dir), *trainer.loggers]
@@ -197,7 +201,8 @@ def written_folders(trainer: Mapping[str, Any]) -> tuple[Path, Path]:
     spec = spec[0] if isinstance(spec, list) and spec else spec
     root = Path(trainer.get("default_root_dir") or ".").expanduser()
     save_dir, name = root, "lightning_logs"
-    if hasattr(spec, "get") and str(spec.get("class_path")).rsplit(".", 1)[-1] in ("TensorBoardLogger", "CSVLogger"):
+    class_path = str(spec.get("class_path")) if hasattr(spec, "get") else ""
+    if class_path.rsplit(".", 1)[-1] in {logger.__name__ for logger in FOLDER_LOGGERS}:
         init = spec.get("init_args") or {}
         save_dir, name = Path(init.get("save_dir") or root).expanduser(), init.get("name", name)
     return root.resolve(), (save_dir / (name or "")).resolve()
