@@ -108,9 +108,7 @@ class WarmupCosineLR(LambdaLR):
         min_lr_ratio: Probability = 0.01,
         decay_fraction: Probability = 1.0,
     ) -> None:
-        # Plain numbers: the parser's constrained types would make the checkpoint's scheduler state unreadable for
-        # torch.load(weights_only=True).
-        # A plain int | float (not constrained types): jsonargparse would dump a union of them wrongly (0.1 as 0).
+        # A plain int | float, not constrained types: jsonargparse would dump a union of them wrongly (0.1 as 0).
         if isinstance(warmup_steps, bool) or not (
             (isinstance(warmup_steps, int) and warmup_steps >= 0)
             or (isinstance(warmup_steps, float) and 0 <= warmup_steps < 1)
@@ -120,6 +118,7 @@ class WarmupCosineLR(LambdaLR):
         self.warmup_share = float(warmup_steps) if isinstance(warmup_steps, float) else None
         self.warmup_steps = 0 if self.warmup_share is not None else int(warmup_steps)  # a share: set with the length
         self.total_steps = None
+        # Plain numbers (`vitlit.types.as_builtin`): the checkpoint keeps the scheduler's state.
         self.min_lr_ratio, self.decay_fraction = float(min_lr_ratio), float(decay_fraction)
         super().__init__(optimizer, self.lr_factor)
         if total_steps is not None:

@@ -2,7 +2,8 @@
 
 A range written as a type is checked once, by the parser, with a one-line message that names the key and the
 value, and ``--help`` shows it; hand-written checks remain only where several settings must agree (`ConfigError`).
-At run time these are plain ``int``/``float``, so code that calls the classes from Python passes ordinary numbers.
+Python callers pass ordinary numbers; the parser passes instances of these ``int``/``float`` subclasses, which a
+class stores as plain numbers (`as_builtin`), so that its checkpoints stay readable.
 """
 
 from __future__ import annotations

@@ -221,7 +221,7 @@ def whole_batch(batch: Any) -> Any:
 
 
 class DeviceTransform:
-    """The device half of the pipeline for one split: uint8 batches of one stored size in, model inputs out.
+    """The device half of the pipeline, for training or evaluation: uint8 batches of one size in, model inputs out.
 
     Args:
         img_size: Side of the images the model sees.
