@@ -272,7 +272,7 @@ def test_the_guides_table_example_trains_tests_and_predicts(
     fit = run_cli("fit", *flags, "--trainer.default_root_dir", tmp_path / "runs", *QUICK)
     data = fit.datamodule
     assert data.class_names == [str(d) for d in range(10)] and fit.trainer.global_step == 4
-    assert len(data.val_set) == 45 and len(data.test_set or data._split("test")) > 0  # its val; test held out
+    assert len(data.val_set) == 45 and len(data.test_set or data._checked_split("test")) > 0  # its val; test held out
     last = Path(fit.trainer.log_dir) / "checkpoints" / "last.ckpt"
     assert 0 <= run_cli("test", *flags, "--ckpt_path", last).trainer.callback_metrics["test/acc"] <= 1
 

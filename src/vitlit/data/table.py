@@ -207,7 +207,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
         self.stored_side = max(self.stored_size(True), self.stored_size(False))
         self.bad_images, self.skipped = bad_images, []
         self._table: tuple[dict[str, Any], list[str]] | None = None  # the admitted items and classes (`_scanned`)
-        self._checked: dict[str, Any] = {}  # the splits `_split` checked
+        self._checked: dict[str, Any] = {}  # the splits `_checked_split` checked
 
     @abstractmethod
     def scan(self) -> dict[str, list[Row]] | Scan:
@@ -226,8 +226,9 @@ class ItemTableDataModule(ImageClassificationDataModule):
            file and line of the format's code that raised it (a split given as a generator runs that code here). A
            path the system refused (permissions, a name too long) stays as it is, said as every such path is.
         2. The table admits the rows as items (`_admit`).
-        3. The base class splits what the data lacks off the training items (`held_out_split`, `validation_count`),
-           seeded, and now: a size the items cannot give is refused before the run folder exists.
+        3. What the data lacks: a test split held out of the training items (the base class's `held_out_split`,
+           seeded), and the validation size checked (`validation_count`; `setup` carves it): a size the items
+           cannot give is refused before the run folder exists.
         """
         if self._table is not None:
             return self._table
@@ -394,7 +395,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
         """The classes the format found, in index order."""
         return list(self._scanned()[1])
 
-    def _split(self, name: str) -> Any:
+    def _checked_split(self, name: str) -> Any:
         """A split's items after the start-up check of each image (bad ones stop the run, or are left out)."""
         items_by_split = self._scanned()[0]
         if name in items_by_split and name not in self._checked:
@@ -412,16 +413,16 @@ class ItemTableDataModule(ImageClassificationDataModule):
                 items = items.keep([i for i in range(len(items)) if i not in bad])
             self._checked[name] = items
             if name != "train":  # a validation or test split of the data's own
-                copies_of_training(self._checked[name], self._split("train"), name)
+                copies_of_training(self._checked[name], self._checked_split("train"), name)
         return self._checked.get(name)
 
     def train_dataset(self) -> Any:
         """The training items."""
-        return self._split("train")
+        return self._checked_split("train")
 
     def val_dataset(self) -> Any:
         """The validation items, or ``None``: validation is then carved from training (``val_size``)."""
-        return self._split("val")
+        return self._checked_split("val")
 
     @property
     def has_test_split(self) -> bool:
@@ -432,7 +433,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
         """The test items: the data's own, or those held out of training."""
         if not self.has_test_split:
             raise ConfigError(self.no_test_split())
-        return self._split("test")
+        return self._checked_split("test")
 
     def setup(self, stage: str) -> None:
         """The base class's `setup`; ``test`` refuses a test split without labels first (``predict`` reads it).
