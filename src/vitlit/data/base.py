@@ -611,37 +611,37 @@ def class_balanced_sampler(targets: Sequence[int]) -> WeightedRandomSampler:
     return WeightedRandomSampler(class_balance_weights(targets), num_samples=len(targets), replacement=True)
 
 
-def validation_count(n: int, val_size: int | float, flag: str = "val_size") -> int:
-    """Return how many of ``n`` training images ``val_size`` asks for, or raise if the split would leave none.
+def carved_count(n: int, size: int | float, flag: str = "val_size") -> int:
+    """Return how many of ``n`` training images a carved split of ``size`` takes, or raise if it would leave none.
 
     Args:
         n: Number of training images available.
-        val_size: Number of images carved out (int) or their fraction of ``n`` (float in (0, 1)).
-        flag: The data module's option that asked (``val_size``, or ``test_size`` for a carved test split).
+        size: Number of images carved out (int) or their fraction of ``n`` (float in (0, 1)).
+        flag: The data module's option that asked: ``val_size`` (validation), or ``test_size`` (a held-out test split).
 
     Raises:
         ConfigError: If the split would leave no training or no carved images.
     """
-    n_val = round(n * val_size) if isinstance(val_size, float) else val_size
-    if not 1 <= n_val < n:  # with fewer than 2 images, no choice helps: "between 1 and 0" is no advice
+    carved = round(n * size) if isinstance(size, float) else size
+    if not 1 <= carved < n:  # with fewer than 2 images, no choice helps: "between 1 and 0" is no advice
         fix = f"choose --data.{flag} between 1 and {n - 1} (or a fraction such as 0.1)" if n > 1 else "give more images"
-        raise ConfigError(f"{flag}={val_size} asks for {n_val} of the {n} training images for "
+        raise ConfigError(f"{flag}={size} asks for {carved} of the {n} training images for "
                           f"{'validation' if flag == 'val_size' else 'test'}; {fix}.")  # fmt: skip
-    return n_val
+    return carved
 
 
-def split_indices(n: int, val_size: int | float, seed: int, flag: str = "val_size") -> tuple[list[int], list[int]]:
+def split_indices(n: int, size: int | float, seed: int, flag: str = "val_size") -> tuple[list[int], list[int]]:
     """Carve a seeded subset (validation, or a test split) out of ``n`` training images.
 
     Args:
         n: Number of training images available.
-        val_size: Number of images carved out (int) or their fraction of ``n`` (float in (0, 1)).
+        size: Number of images carved out (int) or their fraction of ``n`` (float in (0, 1)).
         seed: Seed of the permutation; the same seed gives the same split on every machine.
-        flag: The option that asked, named by the refusal (`validation_count`).
+        flag: The option that asked, named by the refusal (`carved_count`).
 
     Returns:
         ``(kept_indices, carved_indices)``, disjoint and together covering ``range(n)``.
     """
-    n_val = validation_count(n, val_size, flag)
+    carved = carved_count(n, size, flag)
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
-    return order[n_val:], order[:n_val]
+    return order[carved:], order[:carved]

@@ -11,7 +11,7 @@ import torch
 from torchvision.datasets import CIFAR10, CIFAR100
 from torchvision.datasets.utils import check_integrity
 
-from vitlit.data.base import ImageClassificationDataModule, validation_count
+from vitlit.data.base import ImageClassificationDataModule, carved_count
 from vitlit.errors import ConfigError
 
 _DATASETS: dict[str, type[CIFAR10]] = {"cifar10": CIFAR10, "cifar100": CIFAR100}
@@ -66,7 +66,7 @@ class CIFARDataModule(ImageClassificationDataModule):
         self.dataset = dataset
         self.data_dir = Path(data_dir).expanduser()
         self.download = download
-        validation_count(_TRAIN_IMAGES, self.val_size)  # fail now, not after the run directory exists
+        carved_count(_TRAIN_IMAGES, self.val_size)  # fail now, not after the run directory exists
         if not download:
             self._require_files()
 

@@ -30,7 +30,7 @@ from typing import Any, Literal, NamedTuple
 
 from lightning.pytorch.utilities import rank_zero_info
 
-from vitlit.data.base import ImageClassificationDataModule, validation_count
+from vitlit.data.base import ImageClassificationDataModule, carved_count
 from vitlit.data.images import BadImage, ImageFiles, pil_mode
 from vitlit.errors import NO_SPACE, PATH_REFUSED, ConfigError
 from vitlit.text import quoted, say, shown
@@ -227,7 +227,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
            path the system refused (permissions, a name too long) stays as it is, said as every such path is.
         2. The table admits the rows as items (`_admit`).
         3. What the data lacks: a test split held out of the training items (the base class's `held_out_split`,
-           seeded), and the validation size checked (`validation_count`; `setup` carves it): a size the items
+           seeded), and the validation size checked (`carved_count`; `setup` carves it): a size the items
            cannot give is refused before the run folder exists.
         """
         if self._table is not None:
@@ -269,7 +269,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
             keep, held = self.held_out_split(len(items["train"]), said)
             items["test"], items["train"] = items["train"].keep(held), items["train"].keep(keep)
         if "val" not in items:
-            validation_count(len(items["train"]), self.val_size)
+            carved_count(len(items["train"]), self.val_size)
         self._table = items, classes
         return self._table
 
