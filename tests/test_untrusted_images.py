@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import base64
 import csv
+import io
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers.cli import DIGITS_CONFIG, run_cli
-from PIL import EpsImagePlugin
+from PIL import EpsImagePlugin, Image
 
 from vitlit.data.images import RASTER_FORMATS, open_image
 
@@ -125,6 +127,23 @@ def test_export_checks_on_raster_images_only_and_runs_nothing(
     report = export(run_dir / "checkpoints" / "last.ckpt", tmp_path / "vit.pt2", "pt2", images=images)
     assert report["batch"] == 1  # the one raster image; the programs were left out
     assert not gs_calls.exists()
+
+
+@pytest.mark.part("tools")
+def test_serve_bounds_an_image_at_the_side_evaluation_resizes_to_and_refuses_float_pixels(tmp_path: Path) -> None:
+    from vitlit.tools.serve import decode_image
+    from vitlit.trained import ModelCard
+
+    card = ModelCard("vit", ["a", "b"], img_size=224, in_chans=3, mean=[0.5] * 3, std=[0.5] * 3, crop_pct=0.9)
+    assert card.stored_side == 248  # floor(224 / 0.9): at 224 the 7000 x 10 image below would be 35 M pixels
+    buffer = io.BytesIO()
+    Image.new("RGB", (7000, 10)).save(buffer, format="PNG")
+    with pytest.raises(ValueError, match="resizing its shorter side to 248 gives 43,052,800 pixels"):
+        decode_image({"image": base64.b64encode(buffer.getvalue()).decode()}, "RGB", card.stored_side)
+    buffer = io.BytesIO()
+    Image.fromarray(np.full((8, 8), 0.5, dtype=np.float32)).save(buffer, format="TIFF")
+    with pytest.raises(ValueError, match="the image has 32-bit float pixels of unknown range"):  # was read as black
+        decode_image({"image": base64.b64encode(buffer.getvalue()).decode()}, "RGB", 32)
 
 
 @pytest.mark.part("tools")

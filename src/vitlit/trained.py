@@ -35,13 +35,22 @@ class ModelCard:
     crop_pct: float = 1.0
     interpolation: str = "bilinear"
 
+    @property
+    def stored_side(self) -> int:
+        """The side an image's shorter side is resized to before the centre crop, ``floor(img_size / crop_pct)``.
+
+        Also the side at which an image's pixels are bounded (`vitlit.data.images.MAX_PIXELS`), as the
+        evaluation split of training bounds them.
+        """
+        return resized_side(self.img_size, self.crop_pct)
+
     def preprocess(self) -> Any:
         """The evaluation pipeline of training for one image: resize (shorter side), centre crop, normalise.
 
         In the same two steps as evaluation in training, so the pixels are the same: stored as an evaluation split
         is (`vitlit.data.base.ImageClassificationDataModule.stored_size`), then cropped as its batches are.
         """
-        decode = ToStoredImage(self.in_chans, resized_side(self.img_size, self.crop_pct), self.interpolation)
+        decode = ToStoredImage(self.in_chans, self.stored_side, self.interpolation)
         crop = DeviceTransform(
             self.img_size, self.mean, self.std, crop_pct=self.crop_pct, interpolation=self.interpolation
         )
@@ -50,7 +59,7 @@ class ModelCard:
     def batch(self, files: Sequence[Path]) -> torch.Tensor:
         """Image files, decoded with ``in_chans`` channels and prepared by `preprocess`, as one batch."""
         mode = PIL_MODES.get(self.in_chans, "RGB")
-        dataset = ImageFiles([(str(p), -1) for p in files], self.class_names, mode, self.img_size)
+        dataset = ImageFiles([(str(p), -1) for p in files], self.class_names, mode, self.stored_side)
         transform = self.preprocess()
         return torch.stack([transform(dataset[i][0]) for i in range(len(dataset))])
 

@@ -373,7 +373,7 @@ def test_a_crafted_checkpoint_is_refused_before_anything_is_allocated(
         (["--port", "busy"], "cannot listen on 127.0.0.1"),
         (["--batch_timeout", "1e9"], "batch_timeout=1000000000.0 is not from 0 to 1 second"),
         (["--batch_timeout", "nan"], "batch_timeout=nan is not a finite number"),
-        (["--max_pixels", "1000"], "max_pixels=1000 is less than one image of the model's size (32 x 32)"),
+        (["--max_pixels", "1000"], "max_pixels=1000 is less than one image of the size the model's inputs are cut"),
     ],
     ids=[
         "port-out-of-range",
@@ -431,7 +431,7 @@ def test_every_entry_point_sees_the_same_pixels(mode: str, trained, tmp_path: Pa
     data.setup("predict")
     predicted = data.on_after_batch_transfer(next(iter(data.predict_dataloader())), 0)[0][0]
     upload = {"image": base64.b64encode(path.read_bytes()).decode()}
-    served = card.preprocess()(decode_image(upload, PIL_MODES[card.in_chans], card.img_size))
+    served = card.preprocess()(decode_image(upload, PIL_MODES[card.in_chans], card.stored_side))
     torch.testing.assert_close(served, exported, rtol=0, atol=0)
     torch.testing.assert_close(predicted, exported, rtol=0, atol=0)
     if mode == "I;16":  # scaled to 8 bits, not clipped: PIL's own conversion makes almost every pixel white

@@ -66,6 +66,10 @@ def pil_mode(in_chans: int, reader: str) -> str:
     return PIL_MODES[in_chans]
 
 
+#: Why an image of float pixels (PIL's ``F``) is refused: their range is unknown, and PIL's conversion clips them.
+FLOAT_PIXELS = "32-bit float pixels of unknown range; save it as an 8- or 16-bit image"
+
+
 class ImageTooLarge(ValueError):
     """An image whose size (read from its header) exceeds the bound; it is refused before it is decoded."""
 
@@ -88,7 +92,7 @@ def size_problem(
         allowed = max_pixels * 7 // DECODE_BYTES[mode]
         return f"{width} x {height} pixels of mode {mode}, which costs more to decode: over the {allowed:,} it may have"
     if img_size is not None and min(width, height) > 0:
-        resized = img_size * round(img_size * max(width, height) / min(width, height))
+        resized = img_size * int(img_size * max(width, height) / min(width, height))  # torchvision truncates
         if resized > max_pixels:
             return (
                 f"{width} x {height} pixels, so elongated that resizing its shorter side to {img_size} gives "
@@ -111,8 +115,7 @@ def open_image(
 ) -> Image.Image:
     """Decode an image as 8 bits per channel in PIL ``mode`` (``L``, ``RGB`` or ``RGBA``): vitlit's one decoder.
 
-    16-bit (and 32-bit integer) grey images are scaled to 8 bits, not clipped as PIL's conversion would; palette,
-    CMYK, grey-with-alpha and other modes go through PIL's conversion.
+    The decoded image is converted by `to_mode` (16-bit grey scaled, float pixels refused).
 
     Args:
         source: A file path, or a binary file object (an upload).
@@ -137,14 +140,28 @@ def open_image(
             if problem is not None:
                 raise ImageTooLarge(problem)
             image.load()
-            if image.mode in _SIXTEEN_BIT:  # v * 255 / 65535 rounded, in integers: 4 bytes a pixel, not float64's 16
-                pixels = np.asarray(image).clip(0, 65535).astype(np.uint32)
-                pixels *= 255
-                pixels += 32767  # no value lands on a half (255 is odd, 65535 odd): the same as rounding
-                pixels //= 65535
-                return Image.fromarray(pixels.astype(np.uint8)).convert(mode)
-            # Already in the mode (the common case): the decoded image as it is, not a converted copy.
-            return image if image.mode == mode else image.convert(mode)
+            return to_mode(image, mode)
+
+
+def to_mode(image: Image.Image, mode: str) -> Image.Image:
+    """``image`` as 8 bits per channel in PIL ``mode``: vitlit's one conversion, for files and a dataset's images.
+
+    16-bit (and 32-bit integer) grey images are scaled to 8 bits, not clipped as PIL's conversion would; palette,
+    CMYK, grey-with-alpha and other modes go through PIL's conversion.
+
+    Raises:
+        ValueError: For float pixels (PIL's ``F``), whose range is unknown: PIL's conversion would clip them.
+    """
+    if image.mode == "F":
+        raise ValueError(FLOAT_PIXELS)
+    if image.mode in _SIXTEEN_BIT:  # v * 255 / 65535 rounded, in integers: 4 bytes a pixel, not float64's 16
+        pixels = np.asarray(image).clip(0, 65535).astype(np.uint32)
+        pixels *= 255
+        pixels += 32767  # no value lands on a half (255 is odd, 65535 odd): the same as rounding
+        pixels //= 65535
+        return Image.fromarray(pixels.astype(np.uint8)).convert(mode)
+    # Already in the mode (the common case): the image as it is, not a converted copy.
+    return image if image.mode == mode else image.convert(mode)
 
 
 def refuse_unlisted(err: OSError) -> None:
@@ -217,7 +234,7 @@ def image_problem(path: Path | bytes, img_size: int | None = None, decode: bool 
         if too_large is not None:
             return f"too large to decode safely ({too_large}); downscale it"
         if image.mode == "F":
-            return "32-bit float pixels of unknown range; save it as an 8- or 16-bit image"
+            return FLOAT_PIXELS
         if image.format in ("PNG", "JPEG"):
             f.seek(max(0, size - 64))
             tail = f.read()

@@ -60,11 +60,11 @@ def sample_batch(card: ModelCard, images: Path | None, n: int = 8) -> torch.Tens
     if not Path(images).is_dir():
         raise ConfigError(f"images={images} is not a folder; give a folder of images to check the export with.")
     # Decoded in full, so that a file damaged inside is left out too; checked only until n readable ones are found.
-    readable = (p for p in image_files(Path(images)) if image_problem(p, card.img_size, decode=True) is None)
+    readable = (p for p in image_files(Path(images)) if image_problem(p, card.stored_side, decode=True) is None)
     files = list(itertools.islice(readable, n))
     if not files:
         first = next(iter(image_files(Path(images))), None)
-        why = f" ({first}: {image_problem(first, card.img_size, decode=True)})" if first is not None else ""
+        why = f" ({first}: {image_problem(first, card.stored_side, decode=True)})" if first is not None else ""
         raise ConfigError(f"images={images} holds no readable image{why}.")
     return card.batch(files)
 

@@ -43,7 +43,7 @@ from PIL import Image, UnidentifiedImageError
 from starlette.datastructures import Headers
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from vitlit.data.images import MAX_PIXELS, PIL_MODES, RASTER_FORMATS, ImageTooLarge, open_image
+from vitlit.data.images import FLOAT_PIXELS, MAX_PIXELS, PIL_MODES, RASTER_FORMATS, ImageTooLarge, open_image
 from vitlit.errors import ConfigError
 from vitlit.text import say
 from vitlit.trained import ModelCard, load_classifier
@@ -53,11 +53,12 @@ from vitlit.types import NonNegativeInt, PositiveFloat, PositiveInt
 MAX_FORM_PARTS = 8
 
 
-def decode_image(request: Any, mode: str, img_size: int, max_pixels: int = MAX_PIXELS) -> Image.Image:
+def decode_image(request: Any, mode: str, side: int, max_pixels: int = MAX_PIXELS) -> Image.Image:
     """The image of a request body, decoded by vitlit's one decoder (`vitlit.data.images.open_image`).
 
     The body is a multipart form's ``image`` file, or JSON with ``image`` in base64. The image's size is read from
-    its header and checked against ``max_pixels`` before it is decoded.
+    its header and checked against ``max_pixels`` before it is decoded, also once its shorter side is resized to
+    ``side`` (the model card's ``stored_side``).
 
     Raises:
         ValueError: With a sentence for the client when there is no image, it cannot be read, or it is too large.
@@ -75,14 +76,18 @@ def decode_image(request: Any, mode: str, img_size: int, max_pixels: int = MAX_P
     else:
         raise ValueError("the 'image' field must be a file upload or a base64 string")
     try:
-        return open_image(io.BytesIO(data), mode, img_size, max_pixels)
+        return open_image(io.BytesIO(data), mode, side, max_pixels)
     except ImageTooLarge as err:
         raise ValueError(f"the image is too large: {err}; downscale it before sending") from None
     except UnidentifiedImageError:  # PostScript and every other format outside the allow-list land here
         raise ValueError(
             f"the upload is not an image of the formats vitlit reads ({', '.join(RASTER_FORMATS)})"
         ) from None
-    except (OSError, SyntaxError, ValueError) as err:
+    except ValueError as err:
+        if str(err) == FLOAT_PIXELS:  # a readable image of float pixels, refused as predict_dir refuses it
+            raise ValueError(f"the image has {FLOAT_PIXELS}") from None
+        raise ValueError(f"the upload is a damaged image ({type(err).__name__})") from None
+    except (OSError, SyntaxError) as err:
         raise ValueError(f"the upload is a damaged image ({type(err).__name__})") from None
 
 
@@ -165,7 +170,7 @@ class RequestCheck:
 
     def _pixels(self, request: Any) -> torch.Tensor:
         """The model's input for one request: decoded (`decode_image`) and prepared as in training's evaluation."""
-        image = decode_image(request, PIL_MODES.get(self.card.in_chans, "RGB"), self.card.img_size, self.max_pixels)
+        image = decode_image(request, PIL_MODES.get(self.card.in_chans, "RGB"), self.card.stored_side, self.max_pixels)
         return self.transform(image).float().contiguous()
 
 
@@ -243,7 +248,7 @@ class ViTClassifierAPI(ls.LitAPI):
                 request["shape"]
             )
         try:
-            image = decode_image(request, self.mode, self.card.img_size, self.max_pixels)
+            image = decode_image(request, self.mode, self.card.stored_side, self.max_pixels)
         except ValueError as err:
             raise HTTPException(status_code=400, detail=str(err)) from None
         return self.transform(image)
@@ -305,10 +310,11 @@ def serve(
         raise ConfigError("accelerator=cuda, but this machine has no CUDA GPU that PyTorch can use; pass cpu or auto.")
     _check_port_free(host, int(port))
     _, card = load_classifier(ckpt_path, weights_only)  # a bad checkpoint stops here, in one line
-    if max_pixels < card.img_size**2:
-        side = card.img_size
-        raise ConfigError(f"max_pixels={max_pixels} is less than one image of the model's size ({side} x {side}), "
-                          f"so every image would be refused; give at least {side**2}.")  # fmt: skip
+    if max_pixels < card.stored_side**2:  # the side evaluation resizes to, before the centre crop
+        side = card.stored_side
+        raise ConfigError(f"max_pixels={max_pixels} is less than one image of the size the model's inputs are "
+                          f"cut from ({side} x {side}), so every image would be refused; give at least "
+                          f"{side**2}.")  # fmt: skip
     api = ViTClassifierAPI(
         str(Path(ckpt_path).expanduser()), weights_only, int(top_k), int(max_pixels),
         max_batch_size=int(max_batch_size), batch_timeout=float(batch_timeout),
