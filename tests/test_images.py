@@ -11,11 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from helpers.cli import run_cli, said_with, tiny_folder_fit, tree_digest
 from PIL import Image
+from torchvision.transforms.v2.functional import resize
 
 from vitlit import ImageFolderDataModule
-from vitlit.data.images import image_problem, open_image
+from vitlit.data.images import image_problem, open_image, size_problem
+from vitlit.data.pipeline import ToStoredImage
 from vitlit.errors import ConfigError
 from vitlit.runs.curves import read_scalars
 
@@ -53,6 +56,23 @@ def test_sixteen_bit_images_are_scaled_not_clipped(tmp_path: Path) -> None:
     data.setup("fit")
     image, _ = data.train_set.dataset[0]
     assert (np.asarray(image) == 255).mean() < 0.01
+
+
+def test_a_datasets_sixteen_bit_images_are_scaled_as_files_are_on_both_sources() -> None:
+    # A fork's dataset may hand over 16-bit PIL images: the in-memory and the workers' source store them with the
+    # same conversion as a decoded file (and an encoded LitData chunk), not PIL's clipping one.
+    grey = np.array([[0, 1000, 20000, 40000, 60000, 65535]], dtype=np.uint16)
+    stored = ToStoredImage(1, None)(Image.fromarray(grey))
+    assert stored.flatten().tolist() == [0, 4, 78, 156, 233, 255]  # PIL's convert: [0, 255, 255, 255, 255, 255]
+    with pytest.raises(ValueError, match="float pixels of unknown range"):  # PIL would clip them to 0 and 255
+        ToStoredImage(1, None)(Image.fromarray(np.full((4, 4), 0.5, dtype=np.float32)))
+
+
+def test_the_resize_bound_counts_the_pixels_torchvision_makes() -> None:
+    # torchvision's resize truncates the longer side: 100 x 30 at a shorter side of 32 is 106 x 32 = 3,392 pixels.
+    assert resize(torch.zeros(1, 30, 100), [32], antialias=True).shape[-2:] == (32, 106)
+    assert size_problem(100, 30, 32, max_pixels=3392) is None
+    assert "gives 3,392 pixels" in size_problem(100, 30, 32, max_pixels=3391)
 
 
 def test_every_sixteen_bit_value_is_rounded_as_the_model_card_says(tmp_path: Path) -> None:

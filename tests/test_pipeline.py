@@ -213,6 +213,26 @@ def test_the_two_sources_give_identical_batches(options: dict) -> None:
     assert not torch.equal(train[0], train[5])  # a new order and new draws in the second epoch
 
 
+class _DataOfManySizes(_Data):
+    """`_Data` not saying that its images share one size: each source stores them at the split's stored size."""
+
+    native_size = None
+
+
+def test_an_array_taken_as_it_is_is_stored_at_the_splits_size_as_the_workers_store_each_image() -> None:
+    # Without native_size the in-memory source held the array at its own 16 px (and estimated it at 24), while the
+    # workers stored each image at 24 px: the same seed gave other crops.
+    seen, held = {}, None
+    for source in ("memory", "workers"):
+        seed_everything(3)
+        data = _DataOfManySizes(img_size=24, batch_size=16, val_size=16, num_workers=0, source=source, crop="resized")
+        seen[source] = _seen(data)
+        held = held or [split.images.shape[-2:] for split in data._held.values()]
+    assert held == [(24, 24), (24, 24)]  # training and validation, at their stored size
+    for (kind, images, targets), (kind_s, images_s, targets_s) in zip(seen["memory"], seen["workers"], strict=True):
+        assert kind == kind_s and torch.equal(targets, targets_s) and torch.equal(images, images_s)
+
+
 def test_a_policy_works_on_images_resized_on_the_device() -> None:
     # CIFAR's 32 px at a 224 px recipe: resized batch by batch, and the policies' bit operations (posterize, solarize)
     # need the uint8 images the resize gives them.

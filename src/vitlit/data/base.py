@@ -311,8 +311,9 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
 
         The default takes a ``TensorDataset``'s uint8 images as they are. Override it where the data already sits in
         one array otherwise (CIFAR, SVHN): taking it costs nothing, while decoding runs every image through PIL once
-        (seconds to minutes for a large folder). Images of another size than ``img_size`` are resized on the device,
-        batch by batch; set ``native_size`` to their size.
+        (seconds to minutes for a large folder). Set ``native_size`` to the images' size: they are then held at it
+        and resized on the device, batch by batch; without it they are brought to the split's stored size once, as
+        the workers bring each image.
         """
         images = dataset.tensors[0] if isinstance(dataset, TensorDataset) else None
         return images if images is not None and images.dtype == torch.uint8 and images.ndim == 4 else None

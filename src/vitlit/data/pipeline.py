@@ -48,7 +48,7 @@ from torchvision.ops import roi_align
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2.functional import center_crop, normalize, pil_to_tensor, resize, to_dtype
 
-from vitlit.data.images import PIL_MODES
+from vitlit.data.images import PIL_MODES, to_mode
 from vitlit.errors import ConfigError
 
 #: The training crop: ``pad`` (CIFAR's: a random ``img_size`` window of the image zero-padded by ``crop_padding``),
@@ -87,7 +87,7 @@ class ToStoredImage:
         """A (C, H, W) uint8 tensor of ``image``."""
         mode = PIL_MODES.get(self.in_chans)
         if isinstance(image, Image.Image):
-            image = pil_to_tensor(image if mode is None or image.mode == mode else image.convert(mode))
+            image = pil_to_tensor(image if mode is None else to_mode(image, mode))  # as files are (16-bit scaled)
         if image.shape[0] != self.in_chans or image.dtype != torch.uint8:
             raise ValueError(f"an image of the data is {image.dtype} with {image.shape[0]} channels; vitlit reads "
                              f"uint8 images with in_chans={self.in_chans}.")  # fmt: skip
@@ -176,7 +176,8 @@ class InMemory(Dataset):
     Args:
         split: A view of a data module's dataset, decoded here once.
         images: The whole dataset as one uint8 array, where the data module holds it so (its ``uint8_images_of``),
-            taken as it is; ``None``: the split's items decoded here by its own `ToStoredImage`, as the workers do.
+            taken as it is (brought to the split's stored size where its images do not share one, as the workers
+            bring each image); ``None``: the split's items decoded here by its own `ToStoredImage`.
         targets: With ``images``, the class index of every item of the dataset; decoded items bring their own.
         device: The training device.
     """
@@ -195,6 +196,10 @@ class InMemory(Dataset):
                              f"return uint8 of shape ({', '.join(map(str, expected))}, H, W).")  # fmt: skip
         else:
             images, targets = images[index], torch.as_tensor(targets, dtype=torch.long)[index]
+            size = split.transform.size  # the split's stored size, where the images do not share one (`native_size`)
+            if size is not None and images.shape[-2:] != (size, size):  # stored as the workers store each image
+                parts = images.split(1024)  # a part at a time: the resize's own buffers stay small
+                images = torch.cat([resize_uint8(p, size, interpolation=split.transform.interpolation) for p in parts])
         # Channels first in memory too (an array taken as it is may be channels last): every batch op runs faster so.
         self.images, self.targets = images.to(device).contiguous(), targets.to(device)
 
