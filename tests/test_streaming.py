@@ -57,6 +57,34 @@ def test_prepare_writes_every_split_and_a_fit_trains_tests_and_predicts_from_it(
     assert (fit.datamodule.train_set.seed, fit.datamodule.seed) == (3, 7)
 
 
+def test_raw_chunks_hold_evaluation_splits_at_evaluation_size_so_they_crop_what_the_folder_does(
+    digits_dir: Path, tmp_path: Path
+) -> None:
+    # Every split was written at training's 32 px: a streamed evaluation at crop_pct 0.8 resized 32 px up to 40 and
+    # cropped, where the folder's evaluation stores the images at 40 px and crops. Now both crop the same pixels.
+    import torch
+
+    from vitlit import ImageFolderDataModule
+    from vitlit.data.streaming import StreamingDataModule, read_meta, write_meta
+
+    out = tmp_path / "crop"
+    run_cli("prepare", "--data", "ImageFolderDataModule", "--data.root", digits_dir, "--data.crop_pct", "0.8",
+            "--output", out)  # fmt: skip
+    described = read_meta(str(out))
+    assert (described["size"], described["eval_size"]) == (32, 40)
+    stream = StreamingDataModule(str(out), crop_pct=0.8, batch_size=16, num_workers=0)
+    folder = ImageFolderDataModule(digits_dir, crop_pct=0.8, batch_size=16, num_workers=0, source="workers")
+    stream.setup("fit")
+    folder.setup("fit")
+    (images, targets), (images_f, targets_f) = next(iter(stream.val_dataloader())), next(iter(folder.val_dataloader()))
+    assert images.shape[-1] == 40 and torch.equal(targets, targets_f) and torch.equal(images, images_f)
+    assert stream.stored_size(True) == 32 and stream.stored_size(False) == 40
+    # A description written before (one size for every split) reads as it did.
+    del described["eval_size"]
+    write_meta(str(out), described)
+    assert StreamingDataModule(str(out), crop_pct=0.8).stored_size(False) == 32
+
+
 def test_encoded_chunks_keep_the_files_and_decode_in_training(digits_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "encoded"
     run_cli("prepare", "--data", "ImageFolderDataModule", "--data.root", digits_dir, "--output", out,

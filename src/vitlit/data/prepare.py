@@ -89,8 +89,9 @@ def prepare(
         data: The data module and its options, as for ``fit`` (``--data ImageFolderDataModule --data.root ...``).
         output: A new folder outside the data's own, or a URL LitData writes to (``s3://bucket/name``,
             ``gs://...``, ``r2://...``).
-        format: ``raw``: each image as uint8 at the size it is handed over at in training (its own where all share
-            one, else ``--data.img_size``): nothing to decode while training. ``encoded``: each image's file as it is
+        format: ``raw``: each image as uint8 at the size its split is handed over at (its own where all share one,
+            else training's ``--data.store_size`` or ``--data.img_size``, evaluation's ``floor(img_size /
+            crop_pct)``): nothing to decode while training. ``encoded``: each image's file as it is
             (PNG of the decoded image where there is no file): smaller, decoded by the workers in training at the
             stored size (``--data.store_size``), as the in-memory source stores them.
         chunk_bytes: Size of each chunk file (LitData's ``chunk_bytes``): bytes, or with a unit (``64MB``).
@@ -199,13 +200,16 @@ def _write(
     if data.has_test_split:
         data.setup("test")
         splits["test"] = data.test_set
-    size = data.stored_size(True)  # raw: every split as training stores it
+    # Raw: each split at the size the data module's own sources store it (training's, evaluation's
+    # floor(img_size / crop_pct)), so a streamed evaluation crops the pixels a folder's evaluation crops.
+    sizes = {"train": data.stored_size(True), "eval": data.stored_size(False)}
     counts, indexes = {}, {}
     for name in SPLITS:
         split = splits.get(name)
         if split is None:
             continue
         files = data.files_of(split.dataset)
+        size = sizes["train" if name == "train" else "eval"]
         item = Item(split, data.targets(split), None if files is None else [files[i] for i in split.indices],
                     ToStoredImage(data.in_chans, size, data.interpolation) if format == "raw" else None)  # fmt: skip
         # Training items in a seeded random order: LitData shuffles the order of the chunks and of the items within
@@ -219,7 +223,8 @@ def _write(
         counts[name] = len(split)
         if "://" not in output:  # each split's index as written: a fit refuses a description of other splits
             indexes[name] = digest(Path(output) / name / "index.json")
-    meta = {"class_names": data.class_names, "in_chans": data.in_chans, "format": format, "size": size,
+    meta = {"class_names": data.class_names, "in_chans": data.in_chans, "format": format, "size": sizes["train"],
+            "eval_size": sizes["eval"],
             "mean": data.mean, "std": data.std, "splits": counts, "source": type(data).__name__,
             "indexes": indexes}  # fmt: skip
     write_meta(output, meta)

@@ -367,11 +367,14 @@ def read_meta(input_dir: str) -> dict[str, Any]:
 
 
 def _holds(ok: Any, meta: dict[str, Any], key: str) -> bool:
-    """Whether the description's field ``key`` is as ``prepare`` writes it (``ok``); ``indexes`` may be missing."""
+    """Whether the description's field ``key`` is as ``prepare`` writes it (``ok``), or one it may lack.
+
+    An earlier vitlit's description has no ``indexes`` (nor has a bucket's) and no ``eval_size``.
+    """
     try:
         return bool(ok(meta[key], meta))
     except (KeyError, TypeError, ValueError, OverflowError):
-        return key == "indexes" and key not in meta  # an earlier vitlit's description, or a bucket's, has none
+        return key in ("indexes", "eval_size") and key not in meta
 
 
 def _numbers(values: Any, meta: dict[str, Any]) -> bool:
@@ -384,7 +387,8 @@ _DESCRIBED = {
     "class_names": lambda v, m: type(v) is list and v and all(isinstance(n, str) for n in v),
     "in_chans": lambda v, m: type(v) is int and v in PIL_MODES,
     "format": lambda v, m: v in ("raw", "encoded"),
-    "size": lambda v, m: positive(v),
+    "size": lambda v, m: positive(v),  # training's stored size
+    "eval_size": lambda v, m: positive(v),  # validation's and test's (an earlier vitlit's description: "size")
     "mean": _numbers,
     "std": lambda v, m: _numbers(v, m) and all(s > 0 for s in v),  # images are divided by it
     "splits": lambda v, m: type(v) is dict and "train" in v and all(k in SPLITS and positive(n) for k, n in v.items()),
@@ -468,7 +472,9 @@ class StreamingDataModule(ImageClassificationDataModule):
         super().__init__(**kwargs)
         self.input_dir, self.cache_dir, self.max_cache_size = str(input_dir).rstrip("/"), cache_dir, max_cache_size
         self.meta = meta
-        self.native_size = meta["size"] if meta["format"] == "raw" else None
+        raw = meta["format"] == "raw"
+        # Raw chunks hold each split at its stored size (an earlier vitlit's: every split at training's).
+        self._raw_sizes = (meta["size"], meta.get("eval_size", meta["size"])) if raw else None
         self._train_loader: Any = None  # its place in the stream goes into checkpoints (`state_dict`)
         self._resume_from: dict[str, Any] | None = None
         self.default_mean, self.default_std = tuple(meta["mean"]), tuple(meta["std"])
@@ -488,6 +494,12 @@ class StreamingDataModule(ImageClassificationDataModule):
         """What the run card records as the data."""
         return f"LitData chunks at {self.input_dir} ({self.meta['format']}, {self.meta['splits']})"
 
+    def stored_size(self, train: bool) -> int:
+        """Raw chunks: the size ``prepare`` stored the split at; encoded ones are stored as the base class says."""
+        if self._raw_sizes is None:
+            return super().stored_size(train)
+        return self._raw_sizes[0] if train else self._raw_sizes[1]
+
     def _stream(self, split: str, train: bool) -> Any:
         if split not in self.meta["splits"]:
             raise ConfigError(f"{self.input_dir} has no {split} split; vitlit prepare writes one where the data "
@@ -495,7 +507,7 @@ class StreamingDataModule(ImageClassificationDataModule):
         raw, where = self.meta["format"] == "raw", f"{self.input_dir}/{split}"
         # Encoded images are brought to the stored size as the in-memory source stores them.
         decode = None if raw else ToStoredImage(self.in_chans, self.stored_size(train), self.interpolation)
-        shape = (self.in_chans, self.meta["size"], self.meta["size"])
+        shape = (self.in_chans, self.stored_size(train), self.stored_size(train))  # what a raw item holds
         return stream(
             where, split_item(self.meta["format"]), self.meta["splits"][split], cache_dir=self.cache_dir,
             max_cache_size=self.max_cache_size, shuffle=train, drop_last=train, seed=self.run_seed(),
