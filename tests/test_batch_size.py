@@ -129,3 +129,33 @@ def test_a_search_decodes_once_says_its_warmup_again_and_no_lightning_note(
     warmups = [line for line in said if "warmup_steps 0.1:" in line]
     assert warmups[-1].endswith(f"of the run's {steps} optimizer steps"), warmups  # said again after the search
     assert not [line for line in said if "weights_only" in line]
+
+
+def test_a_resume_of_a_searched_run_keeps_its_training_state_and_its_batch(
+    digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The search's trial fits ran before Lightning restored the checkpoint's training state, and dropped it: a
+    resume started over at step 0 with fresh optimizer moments (helper-11, fourteenth session)."""
+    from lightning.pytorch import Callback
+
+    class Start(Callback):
+        def on_train_start(self, trainer, pl_module) -> None:
+            self.step, self.moments = trainer.global_step, len(trainer.optimizers[0].state)
+
+    args = ["fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.source", "memory",
+            "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch", "--trainer.callbacks.init_val", "16",
+            "--trainer.callbacks.max_trials", "2", "--trainer.callbacks.steps_per_trial", "1",
+            "--trainer.limit_val_batches", "1", "--trainer.default_root_dir", tmp_path]  # fmt: skip
+    first = run_cli(*args, "--trainer.max_epochs", "1")
+    steps, lr = first.trainer.global_step, first.trainer.optimizers[0].defaults["lr"]
+    assert first.datamodule.batch_size == 32 and lr == pytest.approx(2e-3 * 32 / 64)  # the default rate follows
+    last = Path(first.trainer.log_dir) / "checkpoints" / "last.ckpt"
+    from vitlit.cli import main
+
+    start = Start()
+    # The same flags as the first run (its batch 64), not its saved config: the checkpoint names the batch it chose.
+    resumed = main([str(a) for a in [*args, "--trainer.max_epochs", "2", "--ckpt_path", last,
+                                     "--model.scheduler.init_args.warmup_steps", "0"]], callbacks=[start])  # fmt: skip
+    assert (start.step, resumed.trainer.global_step) == (steps, 2 * steps) and start.moments > 0
+    assert resumed.datamodule.batch_size == 32 and resumed.trainer.optimizers[0].defaults["lr"] == pytest.approx(lr)
+    assert "vitlit: a resume trains at batch size 32 (the one its run chose)" in capsys.readouterr().err

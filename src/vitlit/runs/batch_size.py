@@ -14,7 +14,7 @@ import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from lightning.pytorch import LightningModule, Trainer
@@ -52,6 +52,12 @@ def _trials_unsaid() -> Iterator[None]:
     finally:
         for logger in loggers:
             logger.removeFilter(note)
+
+
+def _scale_default_lr(optimizer: Any, factor: float) -> None:
+    """Scale the optimizer's default rate: groups added later start from it (`vitlit.transfer.finetune`)."""
+    if isinstance(optimizer.defaults.get("lr"), (int, float)):
+        optimizer.defaults["lr"] *= factor
 
 
 class BatchSizeSearch(BatchSizeFinder):
@@ -93,6 +99,35 @@ class BatchSizeSearch(BatchSizeFinder):
         super().__init__(mode, int(steps_per_trial), int(init_val), int(max_trials), max_val=int(max_val))
         self.lr_scaling, self.init_val, self.max_val = lr_scaling, int(init_val), int(max_val)
         self.min_steps, self.max_lr_scale = int(min_steps), float(max_lr_scale)
+        # The batch the search chose and the learning rate's factor (in checkpoints: a resume trains at them).
+        self.chosen: int | None = None
+        self.lr_factor = 1.0
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Search before a new run's first step; a resume trains at the batch its run chose, without a search.
+
+        Lightning restores a checkpoint's training state (step, optimizer, schedule) after this hook: a search's
+        trial fits would drop it, and the resumed run would start over. The learning rate and the schedule it scaled
+        come back with that state; the batch, which no checkpoint of Lightning's holds, comes back from this one's.
+        """
+        if trainer.ckpt_path is None:
+            super().on_fit_start(trainer, pl_module)
+            return
+        given = int(trainer.datamodule.batch_size)
+        if self.chosen is not None and self.chosen != given:  # not the run's saved config, which holds both
+            set_batch_size(trainer, self.chosen)
+            for optimizer in trainer.optimizers:  # the groups' rates come back with the optimizer's state
+                _scale_default_lr(optimizer, self.lr_factor)
+        if trainer.is_global_zero:
+            said = "the one its run chose" if self.chosen is not None else "as given: its checkpoint names none"
+            say(f"vitlit: a resume trains at batch size {self.chosen or given} ({said}); BatchSizeSearch searches a "
+                f"new run only", error=True)  # fmt: skip
+
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self.chosen is None else {"batch_size": self.chosen, "lr_factor": self.lr_factor}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.chosen, self.lr_factor = state_dict.get("batch_size"), float(state_dict.get("lr_factor", 1.0))
 
     def scale_batch_size(self, trainer: Trainer, pl_module: LightningModule) -> None:
         data = trainer.datamodule
@@ -112,9 +147,12 @@ class BatchSizeSearch(BatchSizeFinder):
             chosen //= 2
         if chosen != int(data.batch_size):
             set_batch_size(trainer, chosen)
+        self.chosen = chosen
         rule = {"linear": chosen / before, "sqrt": (chosen / before) ** 0.5, "none": 1.0}[self.lr_scaling]
         factor = min(max(rule, 1 / self.max_lr_scale), self.max_lr_scale)
+        self.lr_factor = factor
         for optimizer in trainer.optimizers:
+            _scale_default_lr(optimizer, factor)
             for group in optimizer.param_groups:
                 group["lr"] *= factor
                 if "initial_lr" in group:  # what a scheduler restarts from
