@@ -68,6 +68,19 @@ def test_a_budgeted_run_ends_with_the_budget_at_its_learning_rate_floor(
     )
 
 
+def test_the_budgets_closing_rate_is_each_groups_share_of_its_own_peak_under_layer_decay(
+    digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Group 0 (the patch embedding, the smallest layer-decay scale) was read against the head's peak: every group
+    # ended at 0.01 of its own peak, the card said 0.0013 (helper-11, fourteenth session).
+    fit = _budgeted(digits_dir, tmp_path, Clock(monkeypatch, per_step=0.2), "00:00:00:10", "--model.layer_decay", "0.5")
+    schedule, groups = fit.trainer.lr_scheduler_configs[0].scheduler, fit.trainer.optimizers[0].param_groups
+    shares = [group["lr"] / peak for group, peak in zip(groups, schedule.base_lrs, strict=True)]
+    assert len(set(schedule.base_lrs)) > 1 and max(shares) - min(shares) < 1e-9  # one share, peaks of their own
+    card = json.loads((Path(fit.trainer.logger.log_dir) / "run_card.json").read_text())["time_budget"]
+    assert card["end_lr_of_peak"] == pytest.approx(shares[0], abs=1e-4)
+
+
 def test_a_budget_addon_without_a_budget_is_one_line(
     digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -205,6 +205,15 @@ def planned_steps(trainer: Trainer) -> int | None:
     return getattr(schedule_of(trainer), "total_steps", None) or total_steps(trainer)
 
 
+def steps_per_epoch(trainer: Trainer) -> int | None:
+    """Optimizer steps in one training epoch as Lightning takes them; ``None`` for an epoch of unknown length.
+
+    An epoch's last, partly accumulated batches make a step too: ``ceil(batches / accumulate_grad_batches)``.
+    """
+    batches = trainer.num_training_batches
+    return None if math.isinf(batches) else max(1, math.ceil(int(batches) / max(1, trainer.accumulate_grad_batches)))
+
+
 def training_progress(trainer: Trainer) -> float:
     """Fraction of the run's planned optimizer steps done (`planned_steps`), in [0, 1]; 0 for a run without a length."""
     total = planned_steps(trainer)

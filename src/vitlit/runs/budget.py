@@ -15,7 +15,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import Timer
 
 from vitlit.errors import ConfigError
-from vitlit.optim import schedule_of, total_steps
+from vitlit.optim import schedule_of, steps_per_epoch, total_steps
 from vitlit.runs.records import RunCard
 from vitlit.text import say
 from vitlit.types import Fraction, PositiveInt
@@ -81,9 +81,10 @@ class TimeBudget(Callback):
         else:
             schedule.total_steps = planned
         if not self._said:
-            per_epoch = max(1, trainer.num_training_batches // max(1, trainer.accumulate_grad_batches))
-            _say(trainer, f"budget {_clock(spent + timer.time_remaining())}: about {planned:,} optimizer steps "
-                          f"({planned / per_epoch:.1f} epochs); the learning-rate schedule ends with it")  # fmt: skip
+            per_epoch = steps_per_epoch(trainer)
+            epochs = f" ({planned / per_epoch:.1f} epochs)" if per_epoch else ""
+            _say(trainer, f"budget {_clock(spent + timer.time_remaining())}: about {planned:,} optimizer "
+                          f"steps{epochs}; the learning-rate schedule ends with it")  # fmt: skip
             if note:
                 _say(trainer, note)
             self._said = True
@@ -92,7 +93,7 @@ class TimeBudget(Callback):
         if self._timer is None:
             return
         schedule, lr = schedule_of(trainer), trainer.optimizers[0].param_groups[0]["lr"]
-        peak = max(getattr(schedule, "base_lrs", [lr]))
+        peak = getattr(schedule, "base_lrs", [lr])[0]  # the first group's own peak (layer decay gives each its own)
         spent, budget = self._timer.time_elapsed(), self._timer.time_elapsed() + (self._timer.time_remaining() or 0)
         _say(trainer, f"budget: {_clock(spent)} spent of {_clock(budget)}; ended at step {trainer.global_step:,} of "
                       f"{schedule.total_steps:,} planned, the learning rate at {lr / peak:.3f} of its peak (floor "

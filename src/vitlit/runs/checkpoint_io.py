@@ -28,7 +28,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 from vitlit.atomic import replacing
 from vitlit.exits import save_failed
-from vitlit.optim import total_steps
+from vitlit.optim import steps_per_epoch, total_steps
 from vitlit.text import say
 
 
@@ -106,8 +106,8 @@ class RNGStateCheckpoint(Callback):
         """
         if trainer.ckpt_path is None or not trainer.is_global_zero:  # a resume only
             return
-        per_epoch = trainer.num_training_batches // max(trainer.accumulate_grad_batches, 1)
-        if isinstance(per_epoch, int) and per_epoch:
+        per_epoch = steps_per_epoch(trainer)
+        if per_epoch:
             done = trainer.global_step - trainer.current_epoch * per_epoch
             where = f"vitlit: resuming in the middle of epoch {trainer.current_epoch} ({done} of {per_epoch} steps)"
             if 0 < done < per_epoch and getattr(trainer.datamodule, "resumes_in_place", False):  # a LitData stream

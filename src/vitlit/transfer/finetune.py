@@ -25,6 +25,7 @@ from timm.models import group_parameters
 from torch import nn
 
 from vitlit.errors import ConfigError
+from vitlit.optim import steps_per_epoch
 from vitlit.transfer.private import follow_new_param_groups
 from vitlit.types import Fraction, NonNegativeInt, PositiveInt
 
@@ -189,18 +190,15 @@ class FreezeSchedule(BaseFinetuning):
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Refuse an unfreeze epoch that a run bounded by ``max_steps`` never reaches (its epochs are known now)."""
-        steps_per_epoch = (
-            max(1, int(trainer.num_training_batches) // trainer.accumulate_grad_batches)
-            if not math.isinf(trainer.num_training_batches) else None
-        )  # fmt: skip
-        if trainer.max_steps in (None, -1) or steps_per_epoch is None:
+        per_epoch = steps_per_epoch(trainer)
+        if trainer.max_steps in (None, -1) or per_epoch is None:
             return
-        last = math.ceil(trainer.max_steps / steps_per_epoch) - 1  # the epoch the run ends in
+        last = math.ceil(trainer.max_steps / per_epoch) - 1  # the epoch the run ends in
         late = [e for e in self.unfreeze_at_epochs if e > last]
         if late:
             raise ConfigError(
                 f"FreezeSchedule unfreezes at epoch {late[0]}, but --trainer.max_steps={trainer.max_steps} ends the "
-                f"run in epoch {last} ({steps_per_epoch} steps per epoch, epochs count from 0); use an earlier epoch "
+                f"run in epoch {last} ({per_epoch} steps per epoch, epochs count from 0); use an earlier epoch "
                 f"or more steps."
             )
 
