@@ -26,8 +26,9 @@ class Snapshots(ModelCheckpoint):
     and counters exactly; for a bit-exact continuation of the data order resume from ``last.ckpt`` (epoch ends).
 
     Args:
-        every_fraction: Save after every this fraction of the run's optimizer steps (0.2: at 20%, 40%, ... 100%).
-            The default when neither this nor ``every_n_steps`` is given.
+        every_fraction: Save every ``round(every_fraction x the run's optimizer steps)`` steps (0.2 of 36 steps: at
+            7, 14, 21, 28 and 35, about every 20%; the run's end is ``last.ckpt``). The default when neither this nor
+            ``every_n_steps`` is given.
         every_n_steps: Save every this many optimizer steps instead; give at most one of the two.
         keep: Number of newest snapshots to keep; older ones are deleted. -1 keeps all.
         dirpath: Folder of the snapshots; by default the run's ``checkpoints/`` folder.
