@@ -153,3 +153,25 @@ def test_every_recipe_trains_as_shipped_on_cuda(config: Path, tmp_path: Path, ci
     """The real architecture in the exact precision, compile as shipped; only the data is the small test set."""
     cli = _run_recipe(config, cifar_dir, tmp_path, "--trainer.accelerator", "gpu")
     _assert_trained_as_shipped(cli, config, _shipped(config)["trainer"]["precision"])
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("bf16-true", torch.bfloat16), ("64-true", torch.float64)])
+def test_a_true_precision_fit_gets_its_inputs_in_the_models_dtype(
+    precision: str, dtype: torch.dtype, digits_dir: Path, tmp_path: Path
+) -> None:
+    """Lightning converts a batch's floating tensors before the transfer, when vitlit's are still uint8: the pipeline's
+    float32 images met a bf16 model ("Input type (float) and bias type (c10::BFloat16)", helper-11)."""
+    from helpers.cli import DIGITS_CONFIG, NO_WARMUP
+
+    from vitlit.cli import main
+
+    class Inputs(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            self.dtype = batch[0].dtype
+
+    seen = Inputs()
+    args = ["fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.precision", precision,
+            "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", "--trainer.default_root_dir", tmp_path,
+            *NO_WARMUP]  # fmt: skip
+    fit = main([str(a) for a in args], callbacks=[seen])
+    assert fit.trainer.global_step == 2 and seen.dtype == dtype

@@ -506,6 +506,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         images = self.device_transform(train)(images, among, share)
         if train and self.batch_augment is not None:
             images, targets = self.batch_augment(images, targets, training_progress(self.trainer), self.num_classes)
+        if self.trainer is not None:  # the model's input dtype (bf16-true, 64-true): Lightning's converts uint8 only
+            images = self.trainer.precision_plugin.convert_input(images)
         return images, targets
 
     def sampler(self, split: TransformedSubset, train: bool) -> Sampler:
