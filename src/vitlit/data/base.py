@@ -506,8 +506,10 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         images = self.device_transform(train)(images, among, share)
         if train and self.batch_augment is not None:
             images, targets = self.batch_augment(images, targets, training_progress(self.trainer), self.num_classes)
-        if self.trainer is not None:  # the model's input dtype (bf16-true, 64-true): Lightning's converts uint8 only
-            images = self.trainer.precision_plugin.convert_input(images)
+        # The model's input dtype (bf16-true, 64-true): Lightning converts a batch before the transfer, as uint8.
+        precision = getattr(self.trainer, "precision_plugin", None)  # none outside a Trainer (a benchmark's stand-in)
+        if precision is not None:
+            images = precision.convert_input(images)
         return images, targets
 
     def sampler(self, split: TransformedSubset, train: bool) -> Sampler:
