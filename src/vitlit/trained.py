@@ -118,6 +118,14 @@ def checked_hyperparameters(hp: dict[str, Any], path: Path) -> dict[str, Any]:
             )
         if not isinstance(values, list) or len(values) != hp.get("in_chans", 3):
             raise ConfigError(f"{path} has {key}={values!r}, not one number per input channel.")
+    # The evaluation geometry exports and servers resize by: floor(img_size / crop_pct) must be a size.
+    crop_pct, interpolation = hp.get("input_crop_pct", 1.0), hp.get("input_interpolation", "bilinear")
+    side, number = LIMITS["img_size"], isinstance(crop_pct, int | float) and not isinstance(crop_pct, bool)
+    if not number or not 0 < crop_pct <= 1 or resized_side(hp["img_size"], crop_pct) > side:
+        raise ConfigError(f"{path} has input_crop_pct={crop_pct!r}; vitlit reads checkpoints with it in (0, 1] and "
+                          f"floor(img_size / input_crop_pct) at most {side:,}.")  # fmt: skip
+    if interpolation not in ("bilinear", "bicubic"):
+        raise ConfigError(f"{path} has input_interpolation={interpolation!r}, not bilinear or bicubic.")
     return hp
 
 

@@ -352,8 +352,21 @@ def _crafted(trained_ckpt: Path, path: Path, **changes: object) -> Path:
         ({"img_size": 400_000}, "img_size=400000"),
         ({"num_classes": 20, "class_names": [str(i) for i in range(20)]}, "does not fit this model (head.weight"),
         ({"patch_size": 5}, "does not fit this model"),
+        # floor(img_size / crop_pct) is the side exports and servers resize to: 0 divided, 1e-6 made 32 M px a side.
+        ({"input_crop_pct": 0.0}, "input_crop_pct=0.0; vitlit reads checkpoints with it in (0, 1]"),
+        ({"input_crop_pct": 1e-6}, "input_crop_pct=1e-06; vitlit reads checkpoints with it in (0, 1]"),
+        ({"input_interpolation": "lanczos"}, "input_interpolation='lanczos', not bilinear or bicubic"),
     ],
-    ids=["hub-name", "huge-head", "huge-image", "head-of-other-size", "bad-geometry"],
+    ids=[
+        "hub-name",
+        "huge-head",
+        "huge-image",
+        "head-of-other-size",
+        "bad-geometry",
+        "crop-zero",
+        "crop-tiny",
+        "interpolation",
+    ],
 )
 def test_a_crafted_checkpoint_is_refused_before_anything_is_allocated(
     changes: dict, said: str, trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -874,3 +887,23 @@ def test_a_stopping_server_leaves_out_only_its_managers_lost_link() -> None:
     gone.active = True
     assert not any(gone.filter(record(error)) for error in lost)
     assert gone.filter(record(ValueError("a bug"))) and gone.filter(record(None))  # anything else still is
+
+
+def test_serve_and_export_refuse_a_model_of_a_channel_count_no_image_file_holds(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A 2-channel checkpoint: the server started and answered every request 400; ``export --images`` raised a bare
+    ValueError (helper-12, fourteenth session). Both refuse it before any work, in the one sentence of every reader."""
+    from vitlit.errors import ConfigError
+    from vitlit.tools import serve as serving
+    from vitlit.tools.export import sample_batch
+    from vitlit.trained import ModelCard
+
+    card = ModelCard("vit_tiny_patch16_224", ["a", "b"], img_size=32, in_chans=2, mean=[0.5] * 2, std=[0.5] * 2)
+    monkeypatch.setattr(serving, "load_classifier", lambda *args: (None, card))
+    with pytest.raises(ConfigError, match=r"^serve reads image files, which hold 1 \(grey\), 3 \(RGB\) or 4"):
+        serving.serve(tmp_path / "two.ckpt", port=free_port())
+    (tmp_path / "images").mkdir()
+    with pytest.raises(ConfigError, match=r"^export --images reads image files, which hold 1 \(grey\)"):
+        sample_batch(card, tmp_path / "images")
+    assert sample_batch(card, None).shape == (8, 2, 32, 32)  # random pixels check an export of any channel count

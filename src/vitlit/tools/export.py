@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from vitlit.atomic import replacing, write_atomically
-from vitlit.data.images import image_files, image_problem
+from vitlit.data.images import image_files, image_problem, pil_mode
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.run_dir import check_writable_folder
 from vitlit.text import say, shown
@@ -59,6 +59,7 @@ def sample_batch(card: ModelCard, images: Path | None, n: int = 8) -> torch.Tens
         return torch.stack([transform(p) for p in pixels])
     if not Path(images).is_dir():
         raise ConfigError(f"images={images} is not a folder; give a folder of images to check the export with.")
+    pil_mode(card.in_chans, "export --images")  # a model of another channel count takes no image file
     # Decoded in full, so that a file damaged inside is left out too; checked only until n readable ones are found.
     readable = (p for p in image_files(Path(images)) if image_problem(p, card.stored_side, decode=True) is None)
     files = list(itertools.islice(readable, n))

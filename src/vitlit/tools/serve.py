@@ -43,7 +43,15 @@ from PIL import Image, UnidentifiedImageError
 from starlette.datastructures import Headers
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from vitlit.data.images import FLOAT_PIXELS, MAX_PIXELS, PIL_MODES, RASTER_FORMATS, ImageTooLarge, open_image
+from vitlit.data.images import (
+    FLOAT_PIXELS,
+    MAX_PIXELS,
+    PIL_MODES,
+    RASTER_FORMATS,
+    ImageTooLarge,
+    open_image,
+    pil_mode,
+)
 from vitlit.errors import ConfigError
 from vitlit.text import say
 from vitlit.trained import ModelCard, load_classifier
@@ -310,6 +318,7 @@ def serve(
         raise ConfigError("accelerator=cuda, but this machine has no CUDA GPU that PyTorch can use; pass cpu or auto.")
     _check_port_free(host, int(port))
     _, card = load_classifier(ckpt_path, weights_only)  # a bad checkpoint stops here, in one line
+    pil_mode(card.in_chans, "serve")  # a model of a channel count no image file holds would refuse every request
     if max_pixels < card.stored_side**2:  # the side evaluation resizes to, before the centre crop
         side = card.stored_side
         raise ConfigError(f"max_pixels={max_pixels} is less than one image of the size the model's inputs are "
