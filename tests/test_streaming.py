@@ -66,6 +66,7 @@ def test_raw_chunks_hold_evaluation_splits_at_evaluation_size_so_they_crop_what_
 
     from vitlit import ImageFolderDataModule
     from vitlit.data.streaming import StreamingDataModule, read_meta, write_meta
+    from vitlit.errors import ConfigError
 
     out = tmp_path / "crop"
     run_cli("prepare", "--data", "ImageFolderDataModule", "--data.root", digits_dir, "--data.crop_pct", "0.8",
@@ -79,8 +80,12 @@ def test_raw_chunks_hold_evaluation_splits_at_evaluation_size_so_they_crop_what_
     (images, targets), (images_f, targets_f) = next(iter(stream.val_dataloader())), next(iter(folder.val_dataloader()))
     assert images.shape[-1] == 40 and torch.equal(targets, targets_f) and torch.equal(images, images_f)
     assert stream.stored_size(True) == 32 and stream.stored_size(False) == 40
+    # Evaluated at another geometry, those images would be resampled twice (unlike export's and serve's one resize).
+    with pytest.raises(ConfigError, match=r"resized to 40 px \(bilinear\), but this run evaluates at .* = 32 px"):
+        StreamingDataModule(str(out))  # crop_pct 1.0
     # A description written before (one size for every split) reads as it did.
-    del described["eval_size"]
+    for key in ("eval_size", "native_size", "interpolation"):
+        del described[key]
     write_meta(str(out), described)
     assert StreamingDataModule(str(out), crop_pct=0.8).stored_size(False) == 32
 

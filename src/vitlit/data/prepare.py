@@ -224,7 +224,7 @@ def _write(
         if "://" not in output:  # each split's index as written: a fit refuses a description of other splits
             indexes[name] = digest(Path(output) / name / "index.json")
     meta = {"class_names": data.class_names, "in_chans": data.in_chans, "format": format, "size": sizes["train"],
-            "eval_size": sizes["eval"],
+            "eval_size": sizes["eval"], "native_size": data.native_size, "interpolation": data.interpolation,
             "mean": data.mean, "std": data.std, "splits": counts, "source": type(data).__name__,
             "indexes": indexes}  # fmt: skip
     write_meta(output, meta)

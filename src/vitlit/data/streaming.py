@@ -31,7 +31,7 @@ import torch
 
 from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.images import PIL_MODES, image_problem, open_image
-from vitlit.data.pipeline import ToStoredImage
+from vitlit.data.pipeline import ToStoredImage, resized_side
 from vitlit.data.table import inside
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.owned import digest
@@ -369,12 +369,13 @@ def read_meta(input_dir: str) -> dict[str, Any]:
 def _holds(ok: Any, meta: dict[str, Any], key: str) -> bool:
     """Whether the description's field ``key`` is as ``prepare`` writes it (``ok``), or one it may lack.
 
-    An earlier vitlit's description has no ``indexes`` (nor has a bucket's) and no ``eval_size``.
+    An earlier vitlit's description has no ``indexes`` (nor has a bucket's), ``eval_size``, ``native_size`` or
+    ``interpolation``.
     """
     try:
         return bool(ok(meta[key], meta))
     except (KeyError, TypeError, ValueError, OverflowError):
-        return key in ("indexes", "eval_size") and key not in meta
+        return key in ("indexes", "eval_size", "native_size", "interpolation") and key not in meta
 
 
 def _numbers(values: Any, meta: dict[str, Any]) -> bool:
@@ -389,6 +390,8 @@ _DESCRIBED = {
     "format": lambda v, m: v in ("raw", "encoded"),
     "size": lambda v, m: positive(v),  # training's stored size
     "eval_size": lambda v, m: positive(v),  # validation's and test's (an earlier vitlit's description: "size")
+    "native_size": lambda v, m: v is None or positive(v),  # the images' own size, where they share one
+    "interpolation": lambda v, m: v in ("bilinear", "bicubic"),  # how eval_size was resampled
     "mean": _numbers,
     "std": lambda v, m: _numbers(v, m) and all(s > 0 for s in v),  # images are divided by it
     "splits": lambda v, m: type(v) is dict and "train" in v and all(k in SPLITS and positive(n) for k, n in v.items()),
@@ -475,6 +478,14 @@ class StreamingDataModule(ImageClassificationDataModule):
         raw = meta["format"] == "raw"
         # Raw chunks hold each split at its stored size (an earlier vitlit's: every split at training's).
         self._raw_sizes = (meta["size"], meta.get("eval_size", meta["size"])) if raw else None
+        resized = raw and "eval_size" in meta and meta.get("native_size") is None  # stored for evaluation's crop
+        wanted = resized_side(self.img_size, self.crop_pct)
+        if resized and (meta["eval_size"], meta.get("interpolation")) != (wanted, self.interpolation):
+            raise ConfigError(f"{input_dir} holds its evaluation images resized to {meta['eval_size']} px "
+                              f"({meta.get('interpolation')}), but this run evaluates at floor(img_size / crop_pct) = "
+                              f"{wanted} px ({self.interpolation}), which would resample them twice; give the "
+                              f"--data.img_size, --data.crop_pct and --data.interpolation it was prepared with, or "
+                              f"prepare it again with these.")  # fmt: skip
         self._train_loader: Any = None  # its place in the stream goes into checkpoints (`state_dict`)
         self._resume_from: dict[str, Any] | None = None
         self.default_mean, self.default_std = tuple(meta["mean"]), tuple(meta["std"])
