@@ -203,7 +203,25 @@ def start_from(
     check_weights(checkpoint["state_dict"], model.state_dict(), ckpt)
     if run is not None and subcommand == "fit":  # a resume restores the optimizer and schedule as saved
         check_resumed_settings(str(ckpt_path), run, config)
+    if subcommand != "fit" and trainer.is_global_zero:
+        say_other_inputs(checkpoint, model, subcommand, options)
     return ckpt, run
+
+
+def say_other_inputs(checkpoint: dict[str, Any], model: Any, subcommand: str, options: str | None) -> None:
+    """Say in one line where an evaluation prepares images otherwise than its checkpoint was trained to take them.
+
+    Allowed (a test at another crop is an experiment), but its scores and predictions then differ from those of the
+    checkpoint's exports and servers, which prepare images as it recorded.
+    """
+    saved, ours = checkpoint.get("hyper_parameters") or {}, getattr(model, "hparams", {})
+    keys = ("input_mean", "input_std", "input_crop_pct", "input_interpolation")
+    other = [f"{key.removeprefix('input_')} {ours.get(key)!r} (trained: {saved[key]!r})" for key in keys
+             if saved.get(key) is not None and ours.get(key) is not None and saved[key] != ours[key]]  # fmt: skip
+    if other:
+        same = f"; {options} prepares them as trained" if options else ""
+        say(f"vitlit: this {subcommand} prepares images with {', '.join(other)}: its results differ from the "
+            f"checkpoint's exports and servers{same}", error=True)  # fmt: skip
 
 
 def resolve_checkpoint(
