@@ -6,8 +6,10 @@ import re
 import runpy
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 import yaml
 from helpers.cli import DIGITS_CONFIG, ROOT, carries, refused, run_cli, said_with
 
@@ -159,3 +161,20 @@ def test_a_resume_of_a_searched_run_keeps_its_training_state_and_its_batch(
     assert (start.step, resumed.trainer.global_step) == (steps, 2 * steps) and start.moments > 0
     assert resumed.datamodule.batch_size == 32 and resumed.trainer.optimizers[0].defaults["lr"] == pytest.approx(lr)
     assert "vitlit: a resume trains at batch size 32 (the one its run chose)" in capsys.readouterr().err
+
+
+def test_a_resume_takes_the_default_rate_its_run_ended_at_whatever_the_flags_say(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A resume inferred the default rate from a batch mismatch: the first run's flags with ``--data.batch_size`` typed
+    at the chosen batch kept the unscaled rate, where `FreezeSchedule`'s later groups start (fourteenth session's
+    read)."""
+    from vitlit.runs.batch_size import BatchSizeSearch
+
+    search = BatchSizeSearch()
+    search.load_state_dict({"batch_size": 32, "default_lrs": [1e-3]})
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=2e-3)  # the first run's flags
+    trainer = SimpleNamespace(ckpt_path="last.ckpt", datamodule=SimpleNamespace(batch_size=32),
+                              optimizers=[optimizer], is_global_zero=True)  # fmt: skip
+    search.on_fit_start(trainer, None)
+    assert optimizer.defaults["lr"] == 1e-3 and search.state_dict() == {"batch_size": 32, "default_lrs": [1e-3]}

@@ -54,12 +54,6 @@ def _trials_unsaid() -> Iterator[None]:
             logger.removeFilter(note)
 
 
-def _scale_default_lr(optimizer: Any, factor: float) -> None:
-    """Scale the optimizer's default rate: groups added later start from it (`vitlit.transfer.finetune`)."""
-    if isinstance(optimizer.defaults.get("lr"), (int, float)):
-        optimizer.defaults["lr"] *= factor
-
-
 class BatchSizeSearch(BatchSizeFinder):
     """Find the largest training batch that fits (Lightning's BatchSizeFinder), capped at the training split.
 
@@ -99,35 +93,39 @@ class BatchSizeSearch(BatchSizeFinder):
         super().__init__(mode, int(steps_per_trial), int(init_val), int(max_trials), max_val=int(max_val))
         self.lr_scaling, self.init_val, self.max_val = lr_scaling, int(init_val), int(max_val)
         self.min_steps, self.max_lr_scale = int(min_steps), float(max_lr_scale)
-        # The batch the search chose and the learning rate's factor (in checkpoints: a resume trains at them).
+        # The batch the search chose and each optimizer's default rate after it (in checkpoints: a resume trains at
+        # them whatever batch and rate its flags name).
         self.chosen: int | None = None
-        self.lr_factor = 1.0
+        self.default_lrs: list[float | None] = []
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Search before a new run's first step; a resume trains at the batch its run chose, without a search.
 
         Lightning restores a checkpoint's training state (step, optimizer, schedule) after this hook: a search's
-        trial fits would drop it, and the resumed run would start over. The learning rate and the schedule it scaled
-        come back with that state; the batch, which no checkpoint of Lightning's holds, comes back from this one's.
+        trial fits would drop it, and the resumed run would start over. The groups' rates and the schedule it scaled
+        come back with that state; the batch and the optimizer's default rate, which no checkpoint of Lightning's
+        holds, come back from this one's.
         """
         if trainer.ckpt_path is None:
             super().on_fit_start(trainer, pl_module)
             return
         given = int(trainer.datamodule.batch_size)
-        if self.chosen is not None and self.chosen != given:  # not the run's saved config, which holds both
+        if self.chosen is not None and self.chosen != given:
             set_batch_size(trainer, self.chosen)
-            for optimizer in trainer.optimizers:  # the groups' rates come back with the optimizer's state
-                _scale_default_lr(optimizer, self.lr_factor)
+        # The groups' rates come back with the optimizer's state; its default rate, which no state holds, from here.
+        for optimizer, lr in zip(trainer.optimizers, self.default_lrs, strict=False):
+            if lr is not None:
+                optimizer.defaults["lr"] = lr
         if trainer.is_global_zero:
             said = "the one its run chose" if self.chosen is not None else "as given: its checkpoint names none"
             say(f"vitlit: a resume trains at batch size {self.chosen or given} ({said}); BatchSizeSearch searches a "
                 f"new run only", error=True)  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
-        return {} if self.chosen is None else {"batch_size": self.chosen, "lr_factor": self.lr_factor}
+        return {} if self.chosen is None else {"batch_size": self.chosen, "default_lrs": self.default_lrs}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.chosen, self.lr_factor = state_dict.get("batch_size"), float(state_dict.get("lr_factor", 1.0))
+        self.chosen, self.default_lrs = state_dict.get("batch_size"), list(state_dict.get("default_lrs", []))
 
     def scale_batch_size(self, trainer: Trainer, pl_module: LightningModule) -> None:
         data = trainer.datamodule
@@ -150,13 +148,16 @@ class BatchSizeSearch(BatchSizeFinder):
         self.chosen = chosen
         rule = {"linear": chosen / before, "sqrt": (chosen / before) ** 0.5, "none": 1.0}[self.lr_scaling]
         factor = min(max(rule, 1 / self.max_lr_scale), self.max_lr_scale)
-        self.lr_factor = factor
         for optimizer in trainer.optimizers:
-            _scale_default_lr(optimizer, factor)
+            # Groups added later start from the default rate (`vitlit.transfer.finetune`).
+            if isinstance(optimizer.defaults.get("lr"), (int, float)):
+                optimizer.defaults["lr"] *= factor
             for group in optimizer.param_groups:
                 group["lr"] *= factor
                 if "initial_lr" in group:  # what a scheduler restarts from
                     group["initial_lr"] *= factor
+        self.default_lrs = [lr if isinstance(lr := optimizer.defaults.get("lr"), float) else None
+                            for optimizer in trainer.optimizers]  # fmt: skip
         steps, note = total_steps(trainer), None  # another batch, another number of steps per epoch
         for config in trainer.lr_scheduler_configs:
             schedule = config.scheduler
