@@ -475,10 +475,8 @@ class StreamingDataModule(ImageClassificationDataModule):
         super().__init__(**kwargs)
         self.input_dir, self.cache_dir, self.max_cache_size = str(input_dir).rstrip("/"), cache_dir, max_cache_size
         self.meta = meta
-        raw = meta["format"] == "raw"
-        # Raw chunks hold each split at its stored size (an earlier vitlit's: every split at training's).
-        self._raw_sizes = (meta["size"], meta.get("eval_size", meta["size"])) if raw else None
-        resized = raw and "eval_size" in meta and meta.get("native_size") is None  # stored for evaluation's crop
+        # Raw evaluation images resized for one crop (not kept at their native size) fit that geometry only.
+        resized = meta["format"] == "raw" and "eval_size" in meta and meta.get("native_size") is None
         wanted = resized_side(self.img_size, self.crop_pct)
         if resized and (meta["eval_size"], meta.get("interpolation")) != (wanted, self.interpolation):
             raise ConfigError(f"{input_dir} holds its evaluation images resized to {meta['eval_size']} px "
@@ -506,10 +504,14 @@ class StreamingDataModule(ImageClassificationDataModule):
         return f"LitData chunks at {self.input_dir} ({self.meta['format']}, {self.meta['splits']})"
 
     def stored_size(self, train: bool) -> int:
-        """Raw chunks: the size ``prepare`` stored the split at; encoded ones are stored as the base class says."""
-        if self._raw_sizes is None:
+        """Raw chunks: the size ``prepare`` stored the split at; encoded ones are stored as the base class says.
+
+        Raw chunks hold each split at its stored size: ``size`` for training, ``eval_size`` for evaluation (an earlier
+        vitlit's hold every split at ``size``).
+        """
+        if self.meta["format"] != "raw":
             return super().stored_size(train)
-        return self._raw_sizes[0] if train else self._raw_sizes[1]
+        return self.meta["size"] if train else self.meta.get("eval_size", self.meta["size"])
 
     def _stream(self, split: str, train: bool) -> Any:
         if split not in self.meta["splits"]:
