@@ -182,3 +182,26 @@ def test_a_fit_that_learned_nothing_says_so_instead_of_offering_its_model(
     assert "configs/own_images.yaml" in warning and "python -m vitlit test" not in err
     # Issue 65, 3: a run of 2 epochs is first told to train longer, not to fetch weights from the hub.
     assert warning.index("more epochs (this run trained 2") < warning.index("configs/own_images.yaml"), warning
+
+
+@pytest.mark.part("tools")
+def test_the_timm_folder_quotes_a_test_accuracy_only_for_the_file_that_was_tested(tmp_path: Path) -> None:
+    """A resume rewrites last.ckpt; the timm folder's README quoted the accuracy recorded under that name, the older
+    model's (fourteenth session's read)."""
+    from vitlit.runs.records import record_test
+    from vitlit.tools.hf_folder import model_card
+    from vitlit.trained import ModelCard
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "run_card.json").write_text(json.dumps({"seed": 0}))
+    last = run / "checkpoints" / "last.ckpt"
+    last.write_bytes(b"the tested model")
+    record_test(last, 0.75)
+    card = ModelCard("test_vit", ["a", "b"], 32, 3, [0.5] * 3, [0.5] * 3)
+    assert "- test accuracy: 0.7500 (this checkpoint)" in model_card(card, run, "mit", "exported", last)
+    resumed = last.with_name(".last.ckpt.tmp")  # a resume's save: a new file under the same name
+    resumed.write_bytes(b"the resumed model")
+    os.replace(resumed, last)
+    os.utime(last, ns=(last.stat().st_atime_ns, last.stat().st_mtime_ns + 1))  # a coarse clock's same tick
+    assert "- test accuracy: not measured for this checkpoint" in model_card(card, run, "mit", "exported", last)

@@ -179,12 +179,18 @@ def read_card(run_dir: Path) -> dict[str, Any]:
 
 
 def record_test(ckpt: Path, test_acc: float) -> None:
-    """Put ``test_acc`` on the card of the run whose checkpoint ``ckpt`` was tested (where the run has a card)."""
+    """Put ``test_acc`` on the card of the run whose checkpoint ``ckpt`` was tested (where the run has a card).
+
+    Each checkpoint's accuracy is kept under its file name with the file's size and modification time: a resume
+    rewrites ``last.ckpt`` (a new file), and what quotes the accuracy (the timm folder's README) compares them.
+    """
     run = ckpt.resolve().parent.parent
     card = read_card(run)
     if card:
         card["test_acc"], card["test_checkpoint"] = test_acc, ckpt.name  # the last tested; each one's below
         card.setdefault("test_acc_by_checkpoint", {})[ckpt.name] = test_acc
+        stat = ckpt.stat()
+        card.setdefault("tested_files", {})[ckpt.name] = {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
         write_card(run, card)
 
 

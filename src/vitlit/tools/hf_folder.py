@@ -89,7 +89,7 @@ def write_timm_folder(
         cfg = {key: value for key, value in config["pretrained_cfg"].items() if key != "tag"}
         config["pretrained_cfg"] = cfg | {"license": license}
         (staged / "config.json").write_text(json.dumps(config, indent=4) + "\n", encoding="utf-8")
-        text = model_card(card, run_of_checkpoint(Path(ckpt_path)), license, output.name, Path(ckpt_path).name)
+        text = model_card(card, run_of_checkpoint(Path(ckpt_path)), license, output.name, Path(ckpt_path))
         (staged / "README.md").write_text(text, encoding="utf-8")  # `markdown` wrote undecodable bytes as escapes
         for file in staged.iterdir():  # safetensors writes its file for its owner alone (0600): as every other file
             os.chmod(file, 0o666 & ~umask())
@@ -105,12 +105,28 @@ def write_timm_folder(
     return {"max_abs_diff": difference, "bytes": size, "files": sorted(p.name for p in output.iterdir())}
 
 
+def _tested(facts: dict[str, Any], checkpoint: Path | None) -> float | None:
+    """The test accuracy the run card holds for this checkpoint file, not the last one tested nor an older file.
+
+    A resume rewrites ``last.ckpt``: an accuracy recorded under its name with another size or modification time
+    (`vitlit.runs.records.record_test`) is the older model's. A card from before those were recorded is taken as is.
+    """
+    if checkpoint is None:
+        return None
+    tested = (facts.get("test_acc_by_checkpoint") or {}).get(checkpoint.name)
+    recorded = (facts.get("tested_files") or {}).get(checkpoint.name)
+    stat = checkpoint.stat()
+    if recorded is not None and recorded != {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}:
+        return None
+    return tested if isinstance(tested, float) else None
+
+
 def _rounded(values: Any) -> tuple[float, ...]:
     """Statistics as they were meant (0.485, not float32's 0.48500001430511475): six significant digits."""
     return tuple(float(f"{float(v):.6g}") for v in values)
 
 
-def model_card(card: ModelCard, run: Path | None, license: str, name: str, checkpoint: str = "") -> str:
+def model_card(card: ModelCard, run: Path | None, license: str, name: str, checkpoint: Path | None = None) -> str:
     """The folder's README.md: what the model is, how it was trained and scored, how to load and upload it.
 
     Every text that comes from the data, the checkpoint or the run card (class names, the model's and folder's names,
@@ -123,7 +139,7 @@ def model_card(card: ModelCard, run: Path | None, license: str, name: str, check
     classes = ", ".join(names) + (f", ... ({len(card.class_names)} in all)" if len(card.class_names) > 20 else "")
     if isinstance(facts.get("versions"), dict):
         facts["versions"] = ", ".join(f"{k} {v}" for k, v in facts["versions"].items())
-    tested = (facts.get("test_acc_by_checkpoint") or {}).get(checkpoint)  # this checkpoint's, not the last tested
+    tested = _tested(facts, checkpoint)
     facts["test_acc"] = "not measured for this checkpoint" if tested is None else f"{tested:.4f} (this checkpoint)"
     facts |= {key: f"{facts[key]:.4f}" for key in ("best_val_acc",) if isinstance(facts.get(key), float)}
     trained = [f"- {label}: {markdown(facts[key])}" for key, label in (
