@@ -46,6 +46,18 @@ def test_a_decay_fraction_holds_the_peak_until_the_last_part_of_the_run() -> Non
     assert all(a >= b for a, b in itertools.pairwise(lrs[4:]))
 
 
+def test_a_warmup_share_follows_new_lengths_until_it_ends_and_then_stays() -> None:
+    """A time budget's later, longer estimate moved a share's warmup past the current step: the rate at its peak fell
+    back into the warmup (fifteenth session's read)."""
+    schedule = WarmupCosineLR(_sgd(), warmup_steps=0.1, decay_fraction=0.2)
+    schedule.set_total_steps(100)
+    schedule.set_total_steps(200)  # inside the warmup (no step yet): the share follows
+    assert schedule.warmup_steps == 20
+    _lrs(schedule, 30)
+    assert schedule.set_total_steps(600) is None and schedule.warmup_steps == 20
+    assert schedule.get_last_lr()[0] == pytest.approx(1.0) == schedule.optimizer.param_groups[0]["lr"]
+
+
 def test_schedule_position_survives_state_dict() -> None:
     first = WarmupCosineLR(_sgd(), warmup_steps=2, total_steps=10)
     _lrs(first, 6)

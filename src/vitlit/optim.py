@@ -127,6 +127,9 @@ class WarmupCosineLR(LambdaLR):
     def set_total_steps(self, total_steps: int) -> str | None:
         """Set the run's length; the first time, refuse a warmup that does not end inside it.
 
+        A warmup given as a share follows a new length until it has ended, and then stays: a later estimate
+        (`vitlit.runs.budget`) that moved it would take a rate at its peak back into the warmup.
+
         Raises:
             ConfigError: The first time, for a warmup as long as the run or longer, which never reaches the peak.
 
@@ -136,7 +139,8 @@ class WarmupCosineLR(LambdaLR):
             (`vitlit.runs.budget`) that ends inside the warmup; else ``None``.
         """
         first, self.total_steps, before = self.total_steps is None, int(total_steps), self.warmup_steps
-        if self.warmup_share is not None:  # the share's steps, always inside the run
+        warming = first or self.last_epoch < max(self.warmup_steps, 1)  # no step taken yet, or inside the warmup
+        if self.warmup_share is not None and warming:  # the share's steps, always inside the run
             self.warmup_steps = min(round(self.warmup_share * self.total_steps), self.total_steps - 1)
             for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
                 group["lr"] = base * self.lr_factor(self.last_epoch)  # the rate of this step, with the warmup known

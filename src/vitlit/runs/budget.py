@@ -30,7 +30,8 @@ class TimeBudget(Callback):
     8, ... steps are timed (a budget of a few steps still ends annealed), then every ``every_n_steps`` optimizer
     steps, so the learning rate reaches its floor as the budget ends. The addon gives
     `vitlit.optim.WarmupCosineLR` ``decay_fraction: 0.2``: at its peak until the last 20%, so that a new estimate
-    moves where the decay starts, not the rate of the steps before it. The plan and how the budget was spent are
+    moves where the decay starts, not the rate of the steps before it (a warmup given as a share follows the
+    estimates until it has ended). The plan and how the budget was spent are
     said at the start and the end, and kept in the run card (``time_budget``). ``max_epochs``
     (or ``max_steps``) only bounds the run from above. A resumed run spends what is left of the budget (Lightning's
     Timer keeps the time spent in the checkpoint).
