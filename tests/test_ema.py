@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-from lightning.pytorch import LightningModule
+from helpers.cli import DIGITS_CONFIG
+from lightning.pytorch import Callback, LightningModule
 from lightning.pytorch.callbacks import EMAWeightAveraging
 
 from vitlit.runs.ema import EMA
@@ -25,7 +27,9 @@ def _averaged(callback: EMAWeightAveraging, module: LightningModule, steps: list
     callback.setup(SimpleNamespace(), module, "fit")
     for step, weights in enumerate(steps, start=1):
         module.load_state_dict(weights)
-        callback.on_train_batch_end(SimpleNamespace(global_step=step), module, None, None, step - 1)
+        callback.on_train_batch_end(
+            SimpleNamespace(global_step=step, is_last_batch=False), module, None, None, step - 1
+        )
     callback.on_train_end(SimpleNamespace(), module)  # the average replaces the weights, as after a fit
     return {k: v.clone() for k, v in module.state_dict().items()}
 
@@ -62,12 +66,56 @@ def test_an_update_is_a_few_kernels_whatever_the_weights() -> None:
         for callback in (EMA(decay=0.9), EMAWeightAveraging(decay=0.9)):
             module = Wrapped(name)
             callback.setup(SimpleNamespace(), module, "fit")
-            callback.on_train_batch_end(SimpleNamespace(global_step=1), module, None, None, 0)  # the first copies
+            callback.on_train_batch_end(
+                SimpleNamespace(global_step=1, is_last_batch=False), module, None, None, 0
+            )  # the first copies
             with Kernels() as kernels:
-                callback.on_train_batch_end(SimpleNamespace(global_step=2), module, None, None, 1)
+                callback.on_train_batch_end(SimpleNamespace(global_step=2, is_last_batch=False), module, None, None, 1)
             tensors = len(module.state_dict())
             counts[name, type(callback).__name__] = kernels.total, tensors
     for name in ("test_vit", "vit_small_patch16_224"):
         ours, tensors = counts[name, "EMA"]
         lightnings, _ = counts[name, "EMAWeightAveraging"]
         assert ours == counts["test_vit", "EMA"][0] < 10 and lightnings >= 3 * tensors, counts
+
+
+class _Weights(Callback):
+    """The weights after the last optimizer step, and those validated in each epoch."""
+
+    def __init__(self) -> None:
+        self.trained: dict[str, torch.Tensor] = {}
+        self.validated: dict[int, dict[str, torch.Tensor]] = {}
+
+    def on_train_batch_end(self, trainer, pl_module, *args, **kwargs) -> None:
+        self.trained = {k: v.clone() for k, v in pl_module.state_dict().items()}
+
+    def on_validation_batch_end(self, trainer, pl_module, *args, **kwargs) -> None:
+        if not trainer.sanity_checking:
+            self.validated[trainer.current_epoch] = {k: v.clone() for k, v in pl_module.state_dict().items()}
+
+
+def test_epoch_updates_are_validated_as_saved_and_a_stop_in_validation_saves_the_training_weights(
+    digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lightning updates an epoch's average after the epoch's validation, so the weights validated (and the best
+    checkpoint chosen by them) were the previous epoch's average; and a SIGTERM during validation saved last.ckpt with
+    the average and the training weights swapped, so the resume trained from the average (fifteenth session's read)."""
+    from vitlit.cli import main
+
+    monkeypatch.setenv("VITLIT_TEST_KILL", "1")
+    weights = _Weights()
+    args = ["fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path,
+            "--trainer.max_epochs", "3", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "1",
+            "--trainer.callbacks+=vitlit.runs.ema.EMA", "--trainer.callbacks.decay", "0.5",
+            "--trainer.callbacks.update_every_n_steps", "0", "--trainer.callbacks.update_starting_at_epoch", "0",
+            "--trainer.callbacks+=helpers.kill.SignalInValidation", "--trainer.callbacks.epoch", "1",
+            "--model.scheduler.init_args.warmup_steps", "0"]  # fmt: skip
+    with pytest.raises(SystemExit):
+        main([str(a) for a in args], callbacks=[weights])
+    checkpoints = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
+    best = torch.load(next(checkpoints.glob("epoch000-*.ckpt")), weights_only=True)
+    assert all(torch.equal(best["state_dict"][k], v) for k, v in weights.validated[0].items())
+    last = torch.load(checkpoints / "last.ckpt", weights_only=True)
+    assert last["epoch"] == 1 and 1 in weights.validated
+    assert all(torch.equal(last["current_model_state"][k], v) for k, v in weights.trained.items())
+    assert not all(torch.equal(last["state_dict"][k], v) for k, v in weights.trained.items())
