@@ -112,6 +112,20 @@ def test_a_search_on_too_few_images_names_what_to_lower(tmp_path: Path, capsys: 
     assert "smaller --trainer.callbacks.init_val" not in line
 
 
+@pytest.mark.part("regularize")
+@pytest.mark.parametrize("search", [["--trainer.callbacks.init_val", "3"], ["--trainer.callbacks.mode", "binsearch"]])
+def test_a_search_that_would_try_odd_batches_under_mixup_is_refused(
+    digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], search: list[str]
+) -> None:
+    """An odd size tried (init_val 3, or a binary search's midpoint) ended in timm's AssertionError traceback, with
+    the odd size written into the run's config (fifteenth session's read)."""
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir,
+                   "--data.batch_augment", "vitlit.regularize.batch_augment.BatchAugment",
+                   "--data.batch_augment.mixup_alpha", "0.8", "--trainer.default_root_dir", tmp_path,
+                   "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch", *search)  # fmt: skip
+    assert "would try odd batch sizes; give an even --trainer.callbacks.init_val and mode power" in line, line
+
+
 def test_a_search_decodes_once_says_its_warmup_again_and_no_lightning_note(
     digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

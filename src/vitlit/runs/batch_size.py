@@ -91,7 +91,7 @@ class BatchSizeSearch(BatchSizeFinder):
         max_lr_scale: PositiveFloat = 4.0,
     ) -> None:
         super().__init__(mode, int(steps_per_trial), int(init_val), int(max_trials), max_val=int(max_val))
-        self.lr_scaling, self.init_val, self.max_val = lr_scaling, int(init_val), int(max_val)
+        self.lr_scaling, self.mode, self.init_val, self.max_val = lr_scaling, mode, int(init_val), int(max_val)
         self.min_steps, self.max_lr_scale = int(min_steps), float(max_lr_scale)
         # The batch the search chose and each optimizer's default rate after it (in checkpoints: a resume trains at
         # them whatever batch and rate its flags name).
@@ -137,6 +137,12 @@ class BatchSizeSearch(BatchSizeFinder):
             raise ConfigError(f"BatchSizeSearch init_val={self.init_val} leaves the {images:,} training images fewer "
                               f"than min_steps={self.min_steps} steps an epoch; give {fix}, or drop the "
                               f"search.")  # fmt: skip
+        # Mixup/CutMix mix images in pairs: every size tried must be even. Doubling an even size keeps it even; a
+        # binary search's midpoints do not.
+        if getattr(data.batch_augment, "mixes", False) and (self.init_val % 2 or self.mode == "binsearch"):
+            raise ConfigError(f"Mixup/CutMix mix images in pairs, but BatchSizeSearch with init_val={self.init_val} "
+                              f"and mode={self.mode} would try odd batch sizes; give an even "
+                              f"--trainer.callbacks.init_val and mode power.")  # fmt: skip
         cap_batch_search(self, largest + 1)  # Lightning tries sizes below max_val: the largest is one to try
         with _trials_unsaid():
             super().scale_batch_size(trainer, pl_module)
