@@ -63,6 +63,20 @@ def test_the_teacher_gets_its_own_normalisation_and_size(teacher_ckpt: Path) -> 
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
+def test_the_teacher_follows_the_batch_to_its_device_and_an_average_shares_it(teacher_ckpt: Path) -> None:
+    """The teacher was moved in the module's on_fit_start, after BatchSizeSearch's trial steps had called it (a
+    device mismatch on a GPU); and an EMA's deep copy of the student held a second teacher (fifteenth session's
+    read)."""
+    import copy
+
+    distillation = Distillation(str(teacher_ckpt))
+    distillation.build(10, [str(d) for d in range(10)], [0.5] * 3, [0.5] * 3)
+    logits = distillation.teacher_logits(torch.zeros(2, 3, 32, 32, device="meta"))  # a device it was not built on
+    assert logits.shape == (2, 10) and next(distillation.teacher.parameters()).device.type == "meta"
+    clone = copy.deepcopy(distillation)
+    assert clone.teacher is distillation.teacher and clone._teacher is not distillation._teacher
+
+
 def test_distillation_trains_the_student_only_and_never_saves_the_teacher(
     teacher_ckpt: Path, digits: Path, tmp_path: Path
 ) -> None:

@@ -18,6 +18,7 @@ size (from its timm pretrained config or its checkpoint), so the two may differ.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Literal
 
@@ -172,6 +173,12 @@ class Distillation:
         self._scale, self._shift = self._scale.to(device), self._shift.to(device)
         return self
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Distillation:
+        """A copy of the student (an EMA's average) shares the frozen teacher: it never changes, and is large."""
+        clone = copy.copy(self)
+        clone._teacher = list(self._teacher)
+        return clone
+
     @torch.no_grad()
     def teacher_logits(self, images: torch.Tensor) -> torch.Tensor:
         """The teacher's logits for the student's normalised ``images``.
@@ -179,6 +186,9 @@ class Distillation:
         The batch is normalised as the teacher expects (see `build`) and resized to its input size; Mixup, erasing
         and the crop the student saw are kept, so both judge the same picture.
         """
+        # Moved with the first batch: BatchSizeSearch's trial steps run before the module's own fit hooks.
+        if self._scale.device != images.device:
+            self.to(images.device)
         x = images * self._scale.to(images.dtype) + self._shift.to(images.dtype)
         if x.shape[-1] != self.img_size or x.shape[-2] != self.img_size:
             x = resize(x, [self.img_size, self.img_size], antialias=True)  # the image pipeline's resize, on floats
@@ -233,6 +243,3 @@ class DistilledViTClassifier(ViTClassifier):
         """The labels' loss and the teacher's term (`Distillation.loss`)."""
         teacher = self.distillation.teacher_logits(images)
         return self.distillation.loss(output, teacher, targets, self.criterion)
-
-    def on_fit_start(self) -> None:
-        self.distillation.to(self.device)
