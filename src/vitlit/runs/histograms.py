@@ -11,7 +11,7 @@ from vitlit.types import PositiveInt
 
 
 class WeightHistograms(Callback):
-    """Log a histogram of every weight tensor of the network to TensorBoard at the end of every ``every_n_epochs``.
+    """Log a histogram of every weight matrix of the network to TensorBoard at the end of every ``every_n_epochs``.
 
     The ViT-B/16 write-up watches them to see blocks that stop learning (a frozen distribution) or blow up. Off by
     default (a histogram per tensor per epoch grows the event file):
