@@ -303,7 +303,14 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """
         targets = dataset.tensors[-1] if isinstance(dataset, TensorDataset) else getattr(dataset, "targets", None)
         if targets is not None and len(targets) == len(dataset):
-            return torch.as_tensor(targets).long().flatten().tolist()  # one conversion, not one per item
+            values = torch.as_tensor(targets).flatten()  # one conversion, not one per item
+            floats = values.is_floating_point()
+            if values.dtype == torch.bool or (floats and not torch.equal(values, values.round())):  # .long(): 1.7 is 1
+                item = int((values != values.round()).nonzero()[0]) if floats else 0
+                label = f"{values[item].item():.6g}" if floats else values[item].item()
+                raise ConfigError(f"item {item} of {type(self).__name__}'s {type(dataset).__name__} has the label "
+                                  f"{label} ({values.dtype}), not a class index; give it integer targets.")  # fmt: skip
+            return values.long().tolist()
         return [int(dataset[i][1]) for i in range(len(dataset))]
 
     def uint8_images_of(self, dataset: Dataset) -> torch.Tensor | None:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import torch
 from torchvision.datasets import CIFAR10, CIFAR100
-from torchvision.datasets.utils import check_integrity
+from torchvision.datasets.utils import check_integrity, extract_archive
 
 from vitlit.data.base import ImageClassificationDataModule, carved_count
 from vitlit.errors import ConfigError
@@ -108,8 +108,16 @@ class CIFARDataModule(ImageClassificationDataModule):
 
         torchvision's own download: an archive already there with the original checksum is extracted, not fetched.
         """
-        archive = (self.data_dir / self._cls.filename).is_file()
-        if not (self.download or archive) or self.predicting_folder():
+        archive = self.data_dir / self._cls.filename
+        if not (self.download or archive.is_file()) or self.predicting_folder():
+            return
+        if not self.download:  # offline: an archive copied by hand is checked and extracted, never fetched again
+            if not (self.data_dir / self._cls.base_folder).is_dir():
+                if not check_integrity(str(archive), self._cls.tgz_md5):
+                    raise ConfigError(f"{archive} is not {self.dataset}'s original archive (its MD5 checksum "
+                                      f"differs: damaged or cut short); copy it again, or pass --data.download "
+                                      f"true.")  # fmt: skip
+                extract_archive(str(archive), str(self.data_dir))
             return
         created = not self.data_dir.exists()
         try:

@@ -76,7 +76,8 @@ class CSVImageDataModule(ItemTableDataModule):
                         f"{path} has columns {columns}; it needs {name} and {label_key} ({split_key} is "
                         f"optional), or name yours with --data.filename_column and --data.label_column."
                     )
-                for n, row in enumerate(reader, start=2):  # line numbers as an editor shows them
+                for row in reader:
+                    n = reader.line_num  # the line an editor shows (a quoted field may span lines: its last)
                     file, label = (row.get(name) or "").strip(), (row.get(label_key) or "").strip()
                     split = (row.get(split_key) or "train").strip().lower()
                     if not label or not file:

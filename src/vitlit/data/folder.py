@@ -5,6 +5,7 @@ This is the module to fork vitlit for new data: ``--data ImageFolderDataModule -
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,27 @@ from vitlit.data.images import IMAGE_SUFFIXES, image_files
 from vitlit.data.table import SPLITS, ItemTableDataModule, Scan
 from vitlit.errors import ConfigError
 
+#: The other spellings of the split folders that downloads use (case aside), by the split they mean.
+_SPELLINGS = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val", "dev": "val",
+              "test": "test", "testing": "test"}  # fmt: skip
+
 
 def _class_dirs(split_dir: Path) -> list[Path]:
     return sorted(p for p in split_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def _refuse_misspelt(folder: Path) -> None:
+    """Refuse a folder of the root named as a split in another spelling (``Train/``, ``validation/``, ``dev/``).
+
+    It would be a class of the flat layout, or left out beside ``train/``. A case-insensitive file system's ``Train/``
+    is ``train/`` itself, and passes.
+    """
+    split = _SPELLINGS.get(folder.name.casefold())
+    canonical = folder.parent / split if split else folder
+    if split and folder.name != split and not (canonical.is_dir() and os.path.samefile(folder, canonical)):
+        raise ConfigError(f"{folder} is named as the {split} split in another spelling, which vitlit does not "
+                          f"read as a split; rename it to {split}/ (the split folders are train/, val/ and "
+                          f"test/).")  # fmt: skip
 
 
 class ImageFolderDataModule(ItemTableDataModule):
@@ -59,12 +78,14 @@ def class_folders(root: Path) -> Scan:
 
     The class-folder format: `ImageFolderDataModule`'s, and `vitlit.data.digits.DigitsDataModule`'s on its copy.
     """
-    train_dir = root / "train"
+    train_dir, seen = root / "train", {}  # seen: each folder scanned, so that a link to it is refused
+    flat = _class_dirs(root) if root.is_dir() else []  # class folders, or the split folders and their siblings
+    for folder in flat:
+        _refuse_misspelt(folder)
     if not train_dir.is_dir():
-        flat = _class_dirs(root) if root.is_dir() else []
         splits_there = [f"{split}/" for split in SPLITS if (root / split).exists()]
         if len(flat) >= 2 and not splits_there:
-            return scan_flat(root, flat)
+            return scan_flat(root, flat, seen)
         one = f"; it holds one class folder ({flat[0].name}), and a classifier needs 2" if len(flat) == 1 else ""
         # A val/ or test/ beside class folders makes the layout a split one, whose train/ is missing.
         why = f"; it has {' and '.join(splits_there)} but no train/" if splits_there and len(flat) >= 2 else one
@@ -85,7 +106,7 @@ def class_folders(root: Path) -> Scan:
                 raise ConfigError(
                     f"{class_dir} is a class that {train_dir} does not have; add it to train/ or remove it."
                 )
-            found = list(image_files(class_dir))
+            found = list(image_files(class_dir, seen))
             if not found:
                 raise ConfigError(
                     f"{class_dir} holds no image ({', '.join(IMAGE_SUFFIXES)}); add images or remove the folder."
@@ -105,16 +126,17 @@ def no_test_folder(root: Path) -> str:
     return f"{root / 'test'} does not exist; test and predict need root/test/<class>/<images>."
 
 
-def scan_flat(root: Path, class_dirs: list[Path]) -> Scan:
+def scan_flat(root: Path, class_dirs: list[Path], seen: dict[str, Path] | None = None) -> Scan:
     """List the images of ``class_dirs`` as one training split, of which the table holds out the test split.
 
     Args:
         root: The data's folder (``--data.root``).
         class_dirs: The class folders under it, sorted.
+        seen: The folders scanned so far (`image_files`), shared by the class folders.
     """
-    rows = []
+    rows, seen = [], {} if seen is None else seen
     for class_dir in class_dirs:
-        found = list(image_files(class_dir))
+        found = list(image_files(class_dir, seen))
         if not found:
             raise ConfigError(f"{class_dir} holds no image ({', '.join(IMAGE_SUFFIXES)}); add images or remove it.")
         rows += [(path, class_dir.name) for path in found]

@@ -386,17 +386,22 @@ class HFDataModule(ItemTableDataModule):
 
     def _labels(self, role: str, classes: list[str]) -> list[int]:
         """The class index of every row of a split (-1: unlabelled); a label training does not have is refused."""
-        labels = self._tables[role][self.label_column]
+        table = self._tables[role]
+        labels, feature = table[self.label_column], table.features[self.label_column]
         named = {name: i for i, name in enumerate(classes)}
+        # A split's own ClassLabel may name other classes, or the same in another order: its integers go by name.
+        own = feature.names if isinstance(feature, _datasets().ClassLabel) and role != "train" else None
         lookup = {}
+        by_name = (lambda v: isinstance(v, int) and 0 <= v < len(own)) if own is not None else lambda v: False
         for value in set(labels):  # each value once: a million rows hold a few labels
-            target = self._index.get(value)
+            target = named.get(own[value]) if by_name(value) else self._index.get(value)
             if target is None and (value is None or isinstance(value, str)):  # "3 " is the class "3"
                 target = named.get(self._name(value, role, labels))
             lookup[value] = target
         unknown = next(((row, v) for row, v in enumerate(labels) if lookup[v] is None), None)
         if unknown is not None:
-            raise ConfigError(f"{self.path} {role} row {unknown[0]}: label {unknown[1]!r} is none of the "
+            said = f"{own[unknown[1]]!r} (ClassLabel {unknown[1]})" if by_name(unknown[1]) else repr(unknown[1])
+            raise ConfigError(f"{self.path} {role} row {unknown[0]}: label {said} is none of the "
                               f"{len(classes)} classes of the training rows.")  # fmt: skip
         return [lookup[v] for v in labels]
 

@@ -169,14 +169,20 @@ def refuse_unlisted(err: OSError) -> None:
     raise ConfigError(f"{shown(err.filename)} cannot be listed ({err.strerror}); check its permissions.")
 
 
-def image_files(top: Path) -> Iterator[Path]:
+def image_files(top: Path, seen: dict[str, Path] | None = None) -> Iterator[Path]:
     """Every image file below ``top`` (sorted, hidden files and folders left out), following symlinked folders once.
 
+    Args:
+        top: The folder.
+        seen: The folders already scanned (their real paths, by the path they were scanned as), shared by the caller
+            that scans several (a split's class folders): a link from one into another is refused too.
+
     Raises:
-        ConfigError: For a symbolic link that leads back to a folder already being scanned (a loop, or the same
-            images twice), naming the link; for a folder that cannot be listed (permissions), naming it.
+        ConfigError: For a folder reached twice (a symbolic link that leads back to a folder already scanned: a loop,
+            or the same images twice), naming both paths; for a folder that cannot be listed (permissions), naming it.
     """
-    seen = {os.path.realpath(top)}
+    seen = {} if seen is None else seen
+    _scanned_once(top, os.path.realpath(top), seen)  # another class folder may lead to it
     for dirpath, dirnames, filenames in os.walk(top, onerror=refuse_unlisted, followlinks=True):
         here = os.path.realpath(dirpath)
         kept = []
@@ -184,17 +190,23 @@ def image_files(top: Path) -> Iterator[Path]:
             if name.startswith("."):
                 continue
             link, real = os.path.join(dirpath, name), os.path.realpath(os.path.join(dirpath, name))
-            if real in seen or (here + os.sep).startswith(real.rstrip(os.sep) + os.sep):  # "/" is an ancestor too
-                raise ConfigError(
-                    f"{link} is a symbolic link to {real}, a folder already scanned (a loop, or the same images "
-                    f"twice); remove the link."
-                )
-            seen.add(real)
+            if (here + os.sep).startswith(real.rstrip(os.sep) + os.sep):  # a loop ("/" is an ancestor too)
+                raise ConfigError(f"{link} is a symbolic link to {real}, a folder it lies in (a loop); remove the "
+                                  f"link.")  # fmt: skip
+            _scanned_once(Path(link), real, seen)
             kept.append(name)
         dirnames[:] = kept
         for name in sorted(filenames):
             if not name.startswith(".") and name.lower().endswith(IMAGE_SUFFIXES):
                 yield Path(dirpath) / name
+
+
+def _scanned_once(folder: Path, real: str, seen: dict[str, Path]) -> None:
+    """Note ``folder`` (real path ``real``) as scanned, or refuse it where a symbolic link led there before."""
+    first = seen.setdefault(real, folder)
+    if first != folder:
+        raise ConfigError(f"{folder} and {first} are the same folder ({real}), reached through a symbolic link (the "
+                          f"same images twice); remove the link.")  # fmt: skip
 
 
 def image_problem(path: Path | bytes, img_size: int | None = None, decode: bool = False) -> str | None:
@@ -214,7 +226,8 @@ def image_problem(path: Path | bytes, img_size: int | None = None, decode: bool 
         try:
             status = os.stat(path)  # follows links
             if not stat.S_ISREG(status.st_mode):  # a pipe or a device would block or never end
-                return "not a regular file (a pipe or a device)"
+                kind = "a folder" if stat.S_ISDIR(status.st_mode) else "a pipe or a device"
+                return f"not a regular file ({kind})"
             if status.st_size == 0:
                 return "empty (0 bytes)"
             size, f = status.st_size, path.open("rb")

@@ -34,6 +34,9 @@ class SVHNDataModule(ImageClassificationDataModule):
         if importlib.util.find_spec("scipy") is None:  # torchvision reads SVHN's .mat files with it
             raise ConfigError("SVHN's files are read with SciPy, which is not installed; pip install scipy.")
         self.data_dir, self.download = str(Path(data_dir).expanduser()), download
+        for split in ("train", "test") if not download else ():  # refused now, not after the run folder exists
+            if not (Path(self.data_dir) / f"{split}_32x32.mat").is_file():
+                raise self._not_there(split)
 
     @property
     def class_names(self) -> list[str]:
@@ -56,8 +59,11 @@ class SVHNDataModule(ImageClassificationDataModule):
         try:
             return SVHN(self.data_dir, split=split)
         except RuntimeError:  # torchvision: "Dataset not found or corrupted"
-            raise ConfigError(f"SVHN's {split}_32x32.mat is missing or damaged in {self.data_dir}; pass "
-                              f"--data.download true, or copy the file there.") from None  # fmt: skip
+            raise self._not_there(split) from None
+
+    def _not_there(self, split: str) -> ConfigError:
+        return ConfigError(f"SVHN's {split}_32x32.mat is missing or damaged in {self.data_dir}; pass --data.download "
+                           f"true, or copy the file there.")  # fmt: skip
 
     def train_dataset(self) -> SVHN:
         """The training split."""

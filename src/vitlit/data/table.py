@@ -117,26 +117,30 @@ class _Root:
         real = os.path.realpath(self.path)
         self._real = (real, real.rstrip(os.sep) + os.sep) if resolve else None
         self._list_links = list_links  # for many files in a folder; one file asks for itself
-        self._folders: dict[str, tuple[bool, set[str] | None]] = {}  # each folder: inside the root? its links
+        self._folders: dict[str, tuple[str, bool, set[str] | None]] = {}  # each folder: real path, inside?, links
 
-    def inside(self, text: str) -> str | None:
-        """The row's file (``text``, relative to the root or absolute) as a normal path, if inside; else ``None``."""
+    def inside(self, text: str) -> tuple[str, str] | None:
+        """The row's file (``text``, relative to the root or absolute) as a normal path and its real path, if inside.
+
+        The real path (links resolved) is what "listed once" compares: one file by two names is one file. Outside the
+        root: ``None``.
+        """
         path = os.path.normpath(os.path.join(self.path, text))
         if "\x00" in text or not (path.startswith(self._prefix) or path == self.path):
             return None
-        if self._real is None:  # found by walking the root: its links are the user's
-            return path
         folder, _, name = path.rpartition(os.sep)
         folder = folder or os.sep  # a file in /
         if folder not in self._folders:
-            self._folders[folder] = (
-                self._within(os.path.realpath(folder)),
-                _links(folder) if self._list_links else None,
-            )
-        inside, links = self._folders[folder]
-        if inside and (name in links if links is not None else os.path.islink(path)):  # a link may still lead out
-            inside = self._within(_target(path))
-        return path if inside else None
+            real = os.path.realpath(folder)
+            links = _links(folder) if self._list_links else None
+            self._folders[folder] = (real, self._real is None or self._within(real), links)
+        real, inside, links = self._folders[folder]
+        linked = name in links if links is not None else os.path.islink(path)
+        real = _target(path) if linked else os.path.join(real, name)
+        # A link may still lead out; found by walking the root (`found_in_root`), its links are the user's.
+        if inside and linked and self._real is not None:
+            inside = self._within(real)
+        return (path, real or path) if inside else None  # a loop ("") is a bad image, named later
 
     def _within(self, real: str) -> bool:
         return real == self._real[0] or real.startswith(self._real[1])
@@ -162,8 +166,8 @@ def inside(root: Path, name: str | os.PathLike | None) -> Path | None:
     """
     if not name:
         return None
-    path = _Root(root, resolve=True, list_links=False).inside(os.fspath(name))
-    return Path(path) if path is not None and os.path.isfile(path) else None
+    found = _Root(root, resolve=True, list_links=False).inside(os.fspath(name))
+    return Path(found[0]) if found is not None and os.path.isfile(found[0]) else None
 
 
 def _links(folder: str) -> set[str] | None:
@@ -323,15 +327,28 @@ class ItemTableDataModule(ImageClassificationDataModule):
         if len(classes) < 2:
             raise ConfigError(f"{name} has {len(classes)} class(es) in its training rows; a classifier needs 2 or "
                               f"more.")  # fmt: skip
+        forms: dict[str, str] = {}  # each class by its NFKC form: 'café' in two encodings, a no-break space
+        for c in classes:
+            if (other := forms.setdefault(unicodedata.normalize("NFKC", c), c)) != c:
+                raise ConfigError(f"{name}: the classes '{shown(other)}' and '{shown(c)}' ({other!a} and {c!a}) "
+                                  f"differ only in their Unicode encoding or spaces; give them one spelling in the "
+                                  f"data.")  # fmt: skip
         for split, found in splits.items():
             if split not in rows and split != "test":  # -1: an item with no label (the hub's mark), never trained
                 unlabelled = next((i for i, t in enumerate(getattr(found, "targets", ())) if t == -1), None)
                 if unlabelled is not None:
                     raise ConfigError(f"{name}: {shown(found.samples[unlabelled][0])} has no label (-1); {split} "
                                       f"rows need labels: label it or leave it out of the split.")  # fmt: skip
-        known = set(train)
+
+        def named(split: str) -> set[str]:  # a split's class names: its rows' labels, or its dataset's targets
+            found = splits.get(split)
+            if split in rows or found is None:
+                return set(labels.get(split, []))
+            return {classes[t] for t in set(getattr(found, "targets", ())) if 0 <= t < len(classes)}
+
+        known = named("train")
         for split in ("val", "test"):
-            strange = sorted(set(labels.get(split, [])) - known)
+            strange = sorted(named(split) - known)
             if strange:
                 raise ConfigError(f"{name}: {split} rows have labels no training row has: "
                                   f"{', '.join(shown(s) for s in strange[:5])}; correct them or add training rows of "
@@ -350,8 +367,8 @@ class ItemTableDataModule(ImageClassificationDataModule):
             raise ConfigError(f"{name} lists files but sets no root; its __init__ sets self.root to the folder they "
                               f"lie in.")  # fmt: skip
         root = _Root(self.root, not self.found_in_root) if rows else None
-        names: dict[Any, str] = {}  # each label value's class name, checked once
-        seen: dict[str, tuple[str, int]] = {}  # each file's first row
+        names: dict[tuple[Any, type], str] = {}  # each label's class name, checked once (True is no 1: by type too)
+        seen: dict[str, tuple[str, int, str]] = {}  # each file's first row, by its real path
         for split, found in rows.items():
             files[split], labels[split] = [], []
             for i, row in enumerate(found):
@@ -364,21 +381,23 @@ class ItemTableDataModule(ImageClassificationDataModule):
                                       f"pair; scan() gives each row as (file, label name).") from None  # fmt: skip
                 try:
                     text = os.fspath(file)
-                    path = root.inside(text) if isinstance(text, str) else None
+                    found = root.inside(text) if isinstance(text, str) else None
                 except (TypeError, OSError, ValueError):  # no path; a name the system refuses
-                    text, path = repr(file), None
-                if path is None:
+                    text, found = repr(file), None
+                if found is None:
                     raise ConfigError(f"{name}: the {split} row '{shown(text)}' is not a file inside {root.path} "
                                       f"(row {i}); rows may only name the data's own files.")  # fmt: skip
-                if (first := seen.setdefault(path, (split, i))) != (split, i):
-                    raise ConfigError(f"{name}: {shown(path)} is listed twice, as the {first[0]} row {first[1]} and "
-                                      f"the {split} row {i}; list each image once, with one label and one "
-                                      f"split.")  # fmt: skip
+                path, real = found
+                if (first := seen.setdefault(real, (split, i, path)))[:2] != (split, i):
+                    alias = "" if first[2] == path else f" (as {shown(first[2])} too, a link to the same file)"
+                    raise ConfigError(f"{name}: {shown(path)} is listed twice{alias}, as the {first[0]} row "
+                                      f"{first[1]} and the {split} row {i}; list each image once, with one label "
+                                      f"and one split.")  # fmt: skip
                 try:
-                    named = names[label]
+                    named = names[label, type(label)]
                 except (KeyError, TypeError):  # a label value not seen before, checked once (a list: no label)
                     try:
-                        named = names[label] = label_name(label)
+                        named = names[label, type(label)] = label_name(label)
                     except ValueError as err:
                         raise ConfigError(f"{name}: the {split} row {i} ('{shown(text)}'): {err}; give every row a "
                                           f"class name.") from None  # fmt: skip
@@ -405,6 +424,10 @@ class ItemTableDataModule(ImageClassificationDataModule):
                 (i, problem), more = next(iter(bad.items())), f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
                 raise ConfigError(f"{items.ITEM.format(items.samples[i][0])} is {problem}{more}; remove or replace "
                                   f"it, or pass --data.bad_images skip to train without such images.")  # fmt: skip
+            if bad and len(bad) == len(items):  # nothing left to train or score on
+                raise ConfigError(f"every image of {items.where} is unreadable ({len(bad)}, the first: "
+                                  f"{items.ITEM.format(items.samples[next(iter(bad))][0])}), so --data.bad_images "
+                                  f"skip would leave the split empty; replace or remove them.")  # fmt: skip
             if bad:  # left out, and listed in the run's skipped_images.txt (`vitlit.runs.records.SkippedImages`)
                 # A log line, not a Python warning: a warning would print vitlit's own source line under it.
                 rank_zero_info(f"vitlit: skipping {len(bad)} unreadable image(s) of {items.where} "
