@@ -339,16 +339,12 @@ class ItemTableDataModule(ImageClassificationDataModule):
                 if unlabelled is not None:
                     raise ConfigError(f"{name}: {shown(found.samples[unlabelled][0])} has no label (-1); {split} "
                                       f"rows need labels: label it or leave it out of the split.")  # fmt: skip
-
-        def named(split: str) -> set[str]:  # a split's class names: its rows' labels, or its dataset's targets
-            found = splits.get(split)
-            if split in rows or found is None:
-                return set(labels.get(split, []))
-            return {classes[t] for t in set(getattr(found, "targets", ())) if 0 <= t < len(classes)}
-
-        known = named("train")
+        # Each split's class names: its rows' labels, or its dataset's targets (a Hugging Face split).
+        named = {split: set(labels.get(split, [])) if split in rows or split not in splits else
+                 {classes[t] for t in set(getattr(splits[split], "targets", ())) if 0 <= t < len(classes)}
+                 for split in SPLITS}  # fmt: skip
         for split in ("val", "test"):
-            strange = sorted(named(split) - known)
+            strange = sorted(named[split] - named["train"])
             if strange:
                 raise ConfigError(f"{name}: {split} rows have labels no training row has: "
                                   f"{', '.join(shown(s) for s in strange[:5])}; correct them or add training rows of "
