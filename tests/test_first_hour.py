@@ -299,6 +299,33 @@ def test_auto_and_last_resume_only_a_run_of_this_config(tmp_path: Path, capsys: 
     assert Path(other.trainer.log_dir).name == "version_1"
 
 
+def test_auto_and_last_take_a_run_of_this_seed_recipe_and_optimizer(tmp_path: Path) -> None:
+    """`auto`/`last` matched runs on model and data alone: a job of another seed or accumulation continued another
+    experiment's run, and one of another learning rate took a run it then refused (fifteenth session's read)."""
+    from vitlit.checkpoints import newest_checkpoint
+
+    def run(name: str, seed: int = 42, accumulate: int = 1, lr: float = 1e-3) -> dict:
+        config = {"seed_everything": seed, "trainer": {"accumulate_grad_batches": accumulate, "max_epochs": 5},
+                  "data": {"class_path": "vitlit.data.DigitsDataModule", "init_args": {"batch_size": 64}},
+                  "model": {"class_path": "vitlit.ViTClassifier", "init_args": {"optimizer": {
+                      "class_path": "torch.optim.AdamW", "init_args": {"lr": lr}}}}}  # fmt: skip
+        if name:
+            (tmp_path / name / "checkpoints").mkdir(parents=True)
+            (tmp_path / name / "config.yaml").write_text(yaml.safe_dump(config))
+            (tmp_path / name / "checkpoints" / "last.ckpt").touch()
+            os.utime(tmp_path / name / "checkpoints" / "last.ckpt", (len(os.listdir(tmp_path)),) * 2)  # newer
+        return config
+
+    ours = run("version_0")
+    run("version_1", seed=7)
+    run("version_2", accumulate=4)
+    run("version_3", lr=2e-3)
+    ours["trainer"]["max_epochs"] = 10  # a resume that extends the run
+    assert newest_checkpoint("last", tmp_path, ours) == tmp_path / "version_0" / "checkpoints" / "last.ckpt"
+    assert newest_checkpoint("auto", tmp_path, run("", seed=7)).parent.parent.name == "version_1"
+    assert newest_checkpoint("auto", tmp_path, run("", lr=3e-3)) is None  # a fresh start
+
+
 def test_resuming_a_finished_run_says_that_nothing_is_left(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 55, 5: a resume of a run that had trained its max_epochs trained nothing and said nothing."""
     short = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]

@@ -256,28 +256,43 @@ REWRITTEN = ("data.init_args.batch_size", "model.init_args.optimizer", "model.in
 
 #: What a resume restores from the checkpoint, whatever the config says: a change there would silently not apply.
 RESTORED = ("model.init_args.optimizer", "model.init_args.scheduler")
+#: The trainer's settings that make a run another experiment; not its length, which a resume may extend.
+EXPERIMENT_TRAINER = ("accumulate_grad_batches", "precision", "gradient_clip_val", "gradient_clip_algorithm")
+
+
+def _experiment(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What tells one experiment from another in a run config: model, data, seed, the trainer's `EXPERIMENT_TRAINER`.
+
+    A seed drawn at random (``seed_everything: true``) tells nothing: left out.
+    """
+    plain = lambda v: v.as_dict() if hasattr(v, "as_dict") else v  # noqa: E731 (a parsed Namespace, or YAML's dict)
+    trainer, seed = plain(config.get("trainer")) or {}, config.get("seed_everything")
+    return json.loads(json.dumps({"model": plain(config.get("model")), "data": plain(config.get("data")),
+                                  "seed_everything": seed if type(seed) is int else None,
+                                  "trainer": {key: trainer.get(key) for key in EXPERIMENT_TRAINER}},
+                                 default=str))  # fmt: skip
 
 
 def differs(saved: Path, config: Mapping[str, Any], only: tuple[str, ...] = ()) -> str | None:
-    """The first setting of the model or the data where the run config ``saved`` is not ``config``; ``None`` if none.
+    """The first setting of the experiment where the run config ``saved`` is not ``config``; ``None`` if none.
 
     What ``--ckpt_path last`` and ``auto`` compare before they take a run's checkpoint: another experiment under the
-    same root (another data set, model or recipe) is never continued. ``only`` compares those keys alone (their
-    prefixes), `REWRITTEN` left out of them too.
+    same root (another data set, model, recipe or seed, `_experiment`) is never continued. ``only`` compares those
+    keys alone (their prefixes), `REWRITTEN` left out of them too.
     """
     try:
         theirs = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
     except (OSError, ValueError, yaml.YAMLError):
         return "its config.yaml (unreadable)"
-    ours = {key: config.get(key) for key in ("model", "data")}
-    ours = json.loads(
-        json.dumps({k: v.as_dict() if hasattr(v, "as_dict") else v for k, v in ours.items()}, default=str)
-    )
+    if not isinstance(theirs, dict):
+        return "its config.yaml (no mapping)"
     skip: tuple[str, ...] = REWRITTEN
     if only:  # BatchSizeSearch's rewrite of the batch and the rate is the run's own
         searched = "BatchSizeSearch" in str((theirs.get("trainer") or {}).get("callbacks"))
         skip = ("data.init_args.batch_size", "model.init_args.optimizer.init_args.lr") if searched else ()
-    theirs = json.loads(json.dumps({key: theirs.get(key) for key in ("model", "data")}, default=str))
+    ours, theirs = _experiment(config), _experiment(theirs)
+    if ours["seed_everything"] is None or theirs["seed_everything"] is None:  # a random seed matches any
+        ours["seed_everything"] = theirs["seed_everything"] = None
     return _first_difference(ours, theirs, "", skip, only)
 
 
@@ -300,31 +315,38 @@ def check_resumed_settings(ckpt_path: str, run: Path, config: Mapping[str, Any])
     ignored while the resume's saved config recorded it. The run's newest saved config is compared (a resume's
     ``config.resume-K.yaml``); `vitlit.runs.batch_size.BatchSizeSearch`'s rewrite of the rate is the run's own.
     """
-    resumes = [
-        int(m.group(1))
-        for p in run.glob("config.resume-*.yaml")
-        if (m := re.fullmatch(r"config\.resume-(\d+)\.yaml", p.name))
-    ]
-    saved = run / (f"config.resume-{max(resumes)}.yaml" if resumes else "config.yaml")
-    found = differs(saved, config, only=RESTORED) if saved.is_file() else None
+    found = _restored_differ(run, config)
     if found is not None:
         raise ConfigError(f"--ckpt_path {ckpt_path} resumes {run}, whose optimizer or schedule differs ({found}); a "
                           f"resume continues the checkpoint's, so the change would not apply: drop it to resume, or "
                           f"start a fresh run with --ckpt_path none.")  # fmt: skip
 
 
+def _restored_differ(run: Path, config: Mapping[str, Any]) -> str | None:
+    """Where the optimizer or the schedule of ``run``'s newest saved config (a resume's, else its first) differs."""
+    resumes = [
+        int(m.group(1))
+        for p in run.glob("config.resume-*.yaml")
+        if (m := re.fullmatch(r"config\.resume-(\d+)\.yaml", p.name))
+    ]
+    saved = run / (f"config.resume-{max(resumes)}.yaml" if resumes else "config.yaml")
+    return differs(saved, config, only=RESTORED) if saved.is_file() else None
+
+
 def newest_checkpoint(ckpt_path: str, root: Path, config: Mapping[str, Any] | None) -> Path | None:
     """``--ckpt_path last`` or ``auto``: the newest ``last.ckpt`` under ``root`` of a run of this config, or ``None``.
 
-    A run of this config has ``config``'s model and data (`differs`); ``auto`` starts afresh where there is none, said
-    in one line where other runs are there.
+    A run of this config has ``config``'s model, data, seed and trainer recipe (`differs`), and the optimizer and
+    schedule it last trained with (a resume would refuse others); ``auto`` starts afresh where there is none, said in
+    one line where other runs are there.
 
     Raises:
         ConfigError: For ``last`` where no run of this config has a ``last.ckpt``.
     """
     found = sorted((p for p in root.glob("*/checkpoints/last.ckpt") if p.is_file()), key=lambda p: -p.stat().st_mtime)
     if found and config is not None:  # only this experiment's runs
-        other = {p: differs(p.parent.parent / "config.yaml", config) for p in found}
+        other = {p: differs(p.parent.parent / "config.yaml", config) or _restored_differ(p.parent.parent, config)
+                 for p in found}  # fmt: skip
         if all(other.values()):  # every run here is another experiment's
             newest = found[0].parent.parent
             if ckpt_path == "last":
