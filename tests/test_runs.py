@@ -81,6 +81,20 @@ def test_two_fits_started_at_once_finish_in_their_own_folders(tmp_path: Path, di
         assert len(list(run.glob("events.out.tfevents.*"))) == 1
 
 
+def test_a_refused_resume_leaves_the_run_as_it_was(
+    tmp_path: Path, two_epoch_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A resume refused once placed (no end to size the schedule to) left a config.resume-1.yaml and a new event file
+    in the finished run (fifteenth session's read)."""
+    from helpers.cli import refused
+
+    run = _copy(two_epoch_run, tmp_path)
+    before = tree_digest(run)
+    line = refused(capsys, "fit", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt",
+                   "--trainer.max_epochs", "-1")  # fmt: skip
+    assert "max_epochs=-1 and max_steps=-1 set no end" in line and tree_digest(run) == before
+
+
 def test_resuming_from_an_older_checkpoint_continues_in_a_new_run(
     tmp_path: Path, two_epoch_run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -181,12 +181,26 @@ def stopped_line(err: BaseException, trainer: Any, run_dir: Path | None) -> tupl
 
 
 def discard(placed: Any) -> None:
-    """Remove the folders a refused run made (its run folder, and ``lightning_logs/`` and the root where it made them).
+    """Remove what a refused run made: its run folder, and ``lightning_logs/`` and the root where it made them.
 
     For a user error found once the folder was made (an image that cannot be read, met at the data's setup), so a
-    refused run leaves nothing; a folder that holds a checkpoint, or another run's files meanwhile, is kept.
+    refused run leaves nothing; a folder that holds a checkpoint, or another run's files meanwhile, is kept. A refused
+    resume removes what it added to the run's folder (its ``config.resume-K.yaml``, a logger's new file).
     """
-    if placed is None or not placed.made or any(placed.run_dir.rglob("*.ckpt")):
+    if placed is None:
+        return
+    if not placed.made:  # a resume
+        added = sorted((p for p in placed.run_dir.rglob("*") if p not in placed.existed), key=lambda p: -len(p.parts))
+        if not placed.existed or any(p.suffix == ".ckpt" for p in added):
+            return
+        for path in added:  # deepest first: a folder is empty when its turn comes
+            with contextlib.suppress(OSError):
+                if path.is_dir() and not path.is_symlink():
+                    path.rmdir()
+                else:
+                    path.unlink()
+        return
+    if any(placed.run_dir.rglob("*.ckpt")):
         return
     shutil.rmtree(placed.run_dir, ignore_errors=True)
     for folder in placed.made[1:]:

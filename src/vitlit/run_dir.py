@@ -94,6 +94,7 @@ class Placed(NamedTuple):
     run_dir: Path
     lock: int | None
     made: tuple[Path, ...]  # the run's folder and those above it that did not exist, deepest first; () for a resume
+    existed: frozenset[Path] = frozenset()  # a resume: what the run's folder held before it
 
 
 #: The loggers that write into a folder: the run's folder is its first logger's (`place_run`).
@@ -137,7 +138,9 @@ def place_run(trainer: Trainer, subcommand: str, ckpt: Path | None = None, run: 
         init_args.setdefault("default_hp_metric", False)
     relocated = type(logger)(**{**init_args, "save_dir": os.fspath(save_dir), "name": name, "version": version})
     trainer.loggers = [relocated, *trainer.loggers[1:]]
-    return Placed(run_dir, fd, (run_dir, *made) if config_name is None else ())
+    if config_name is None:
+        return Placed(run_dir, fd, (run_dir, *made))
+    return Placed(run_dir, fd, (), frozenset(run_dir.rglob("*")))  # a refused resume removes only what it added
 
 
 def saved_config(trainer: Trainer, run_dir: Path) -> Path:
