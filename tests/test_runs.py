@@ -95,6 +95,31 @@ def test_a_refused_resume_leaves_the_run_as_it_was(
     assert "max_epochs=-1 and max_steps=-1 set no end" in line and tree_digest(run) == before
 
 
+@pytest.mark.posix
+def test_a_fit_that_locks_a_lock_file_its_owner_just_removed_takes_the_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`unlock` removes the lock file: a fit that had opened it just before locked the removed file, and a third fit
+    then locked a new one, so two fits held one run (fifteenth session's read)."""
+    import fcntl
+
+    from vitlit.errors import ConfigError
+    from vitlit.run_dir import lock, unlock
+
+    first, flock = lock(tmp_path), fcntl.flock
+
+    def owner_leaves_first(fd: int, operation: int) -> None:  # between the second fit's open and its flock
+        monkeypatch.setattr(fcntl, "flock", flock)
+        unlock(tmp_path, first)
+        flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", owner_leaves_first)
+    second = lock(tmp_path)
+    with pytest.raises(ConfigError, match="is in use by a fit of pid"):
+        lock(tmp_path)
+    unlock(tmp_path, second)
+
+
 def test_resuming_from_an_older_checkpoint_continues_in_a_new_run(
     tmp_path: Path, two_epoch_run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

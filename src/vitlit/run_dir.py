@@ -76,6 +76,13 @@ def lock(run_dir: Path) -> int:
         raise ConfigError(
             f"{run_dir} is in use by a fit of {owner}; wait for it to end (or stop it), then run this again."
         ) from None
+    try:  # the file locked is still the one at its path: its last owner removes it on the way out (`unlock`)
+        current = os.path.samestat(os.fstat(fd), os.stat(run_dir / LOCK))
+    except FileNotFoundError:
+        current = False
+    if not current:  # a lock of a removed file holds nothing: take the new one
+        os.close(fd)
+        return lock(run_dir)
     os.ftruncate(fd, 0)
     os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
     return fd
