@@ -163,3 +163,30 @@ def test_a_trial_whose_sweep_was_killed_does_not_stay_running(digits_dir: Path, 
     lines = [line for line in done.stderr.splitlines() if line.startswith("vitlit: trial ")]
     assert len(lines) == 2 and "(1 of 2): val/acc " in lines[0] and "; best val/acc " in lines[0], lines
     assert "; ETA " in lines[0] and "(2 of 2)" in lines[1] and "ETA" not in lines[1]
+
+
+def test_a_study_continues_only_the_sweep_that_made_it(
+    digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second sweep of another search space into the same root and study name ran no trial and reported the first
+    sweep's best trial as its own, with its own --max_epochs (fifteenth session's read); and the pruner's warmup
+    counted one epoch more than --prune_after."""
+    from vitlit.tools.sweep import sweep
+
+    warmups = []
+    median = optuna.pruners.MedianPruner
+    monkeypatch.setattr(
+        optuna.pruners, "MedianPruner", lambda **kw: warmups.append(kw.get("n_warmup_steps")) or median(**kw)
+    )
+    fixed = {"data.root": str(digits_dir), "model.scheduler.init_args.warmup_steps": 0, "trainer.max_epochs": 1,
+             "trainer.limit_train_batches": 1, "trainer.limit_val_batches": 1}  # fmt: skip
+    (tmp_path / "first").mkdir()
+    lr = {"model.optimizer.init_args.lr": {"type": "log_uniform", "low": 1.0e-3, "high": 1.0e-2}}
+    sweep(str(DIGITS_CONFIG), str(_space(tmp_path / "first", lr, **fixed)), n_trials=1, root=str(tmp_path / "sweeps"),
+          prune_after=3)  # fmt: skip
+    assert warmups[0] == 2  # Optuna counts epochs from 0: a trial may be stopped after its third
+    other = _space(tmp_path, {"model.drop_path_rate": {"type": "uniform", "low": 0.0, "high": 0.2}}, **fixed)
+    with pytest.raises(ConfigError, match="holds a sweep of another search space; give another --study_name"):
+        sweep(str(DIGITS_CONFIG), str(other), n_trials=2, root=str(tmp_path / "sweeps"))
+    storage = f"sqlite:///{tmp_path / 'sweeps' / 'vitlit.db'}"
+    assert len(optuna.load_study(study_name="vitlit", storage=storage).trials) == 1

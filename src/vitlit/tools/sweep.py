@@ -21,7 +21,9 @@ At the end the best trial's values are printed as a ``python -m vitlit fit`` com
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
+import json
 import math
 import re
 import shlex
@@ -201,7 +203,7 @@ def sweep(
         study_name: The study's name in the storage; its trials go to ``<root>/<study_name>/trial_NNN``.
         root: Folder of the trials' run folders, the SQLite file and ``<study_name>.best.yaml``.
         seed: Seed of the TPE sampler (each machine of a shared study should use its own).
-        prune_after: Epochs every trial trains before the median pruner may stop it.
+        prune_after: Epochs every trial trains before the median pruner may stop it (from the third trial on).
         heartbeat: Seconds between a running trial's signs of life in the storage. A trial silent for twice as long
             (its process was killed) is marked failed by the next trial of any machine, so it never stays running.
         max_epochs: Epochs of each trial (``--trainer.max_epochs`` of its fit); default: the recipe's, or the
@@ -240,7 +242,8 @@ def sweep(
             direction="maximize",
             load_if_exists=True,
             sampler=optuna.samplers.TPESampler(seed=seed),
-            pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=prune_after),
+            # Optuna's warmup counts epochs from 0: the pruner may stop a trial after its prune_after-th epoch.
+            pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=int(prune_after) - 1),
         )
     except Exception as err:  # SQLAlchemy's errors for a URL it cannot open (unknown scheme, unwritable file, ...)
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
@@ -248,6 +251,18 @@ def sweep(
             f"--storage {url} cannot be opened ({reason}); give sqlite:///<file>.db in a folder you can write, or a "
             f"database URL Optuna can reach."
         ) from None
+    # A study continues only the sweep that made it: the same base config (its text), search space and length.
+    made = {"config": hashlib.sha256(Path(config).read_bytes()).hexdigest(), "search": {"space": space, "fixed": fixed},
+            "max_epochs": max_epochs}  # fmt: skip
+    made = json.loads(json.dumps(made, default=str))  # as the storage keeps it
+    held = study.user_attrs.get("vitlit_sweep")
+    if held is None:  # a new study (or one of an earlier vitlit, which recorded nothing)
+        study.set_user_attr("vitlit_sweep", made)
+    elif held != made:
+        other = next(key for key in made if held.get(key) != made[key])
+        what = {"config": "base config", "search": "search space", "max_epochs": "--max_epochs"}[other]
+        raise ConfigError(f"--study_name {study_name} in {redacted(url)} holds a sweep of another {what}; give "
+                          f"another --study_name for this one, or continue that sweep with its own.")  # fmt: skip
     optuna.storages.fail_stale_trials(study)  # those of a sweep killed since, at once rather than at the next trial
     folder.mkdir(parents=True, exist_ok=True)
     done_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
