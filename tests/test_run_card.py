@@ -66,6 +66,10 @@ def test_a_fit_writes_its_card_and_a_test_of_its_checkpoint_completes_it(digits_
     assert after["test_acc"] == pytest.approx(test.trainer.callback_metrics["test/acc"].item())
     assert after["test_checkpoint"].startswith("epoch") and after["best_val_acc"] == card["best_val_acc"]
     assert f"| test_acc | {after['test_acc']} |" in (run / "run_card.md").read_text()
+    # A test of a part of the split is not the run's test accuracy (fifteenth session's read: it replaced it).
+    best = fit.trainer.checkpoint_callback.best_model_path
+    run_cli("test", "--config", run / "config.yaml", "--ckpt_path", best, "--trainer.limit_test_batches", "1")
+    assert _card(run) == after
 
 
 def test_a_card_has_the_speed_monitors_figure_and_the_files_modes_of_any_file(digits_dir: Path, tmp_path: Path) -> None:

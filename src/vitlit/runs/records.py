@@ -103,7 +103,7 @@ class RunCard(Callback):
         self.card = {
             "epochs_done": 0, "best_val_acc": None, "best_epoch": None, "test_acc": None, **earlier,
             "run_dir": str(self.run_dir), "model_name": pl_module.hparams.get("model_name"), "exit_reason": "running",
-            "data": getattr(trainer.datamodule, "description", None) or type(trainer.datamodule).__name__,
+            "data": _data(trainer.datamodule),
             **git_state(Path(vitlit.__file__).parent), "device": device, "precision": str(trainer.precision),
             "versions": {m.__name__: m.__version__ for m in (vitlit, torch, timm, lightning)},
             "processes": trainer.world_size, "seed": seed, "effective_batch": batch * trainer.accumulate_grad_batches
@@ -154,9 +154,22 @@ class RunCard(Callback):
 
     @rank_zero_only
     def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Put ``test/acc`` on the card of the run whose checkpoint was tested (``<run>/checkpoints/*.ckpt``)."""
-        if trainer.ckpt_path and "test/acc" in trainer.callback_metrics:
-            record_test(Path(trainer.ckpt_path), float(trainer.callback_metrics["test/acc"]))
+        """Put ``test/acc`` on the card of the run whose checkpoint was tested (``<run>/checkpoints/*.ckpt``).
+
+        Only a test of the whole test split, of the data module the run trained on (its ``data`` on the card), is its
+        test accuracy; another is said not recorded.
+        """
+        if not trainer.ckpt_path or "test/acc" not in trainer.callback_metrics:
+            return
+        ckpt, limit = Path(trainer.ckpt_path), trainer.limit_test_batches
+        ran = read_card(ckpt.resolve().parent.parent).get("data")
+        if not (isinstance(limit, float) and limit == 1.0):  # an int is a number of batches
+            rank_zero_info(f"vitlit: test/acc not recorded on the run card: --trainer.limit_test_batches {limit} "
+                           f"tests a part of the split")  # fmt: skip
+        elif ran and _data(trainer.datamodule) != ran:
+            rank_zero_info(f"vitlit: test/acc not recorded on the run card: the run trained on {ran}")
+        else:
+            record_test(ckpt, float(trainer.callback_metrics["test/acc"]))
 
     def _write(self, trainer: Trainer) -> None:
         self.card["wall_seconds"] = round(self._wall_before + time.monotonic() - self._started, 1)
@@ -167,6 +180,11 @@ class RunCard(Callback):
         if device.type == "cuda":
             self.card["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
         write_card(self.run_dir, self.card)
+
+
+def _data(datamodule: Any) -> str:
+    """The card's ``data``: the data module's description, else its class."""
+    return getattr(datamodule, "description", None) or type(datamodule).__name__
 
 
 def read_card(run_dir: Path) -> dict[str, Any]:
