@@ -74,7 +74,7 @@ def test_the_teacher_follows_the_batch_to_its_device_and_an_average_shares_it(te
     logits = distillation.teacher_logits(torch.zeros(2, 3, 32, 32, device="meta"))  # a device it was not built on
     assert logits.shape == (2, 10) and next(distillation.teacher.parameters()).device.type == "meta"
     clone = copy.deepcopy(distillation)
-    assert clone.teacher is distillation.teacher and clone._teacher is not distillation._teacher
+    assert clone is not distillation and clone.teacher is distillation.teacher
 
 
 def test_distillation_trains_the_student_only_and_never_saves_the_teacher(

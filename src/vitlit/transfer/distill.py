@@ -175,9 +175,7 @@ class Distillation:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Distillation:
         """A copy of the student (an EMA's average) shares the frozen teacher: it never changes, and is large."""
-        clone = copy.copy(self)
-        clone._teacher = list(self._teacher)
-        return clone
+        return copy.copy(self)
 
     @torch.no_grad()
     def teacher_logits(self, images: torch.Tensor) -> torch.Tensor:
