@@ -103,7 +103,7 @@ class RunCard(Callback):
         self.card = {
             "epochs_done": 0, "best_val_acc": None, "best_epoch": None, "test_acc": None, **earlier,
             "run_dir": str(self.run_dir), "model_name": pl_module.hparams.get("model_name"), "exit_reason": "running",
-            "data": _data(trainer.datamodule),
+            "data": getattr(trainer.datamodule, "description", None) or type(trainer.datamodule).__name__,
             **git_state(Path(vitlit.__file__).parent), "device": device, "precision": str(trainer.precision),
             "versions": {m.__name__: m.__version__ for m in (vitlit, torch, timm, lightning)},
             "processes": trainer.world_size, "seed": seed, "effective_batch": batch * trainer.accumulate_grad_batches
@@ -161,12 +161,12 @@ class RunCard(Callback):
         """
         if not trainer.ckpt_path or "test/acc" not in trainer.callback_metrics:
             return
-        ckpt, limit = Path(trainer.ckpt_path), trainer.limit_test_batches
-        ran = read_card(ckpt.resolve().parent.parent).get("data")
+        ckpt, limit, data = Path(trainer.ckpt_path), trainer.limit_test_batches, trainer.datamodule
+        ran = read_card(ckpt.resolve().parent.parent).get("data")  # as on_fit_start wrote it
         if not (isinstance(limit, float) and limit == 1.0):  # an int is a number of batches
             rank_zero_info(f"vitlit: test/acc not recorded on the run card: --trainer.limit_test_batches {limit} "
                            f"tests a part of the split")  # fmt: skip
-        elif ran and _data(trainer.datamodule) != ran:
+        elif ran and (getattr(data, "description", None) or type(data).__name__) != ran:
             rank_zero_info(f"vitlit: test/acc not recorded on the run card: the run trained on {ran}")
         else:
             record_test(ckpt, float(trainer.callback_metrics["test/acc"]))
@@ -180,11 +180,6 @@ class RunCard(Callback):
         if device.type == "cuda":
             self.card["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
         write_card(self.run_dir, self.card)
-
-
-def _data(datamodule: Any) -> str:
-    """The card's ``data``: the data module's description, else its class."""
-    return getattr(datamodule, "description", None) or type(datamodule).__name__
 
 
 def read_card(run_dir: Path) -> dict[str, Any]:
