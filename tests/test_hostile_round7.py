@@ -222,7 +222,12 @@ def test_streamed_batches_mix_the_classes_as_in_memory_ones_do(digits_dir: Path,
 def test_a_resume_with_another_learning_rate_is_refused(
     digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Class 3b: --ckpt_path auto with a new rate continued the old run with the old one, the new one recorded."""
+    """Class 3b: --ckpt_path auto with a new rate continued the old run with the old one, the new one recorded.
+
+    A resume of the run's checkpoint with another rate is refused; ``last`` and ``auto`` take only a run of this rate
+    (fifteenth session: ``auto`` chose the other rate's run and refused it, so that job could never start), and
+    ``auto`` starts afresh, said in one line.
+    """
     common = ["--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path,
               "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
               *NO_WARMUP]  # fmt: skip
@@ -230,12 +235,18 @@ def test_a_resume_with_another_learning_rate_is_refused(
     run = tmp_path / "lightning_logs" / "version_0"
     before = sorted(p.name for p in run.iterdir())
     for flags in (["--model.optimizer.init_args.lr", "0.5"], ["--model.scheduler.init_args.warmup_steps", "3"]):
-        line = refused(capsys, "fit", *common, "--trainer.max_epochs", "2", "--ckpt_path", "auto", *flags)
         key = flags[0].removeprefix("--model.")
+        last = run / "checkpoints" / "last.ckpt"
+        line = refused(capsys, "fit", *common, "--trainer.max_epochs", "2", "--ckpt_path", last, *flags)
         assert f"model.init_args.{key}" in line and "--ckpt_path none" in line, line
+        line = refused(capsys, "fit", *common, "--trainer.max_epochs", "2", "--ckpt_path", "last", *flags)
+        assert f"differs in model.init_args.{key}" in line, line
     assert sorted(p.name for p in run.iterdir()) == before  # no config.resume-1.yaml, nothing continued
     resumed = run_cli("fit", *common, "--trainer.max_epochs", "2", "--ckpt_path", "auto")  # the same settings
     assert resumed.trainer.current_epoch == 2 and (run / "config.resume-1.yaml").is_file()
+    fresh = run_cli("fit", *common, "--ckpt_path", "auto", "--model.optimizer.init_args.lr", "0.5")
+    assert fresh.trainer.ckpt_path is None and Path(fresh.trainer.log_dir).name == "version_1"
+    assert "a fresh start" in capsys.readouterr().err
 
 
 def test_a_label_column_beside_another_classlabel_is_chosen_or_refused(

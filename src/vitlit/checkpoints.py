@@ -352,7 +352,7 @@ def newest_checkpoint(ckpt_path: str, root: Path, config: Mapping[str, Any] | No
             if ckpt_path == "last":
                 raise ConfigError(f"--ckpt_path last: no run under {root} has this run's config (the newest, "
                                   f"{newest.name}, differs in {other[found[0]]}); give its checkpoint's path to "
-                                  f"resume it anyway.")  # fmt: skip
+                                  f"resume that run, or --ckpt_path auto to start this one.")  # fmt: skip
             say(f"vitlit: --ckpt_path auto: no run under {root} has this run's config (the newest, {newest.name}, "
                 f"differs in {other[found[0]]}): a fresh start", error=True)  # fmt: skip
         found = [p for p in found if other[p] is None]
