@@ -192,3 +192,18 @@ def test_a_resume_takes_the_default_rate_its_run_ended_at_whatever_the_flags_say
                               optimizers=[optimizer], is_global_zero=True)  # fmt: skip
     search.on_fit_start(trainer, None)
     assert optimizer.defaults["lr"] == 1e-3 and search.state_dict() == {"batch_size": 32, "default_lrs": [1e-3]}
+
+
+def test_a_checkpoint_that_kept_the_rates_factor_still_scales_the_default_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint written before ``default_lrs`` keeps ``lr_factor``: its resume from the first run's flags scales
+    the default rate as before (the fifteenth session's review of its own change)."""
+    import vitlit.runs.batch_size as batch_size
+
+    monkeypatch.setattr(batch_size, "set_batch_size", lambda trainer, size: None)
+    search = batch_size.BatchSizeSearch()
+    search.load_state_dict({"batch_size": 32, "lr_factor": 0.5})
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=2e-3)
+    trainer = SimpleNamespace(ckpt_path="last.ckpt", datamodule=SimpleNamespace(batch_size=64),
+                              optimizers=[optimizer], is_global_zero=True)  # fmt: skip
+    search.on_fit_start(trainer, None)
+    assert optimizer.defaults["lr"] == pytest.approx(1e-3)

@@ -61,6 +61,10 @@ def test_the_split_folders_as_spelt_still_work(tmp_path: Path) -> None:
     root = _classes(tmp_path / "data", {"train": 3, "val": 2, "test": 2})
     data = ImageFolderDataModule(root, num_workers=0)
     assert data.class_names == ["a", "b"] and len(data.val_dataset()) == 4 and len(data.test_dataset()) == 4
+    for name in ("Test", "dev", "cat"):  # a flat layout's classes may be named so (not every one a split)
+        for i in range(3):
+            _png(tmp_path / "flat" / name / f"{i}.png", i)
+    assert ImageFolderDataModule(tmp_path / "flat", num_workers=0).class_names == ["Test", "cat", "dev"]
 
 
 def test_a_link_to_another_class_folder_is_refused(tmp_path: Path) -> None:
@@ -124,6 +128,8 @@ def test_classes_alike_in_unicode_are_refused_naming_both(tmp_path: Path, first:
     with pytest.raises(ConfigError, match="differ only in their Unicode encoding or spaces") as refused:
         _ = CSVImageDataModule(root, num_workers=0, val_size=1).class_names
     assert ascii(first) in str(refused.value) and ascii(second) in str(refused.value)  # the difference, visible
+    (root / "labels.csv").write_text("filename,label\n0.png,m\u00b2\n1.png,m2\n2.png,tea\n3.png,tea\n")
+    assert CSVImageDataModule(root, num_workers=0, val_size=1).class_names == ["m2", "m\u00b2", "tea"]  # not alike
 
 
 def test_skip_that_empties_a_split_is_refused_naming_it(tmp_path: Path) -> None:
@@ -156,7 +162,6 @@ class _TensorFork(ImageClassificationDataModule):
     ("targets", "said"),
     [
         (torch.tensor([0.0, 1.7] * 4), "item 1 of _TensorFork's TensorDataset has the label 1.7 (torch.float32)"),
-        (torch.tensor([False, True] * 4), "item 0 of _TensorFork's TensorDataset has the label False (torch.bool)"),
         (torch.tensor([0.0, float("nan")] * 4), "item 1 of _TensorFork's TensorDataset has the label nan"),
     ],
 )
@@ -166,8 +171,9 @@ def test_targets_that_are_no_integers_are_refused(targets: torch.Tensor, said: s
         data._check_labels(data.train_dataset())
     assert str(refused.value).startswith(said)
     whole = data.train_dataset()
-    whole.tensors = (whole.tensors[0], torch.tensor([0.0, 1.0] * 4))  # integral floats are class indices
-    assert data._check_labels(whole) is whole
+    for fine in (torch.tensor([0.0, 1.0] * 4), torch.tensor([False, True] * 4)):  # whole floats, bools: 0 and 1
+        whole.tensors = (whole.tensors[0], fine)
+        assert data._check_labels(whole) is whole and data.targets_of(whole) == [0, 1] * 4
 
 
 def test_a_csv_error_names_the_line_an_editor_shows(tmp_path: Path) -> None:
@@ -189,6 +195,8 @@ def test_missing_svhn_files_are_refused_when_the_module_is_built(tmp_path: Path)
 
     with pytest.raises(ConfigError, match=r"train_32x32\.mat is missing or damaged in"):
         SVHNDataModule(tmp_path, download=False)
+    _png(tmp_path / "inbox" / "0.png", 0)
+    SVHNDataModule(tmp_path, download=False, predict_dir=str(tmp_path / "inbox"))  # a folder's predict: no .mat file
 
 
 def test_a_damaged_cifar_archive_with_download_false_is_named_not_fetched(

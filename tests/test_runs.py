@@ -120,6 +120,21 @@ def test_a_fit_that_locks_a_lock_file_its_owner_just_removed_takes_the_new_one(
     unlock(tmp_path, second)
 
 
+def test_a_refused_resume_removes_only_its_own_files_beside_the_config(tmp_path: Path) -> None:
+    """What an evaluation of the run wrote meanwhile (``<run>/test/``) is not the refused resume's to remove (the
+    fifteenth session's review of its own change)."""
+    from vitlit.exits import discard
+
+    (tmp_path / "config.yaml").write_text("seed_everything: 42\n")
+    placed = Placed(tmp_path, None, (), frozenset(tmp_path.iterdir()))
+    (tmp_path / "config.resume-1.yaml").write_text("seed_everything: 42\n")
+    (tmp_path / "test" / "version_0").mkdir(parents=True)
+    (tmp_path / "test" / "version_0" / "predictions.csv").write_text("file,class\n")
+    discard(placed)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "config.yaml", "test", "test/version_0", "test/version_0/predictions.csv"]  # fmt: skip
+
+
 def test_resuming_from_an_older_checkpoint_continues_in_a_new_run(
     tmp_path: Path, two_epoch_run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

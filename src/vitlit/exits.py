@@ -185,19 +185,15 @@ def discard(placed: Any) -> None:
 
     For a user error found once the folder was made (an image that cannot be read, met at the data's setup), so a
     refused run leaves nothing; a folder that holds a checkpoint, or another run's files meanwhile, is kept. A refused
-    resume removes what it added to the run's folder (its ``config.resume-K.yaml``, a logger's new file).
+    resume removes the files it added beside the run's config (its ``config.resume-K.yaml``, a logger's new event
+    file); the run's sub-folders (checkpoints, an evaluation's output) are left as they are.
     """
     if placed is None:
         return
     if not placed.made:  # a resume
-        added = sorted((p for p in placed.run_dir.rglob("*") if p not in placed.existed), key=lambda p: -len(p.parts))
-        if not placed.existed or any(p.suffix == ".ckpt" for p in added):
-            return
-        for path in added:  # deepest first: a folder is empty when its turn comes
-            with contextlib.suppress(OSError):
-                if path.is_dir() and not path.is_symlink():
-                    path.rmdir()
-                else:
+        for path in set(placed.run_dir.iterdir()) - placed.existed if placed.existed else ():
+            if path.is_file() and not path.is_symlink():
+                with contextlib.suppress(OSError):
                     path.unlink()
         return
     if any(placed.run_dir.rglob("*.ckpt")):

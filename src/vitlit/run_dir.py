@@ -101,7 +101,7 @@ class Placed(NamedTuple):
     run_dir: Path
     lock: int | None
     made: tuple[Path, ...]  # the run's folder and those above it that did not exist, deepest first; () for a resume
-    existed: frozenset[Path] = frozenset()  # a resume: what the run's folder held before it
+    existed: frozenset[Path] = frozenset()  # a resume: what the run's folder held before it (not its sub-folders)
 
 
 #: The loggers that write into a folder: the run's folder is its first logger's (`place_run`).
@@ -147,7 +147,7 @@ def place_run(trainer: Trainer, subcommand: str, ckpt: Path | None = None, run: 
     trainer.loggers = [relocated, *trainer.loggers[1:]]
     if config_name is None:
         return Placed(run_dir, fd, (run_dir, *made))
-    return Placed(run_dir, fd, (), frozenset(run_dir.rglob("*")))  # a refused resume removes only what it added
+    return Placed(run_dir, fd, (), frozenset(run_dir.iterdir()))  # a refused resume removes only what it added
 
 
 def saved_config(trainer: Trainer, run_dir: Path) -> Path:

@@ -185,6 +185,10 @@ def test_a_study_continues_only_the_sweep_that_made_it(
     sweep(str(DIGITS_CONFIG), str(_space(tmp_path / "first", lr, **fixed)), n_trials=1, root=str(tmp_path / "sweeps"),
           prune_after=3)  # fmt: skip
     assert warmups[0] == 2  # Optuna counts epochs from 0: a trial may be stopped after its third
+    crlf = tmp_path / "digits.yaml"  # the same recipe as another checkout writes it, with a comment: the same sweep
+    crlf.write_bytes(Path(DIGITS_CONFIG).read_bytes().replace(b"\n", b"\r\n") + b"# tuned on 2026-12-07\r\n")
+    again = sweep(str(crlf), str(tmp_path / "first" / "space.yaml"), n_trials=1, root=str(tmp_path / "sweeps"))
+    assert again["number"] == 0
     other = _space(tmp_path, {"model.drop_path_rate": {"type": "uniform", "low": 0.0, "high": 0.2}}, **fixed)
     with pytest.raises(ConfigError, match="holds a sweep of another search space; give another --study_name"):
         sweep(str(DIGITS_CONFIG), str(other), n_trials=2, root=str(tmp_path / "sweeps"))

@@ -304,12 +304,11 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         targets = dataset.tensors[-1] if isinstance(dataset, TensorDataset) else getattr(dataset, "targets", None)
         if targets is not None and len(targets) == len(dataset):
             values = torch.as_tensor(targets).flatten()  # one conversion, not one per item
-            floats = values.is_floating_point()
-            if values.dtype == torch.bool or (floats and not torch.equal(values, values.round())):  # .long(): 1.7 is 1
-                item = int((values != values.round()).nonzero()[0]) if floats else 0
-                label = f"{values[item].item():.6g}" if floats else values[item].item()
+            if values.is_floating_point() and not torch.equal(values, values.round()):  # .long() takes 1.7 for 1
+                item = int((values != values.round()).nonzero()[0])
                 raise ConfigError(f"item {item} of {type(self).__name__}'s {type(dataset).__name__} has the label "
-                                  f"{label} ({values.dtype}), not a class index; give it integer targets.")  # fmt: skip
+                                  f"{values[item].item():.6g} ({values.dtype}), not a class index; give it integer "
+                                  f"targets.")  # fmt: skip
             return values.long().tolist()
         return [int(dataset[i][1]) for i in range(len(dataset))]
 

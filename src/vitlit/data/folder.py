@@ -80,8 +80,10 @@ def class_folders(root: Path) -> Scan:
     """
     train_dir, seen = root / "train", {}  # seen: each folder scanned, so that a link to it is refused
     flat = _class_dirs(root) if root.is_dir() else []  # class folders, or the split folders and their siblings
-    for folder in flat:
-        _refuse_misspelt(folder)
+    # Beside train/, or where every folder is named as a split (Train/, Test/): a flat layout's class may be "Test".
+    if train_dir.is_dir() or all(_SPELLINGS.get(folder.name.casefold()) for folder in flat):
+        for folder in flat:
+            _refuse_misspelt(folder)
     if not train_dir.is_dir():
         splits_there = [f"{split}/" for split in SPLITS if (root / split).exists()]
         if len(flat) >= 2 and not splits_there:

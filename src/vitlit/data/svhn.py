@@ -34,7 +34,7 @@ class SVHNDataModule(ImageClassificationDataModule):
         if importlib.util.find_spec("scipy") is None:  # torchvision reads SVHN's .mat files with it
             raise ConfigError("SVHN's files are read with SciPy, which is not installed; pip install scipy.")
         self.data_dir, self.download = str(Path(data_dir).expanduser()), download
-        for split in ("train", "test") if not download else ():  # refused now, not after the run folder exists
+        for split in ("train", "test") if not (download or self.predict_dir) else ():  # now, not in a run's folder
             if not (Path(self.data_dir) / f"{split}_32x32.mat").is_file():
                 raise self._not_there(split)
 

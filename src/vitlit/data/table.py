@@ -327,9 +327,11 @@ class ItemTableDataModule(ImageClassificationDataModule):
         if len(classes) < 2:
             raise ConfigError(f"{name} has {len(classes)} class(es) in its training rows; a classifier needs 2 or "
                               f"more.")  # fmt: skip
-        forms: dict[str, str] = {}  # each class by its NFKC form: 'café' in two encodings, a no-break space
+        forms: dict[
+            str, str
+        ] = {}  # each class by its NFC form, spaces as one: 'café' in two encodings, a no-break space
         for c in classes:
-            if (other := forms.setdefault(unicodedata.normalize("NFKC", c), c)) != c:
+            if (other := forms.setdefault(unicodedata.normalize("NFC", " ".join(c.split())), c)) != c:
                 raise ConfigError(f"{name}: the classes '{shown(other)}' and '{shown(c)}' ({other!a} and {c!a}) "
                                   f"differ only in their Unicode encoding or spaces; give them one spelling in the "
                                   f"data.")  # fmt: skip

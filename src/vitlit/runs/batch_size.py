@@ -97,6 +97,7 @@ class BatchSizeSearch(BatchSizeFinder):
         # them whatever batch and rate its flags name).
         self.chosen: int | None = None
         self.default_lrs: list[float | None] = []
+        self._old_factor = 1.0
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Search before a new run's first step; a resume trains at the batch its run chose, without a search.
@@ -112,6 +113,9 @@ class BatchSizeSearch(BatchSizeFinder):
         given = int(trainer.datamodule.batch_size)
         if self.chosen is not None and self.chosen != given:
             set_batch_size(trainer, self.chosen)
+            if not self.default_lrs:  # such a checkpoint kept the factor: not the run's saved config, which holds both
+                self.default_lrs = [lr * self._old_factor if isinstance(lr := o.defaults.get("lr"), float) else None
+                                    for o in trainer.optimizers]  # fmt: skip
         # The groups' rates come back with the optimizer's state; its default rate, which no state holds, from here.
         for optimizer, lr in zip(trainer.optimizers, self.default_lrs, strict=False):
             if lr is not None:
@@ -126,6 +130,7 @@ class BatchSizeSearch(BatchSizeFinder):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.chosen, self.default_lrs = state_dict.get("batch_size"), list(state_dict.get("default_lrs", []))
+        self._old_factor = float(state_dict.get("lr_factor", 1.0))  # a checkpoint of the day before default_lrs
 
     def scale_batch_size(self, trainer: Trainer, pl_module: LightningModule) -> None:
         data = trainer.datamodule

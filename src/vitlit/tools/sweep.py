@@ -251,8 +251,9 @@ def sweep(
             f"--storage {url} cannot be opened ({reason}); give sqlite:///<file>.db in a folder you can write, or a "
             f"database URL Optuna can reach."
         ) from None
-    # A study continues only the sweep that made it: the same base config (its text), search space and length.
-    made = {"config": hashlib.sha256(Path(config).read_bytes()).hexdigest(), "search": {"space": space, "fixed": fixed},
+    # A study continues only the sweep that made it: the same base config (as read), search space and length.
+    recipe = json.dumps(load_yaml(Path(config).read_text(encoding="utf-8"), config), sort_keys=True, default=str)
+    made = {"config": hashlib.sha256(recipe.encode()).hexdigest(), "search": {"space": space, "fixed": fixed},
             "max_epochs": max_epochs}  # fmt: skip
     made = json.loads(json.dumps(made, default=str))  # as the storage keeps it
     held = study.user_attrs.get("vitlit_sweep")
