@@ -12,6 +12,7 @@ import timm
 import torch
 import yaml
 from helpers.cli import ALL_CONFIGS, CPU, DIGITS_CONFIG, TINY_CONFIG, TINY_MODEL, cifar_args, run_cli
+from helpers.counting import calls_to
 
 from vitlit.config import DEFAULTS
 from vitlit.runs.curves import read_scalars
@@ -135,6 +136,20 @@ def test_print_config_is_complete_and_reparses_to_the_same_config(
     with pytest.raises(SystemExit):
         run_cli("fit", "--config", saved, "--print_config")
     assert capsys.readouterr().out == printed  # every value survives the round trip (0.1 stays 0.1)
+
+
+def test_a_subcommand_builds_its_own_parser_only_and_help_lists_them_all(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each subcommand's parser took a tenth of a second to build: a command builds the one it runs."""
+    from lightning.pytorch.cli import LightningCLI
+
+    for argv, parsers in ((["fit", "--config", DIGITS_CONFIG, "--print_config"], 2), (["--help"], 5)):
+        with calls_to(monkeypatch, LightningCLI, "init_parser") as built, pytest.raises(SystemExit) as stop:
+            run_cli(*argv)
+        assert stop.value.code in (0, None) and len(built) == parsers  # the main parser and the subcommands'
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("fit", "validate", "test", "predict")), out[-2000:]
 
 
 def test_print_config_shows_what_the_digits_run_does(

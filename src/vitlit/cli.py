@@ -40,6 +40,8 @@ from vitlit.run_dir import Placed, place_run, unlock
 from vitlit.text import clean, learn_secrets, redacted, say, tell
 
 PROG = "vitlit"
+#: LightningCLI's subcommands, those the Trainer runs.
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
 #: Subcommands beside LightningCLI's four: name -> the function whose typed, documented arguments are its flags. A
 #: fork adds its own here; those whose module a fork deleted (``tools/``) are not offered (a file check, no import).
 TOOLS = {
@@ -101,7 +103,10 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         with quiet(), interrupts_stop_the_fit() if argv[:1] == ["fit"] else contextlib.nullcontext():
             # No abbreviations: `--trainer.max_ep 5` must be an error, not --trainer.max_epochs.
             defaults = {"default_config_files": [str(cfg.DEFAULTS)], "allow_abbrev": False}
+            # Only the subcommand typed gets its parser (each takes a tenth of a second); `--help` lists them all.
+            commands = argv[:1] if argv[:1] in (["fit"], ["validate"], ["test"], ["predict"]) else SUBCOMMANDS
             return VitLitCLI(
+                commands,
                 LightningModule,  # --model: a class path; the shared defaults name vitlit.model.ViTClassifier
                 ImageClassificationDataModule,
                 subclass_mode_model=True,
@@ -113,7 +118,7 @@ def main(args: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
                     "description": f"Train and evaluate timm Vision Transformers with Lightning. More subcommands: "
                     f"{', '.join(TOOLS)}, each with its own --help.",
                     "allow_abbrev": False,
-                    **dict.fromkeys(("fit", "validate", "test", "predict"), defaults),
+                    **dict.fromkeys(commands, defaults),
                 },
                 args=None if args is None else argv,
                 trainer_class=Trainer,
@@ -250,7 +255,8 @@ class VitLitArgumentParser(LightningArgumentParser):
 class VitLitCLI(LightningCLI):
     """LightningCLI with the data-to-model links, checks before anything is built, and the run's folder."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, commands: Sequence[str], *args: Any, **kwargs: Any) -> None:
+        self.commands = commands  # the subcommands whose parsers are built
         self.run: Placed | None = None  # the run's folder, once placed
         try:
             super().__init__(*args, **kwargs)
@@ -264,11 +270,15 @@ class VitLitCLI(LightningCLI):
             if self.run is not None and self.run.lock is not None:
                 unlock(self.run.run_dir, self.run.lock)
 
+    def subcommands(self) -> dict[str, set[str]]:  # type: ignore[override]
+        """Lightning's subcommands (each with the arguments it leaves out), those of `commands` only."""
+        return {name: skip for name, skip in LightningCLI.subcommands().items() if name in self.commands}
+
     def setup_parser(self, add_subcommands: bool, main_kwargs: dict, subparser_kwargs: dict) -> None:
         super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
         self.parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
         # After the subcommands took their names from it: the usage line lists the tools' subcommands too.
-        self.parser.usage = f"{PROG} [--version] {{{','.join(['fit', 'validate', 'test', 'predict', *TOOLS])}}} ..."
+        self.parser.usage = f"{PROG} [--version] {{{','.join([*SUBCOMMANDS, *TOOLS])}}} ..."
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # The data decides what it delivers; the model adapts (these --model.* flags disappear). The input_* are
