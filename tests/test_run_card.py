@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -69,6 +70,11 @@ def test_a_fit_writes_its_card_and_a_test_of_its_checkpoint_completes_it(digits_
     # A test of a part of the split is not the run's test accuracy (fifteenth session's read: it replaced it).
     best = fit.trainer.checkpoint_callback.best_model_path
     run_cli("test", "--config", run / "config.yaml", "--ckpt_path", best, "--trainer.limit_test_batches", "1")
+    assert _card(run) == after
+    # Nor is a test of the same format on another folder: the card records the folder (it recorded the class alone).
+    assert card["data"] == f"DigitsDataModule at {digits_dir.resolve()}"
+    other = shutil.copytree(digits_dir, tmp_path / "other")
+    run_cli("test", "--config", run / "config.yaml", "--ckpt_path", best, "--data.root", other)
     assert _card(run) == after
 
 

@@ -152,8 +152,8 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
     #: What the parts read off a data module, declared here once. ``skipped``: the images ``--data.bad_images skip``
     #: left out (`vitlit.data.images.BadImage`; the item table fills it, `vitlit.runs.records.SkippedImages` lists it);
     #: ``resumes_in_place``: a stream resumed mid-epoch goes on from where it stopped (LitData's), so a resume skips
-    #: no batches of its own (`vitlit.runs.checkpoint_io`); ``description``: the data in the run card's words, where
-    #: a subclass has its own (a Hugging Face data set's path; ``None``: the run card names the class).
+    #: no batches of its own (`vitlit.runs.checkpoint_io`); ``description``: the data in the run card's words (the
+    #: format and its folder; ``None``: the class), so that a test of other data is not recorded as the run's.
     skipped: Sequence[Any] = ()
     resumes_in_place: bool = False
     description: str | None = None

@@ -73,6 +73,11 @@ class CIFARDataModule(ImageClassificationDataModule):
     native_size = 32
 
     @property
+    def description(self) -> str:
+        """Which CIFAR and the folder of its files (what the run card records as the data)."""
+        return f"{self.dataset} at {self.data_dir.resolve()}"
+
+    @property
     def class_names(self) -> list[str]:
         """The 10 or 100 class names in label order."""
         return list(_CLASSES[self.dataset])

@@ -43,6 +43,11 @@ class SVHNDataModule(ImageClassificationDataModule):
         """The digits; torchvision maps SVHN's label 10 to class 0."""
         return [str(digit) for digit in range(10)]
 
+    @property
+    def description(self) -> str:
+        """SVHN and the folder of its files (what the run card records as the data)."""
+        return f"SVHN at {Path(self.data_dir).resolve()}"
+
     def prepare_data(self) -> None:
         """Download both splits once (Lightning calls this on one process only; not to predict a folder)."""
         if self.download and not self.predicting_folder():

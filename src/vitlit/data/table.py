@@ -450,6 +450,11 @@ class ItemTableDataModule(ImageClassificationDataModule):
         """Whether the data has a test split (its own, or one held out)."""
         return "test" in self._scanned()[0]
 
+    @property
+    def description(self) -> str:
+        """The format and the folder its files lie in (what the run card records as the data)."""
+        return f"{type(self).__name__} at {Path(self.root).resolve()}"
+
     def test_dataset(self) -> Any:
         """The test items: the data's own, or those held out of training."""
         if not self.has_test_split:

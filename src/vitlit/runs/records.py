@@ -166,8 +166,8 @@ class RunCard(Callback):
         if not (isinstance(limit, float) and limit == 1.0):  # an int is a number of batches
             rank_zero_info(f"vitlit: test/acc not recorded on the run card: --trainer.limit_test_batches {limit} "
                            f"tests a part of the split")  # fmt: skip
-        elif ran and (getattr(data, "description", None) or type(data).__name__) != ran:
-            rank_zero_info(f"vitlit: test/acc not recorded on the run card: the run trained on {ran}")
+        elif ran and ran not in (getattr(data, "description", None), type(data).__name__):  # older cards: the class
+            rank_zero_info(f"vitlit: test/acc not recorded on the run card: the run trained on {shown(ran)}")
         else:
             record_test(ckpt, float(trainer.callback_metrics["test/acc"]))
 
