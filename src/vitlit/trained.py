@@ -7,6 +7,7 @@ checked before anything of their size is allocated.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +119,11 @@ def checked_hyperparameters(hp: dict[str, Any], path: Path) -> dict[str, Any]:
             )
         if not isinstance(values, list) or len(values) != hp.get("in_chans", 3):
             raise ConfigError(f"{path} has {key}={values!r}, not one number per input channel.")
+        # Every input is divided by the std: a zero, a NaN or a word there gives NaN logits or a traceback later.
+        if not all(_finite(v) for v in values) or (key == "input_std" and not all(v > 0 for v in values)):
+            kind = "positive finite numbers" if key == "input_std" else "finite numbers"
+            raise ConfigError(f"{path} has {key}={values!r}; vitlit reads checkpoints whose {key} are {kind}, one per "
+                              f"input channel; use a checkpoint written by vitlit fit.")  # fmt: skip
     # The evaluation geometry exports and servers resize by: floor(img_size / crop_pct) must be a size.
     crop_pct, interpolation = hp.get("input_crop_pct", 1.0), hp.get("input_interpolation", "bilinear")
     side, number = LIMITS["img_size"], isinstance(crop_pct, int | float) and not isinstance(crop_pct, bool)
@@ -127,6 +133,16 @@ def checked_hyperparameters(hp: dict[str, Any], path: Path) -> dict[str, Any]:
     if interpolation not in ("bilinear", "bicubic"):
         raise ConfigError(f"{path} has input_interpolation={interpolation!r}, not bilinear or bicubic.")
     return hp
+
+
+def _finite(value: Any) -> bool:
+    """Whether ``value`` is a finite real number (an int or a float, not a bool) that a float holds."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond any float
+        return False
 
 
 def load_classifier(ckpt_path: str | Path, weights_only: bool = True) -> tuple[nn.Module, ModelCard]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import timm
 import torch
 
+from vitlit.errors import ConfigError
 from vitlit.tools.attention import attention_rollout
 
 
@@ -36,3 +38,15 @@ def test_rollout_equals_the_hand_computation_and_leaves_the_model_as_it_was() ->
     assert maps.shape == (3, 4, 4) and net.training and all(blk.attn.fused_attn for blk in net.blocks)
     torch.testing.assert_close(maps, _by_hand(net, images), rtol=1e-4, atol=1e-5)
     assert not torch.allclose(maps[0], maps[1])  # each image gets its own map
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [("test_vit", {"class_token": False, "global_pool": "avg"}), ("vit_base_patch16_gap_224", {}),
+     ("vit_base_patch16_reg4_gap_256", {}), ("vit_base_patch16_siglip_224", {}), ("test_vit", {"global_pool": "avg"})],
+)  # fmt: skip
+def test_rollout_refuses_a_vit_whose_head_reads_no_class_token(name: str, options: dict) -> None:
+    """Token 0's row was returned for a ViT without a class token: a patch (avg pool) or a register, not the class."""
+    net = timm.create_model(name, img_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2, **options)
+    with pytest.raises(ConfigError, match=rf"attention rollout follows the class token, and {name} \(global_pool="):
+        attention_rollout(net, torch.randn(1, 3, 32, 32))

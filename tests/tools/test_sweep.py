@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -194,3 +195,23 @@ def test_a_study_continues_only_the_sweep_that_made_it(
         sweep(str(DIGITS_CONFIG), str(other), n_trials=2, root=str(tmp_path / "sweeps"))
     storage = f"sqlite:///{tmp_path / 'sweeps' / 'vitlit.db'}"
     assert len(optuna.load_study(study_name="vitlit", storage=storage).trials) == 1
+
+
+def test_the_best_command_is_printed_with_its_credentials_masked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The best command went out through print(): a URL's password in the search file's values reached the terminal."""
+    import vitlit.tools.sweep as sweep_module
+
+    real_main = sweep_module.main
+    trial = SimpleNamespace(trainer=SimpleNamespace(checkpoint_callback=SimpleNamespace(best_model_score=0.5)))
+    # The search file's keys are checked by the real CLI; the trial's fit itself is not this test's (a fixed score).
+    monkeypatch.setattr(sweep_module, "main", lambda args, **kw: real_main(args) if "--print_config" in args else trial)
+    secret = "https://alice:S3cretT0ken99@example.com/runs"
+    space = _space(tmp_path, {"model.drop_path_rate": {"type": "uniform", "low": 0.0, "high": 0.1}},
+                   **{"trainer.default_root_dir": secret})  # fmt: skip
+    best = sweep_module.sweep(str(DIGITS_CONFIG), str(space), n_trials=1, root=str(tmp_path / "sweeps"))
+    out = capsys.readouterr().out
+    assert best["value"] == 0.5 and "S3cretT0ken99" not in out
+    assert len([line for line in out.splitlines() if line.startswith("python -m vitlit fit --config ")]) == 1, out
+    assert "example.com/runs" in out and "(also as a config: --config " in out

@@ -14,6 +14,8 @@ import torch
 from timm.utils import AttentionExtract
 from torch import nn
 
+from vitlit.errors import ConfigError
+
 
 @torch.no_grad()
 def attention_rollout(net: nn.Module, images: torch.Tensor) -> torch.Tensor:
@@ -25,7 +27,18 @@ def attention_rollout(net: nn.Module, images: torch.Tensor) -> torch.Tensor:
 
     Returns:
         Maps of shape (batch, grid_height, grid_width); 1 marks the patch the class token draws most from.
+
+    Raises:
+        ConfigError: For a ViT without a class token, or one whose head pools the tokens otherwise (``avg``, ``map``):
+            token 0 is then a patch or a register, and its row not what the head reads.
     """
+    pool = getattr(net, "global_pool", "token")
+    if getattr(net, "cls_token", None) is None or pool != "token":
+        name = getattr(net, "pretrained_cfg", {}).get("architecture") or type(net).__name__
+        raise ConfigError(
+            f"attention rollout follows the class token, and {name} (global_pool={pool!r}) has no class token its head "
+            f"reads; use a ViT with a class token and global_pool='token', such as vit_base_patch16_224."
+        )
     fused = {m: m.fused_attn for m in net.modules() if hasattr(m, "fused_attn")}
     was_training = net.training
     try:

@@ -15,13 +15,17 @@ it. The checkpoint is read with ``weights_only`` loading, as everywhere in vitli
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import json
 import logging
 import os
+import shutil
+import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
@@ -46,6 +50,9 @@ TOLERANCE = 1e-3
 MIN_INT8_AGREEMENT = 0.75
 #: The name each file format ends in: what ONNX Runtime's and torch.export's users (and torch.export.load) expect.
 SUFFIX = {"onnx": ".onnx", "int8": ".onnx", "pt2": ".pt2"}
+#: The most bytes of weights one ONNX file holds: a protobuf message stops at 2 GiB (onnx.checker.MAXIMUM_PROTOBUF),
+#: less 64 MiB for the graph's own nodes. Past it torch's exporter writes each weight as its own file instead.
+ONNX_MAX_BYTES = 2**31 - 2**26
 
 
 def sample_batch(card: ModelCard, images: Path | None, n: int = 8) -> torch.Tensor:
@@ -53,18 +60,20 @@ def sample_batch(card: ModelCard, images: Path | None, n: int = 8) -> torch.Tens
 
     Either way the batch goes through the model card's transform, so its values are those real inputs have.
     """
+    if images is not None:
+        images = Path(images).expanduser()  # a config file's ~/ is not expanded by any shell
     if images is None:
         pixels = torch.randint(0, 256, (n, card.in_chans, card.img_size, card.img_size), dtype=torch.uint8)
         transform = card.preprocess()
         return torch.stack([transform(p) for p in pixels])
-    if not Path(images).is_dir():
+    if not images.is_dir():
         raise ConfigError(f"images={images} is not a folder; give a folder of images to check the export with.")
     pil_mode(card.in_chans, "export --images")  # a model of another channel count takes no image file
     # Decoded in full, so that a file damaged inside is left out too; checked only until n readable ones are found.
-    readable = (p for p in image_files(Path(images)) if image_problem(p, card.stored_side, decode=True) is None)
+    readable = (p for p in image_files(images) if image_problem(p, card.stored_side, decode=True) is None)
     files = list(itertools.islice(readable, n))
     if not files:
-        first = next(iter(image_files(Path(images))), None)
+        first = next(iter(image_files(images)), None)
         why = f" ({first}: {image_problem(first, card.stored_side, decode=True)})" if first is not None else ""
         raise ConfigError(f"images={images} holds no readable image{why}.")
     return card.batch(files)
@@ -174,14 +183,61 @@ def check_opset(opset: int) -> None:
     """Refuse an opset this PyTorch's ONNX exporter cannot write, by exporting a one-layer model to memory."""
     if opset < 17:
         raise ConfigError(f"opset={opset} is below 17, the first with a LayerNormalization operator; use 17 or newer.")
+    # torch keeps its supported range private (torch.onnx._constants), so the probe asks the exporter itself.
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _silent_stdout():
             warnings.simplefilter("ignore")
             torch.onnx.export(nn.LayerNorm(2), (torch.zeros(1, 2),), io.BytesIO(), opset_version=opset, dynamo=False)
     except Exception as err:  # the exporter says "Unsupported onnx_opset_version" in a RuntimeError or ValueError
         raise ConfigError(
             f"opset={opset} is not one this PyTorch can export ({str(err).splitlines()[0][:80]}); use 17, the default."
         ) from None
+
+
+@contextlib.contextmanager
+def _silent_stdout() -> Iterator[None]:
+    """Send file descriptor 1 to the null device for the block: torch's C++ code prints a refused graph there."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no standard output at all: nothing to keep clean
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def check_onnx_size(net: nn.Module, format: Format) -> None:
+    """Refuse a model whose weights one ONNX file cannot hold (`ONNX_MAX_BYTES`), before anything is exported.
+
+    Raises:
+        ConfigError: Naming the weights' size and the formats that take it.
+    """
+    size = sum(t.numel() * t.element_size() for t in itertools.chain(net.parameters(), net.buffers()))
+    if size > ONNX_MAX_BYTES:
+        raise ConfigError(
+            f"the model's weights take {size / 2**30:.2f} GiB, more than one ONNX file holds (2 GiB, a protobuf's "
+            f"limit), so --format {format} cannot write it; export it with --format pt2 or --format timm instead."
+        )
+
+
+@contextlib.contextmanager
+def _folders_made_for(folder: Path) -> Iterator[None]:
+    """Create ``folder`` and its missing parents; on an error in the block, remove those it made, innermost first."""
+    made = list(itertools.takewhile(lambda p: not p.exists(), (folder, *folder.parents)))
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for path in made:
+            with contextlib.suppress(OSError):  # one that holds a file since (not ours) stays
+                path.rmdir()
+        raise
 
 
 def export(
@@ -214,20 +270,24 @@ def export(
             from the data and any pretrained weights, which only you know).
 
     Raises:
-        ConfigError: For a bad checkpoint, output, opset or images folder.
+        ConfigError: For a bad checkpoint, output, opset or images folder, or an ONNX export of a model over 2 GiB.
         CheckFailed: When the exported fp32 model disagrees with PyTorch by more than `TOLERANCE`, or int8 picks
             its top-1 class on less than `MIN_INT8_AGREEMENT` of the check images (nothing is written then).
     """
     output = Path(output).expanduser()
+    # Once, for every use below: the run folder beside it is found from this path, also from inside checkpoints/.
+    ckpt_path = Path(ckpt_path).expanduser().absolute()
     if license is not None and format != "timm":
         raise ConfigError(f"--license is the model card's, which --format timm writes; drop it for --format {format}.")
     if format == "timm":
-        check_folder_output(output, Path(ckpt_path), overwrite, "other" if license is None else license)
+        check_folder_output(output, ckpt_path, overwrite, "other" if license is None else license)
     else:
-        check_output(output, Path(ckpt_path).expanduser(), overwrite, format)
+        check_output(output, ckpt_path, overwrite, format)
     if format not in ("pt2", "timm"):
         check_opset(opset)
     net, card = load_classifier(ckpt_path, weights_only)
+    if format in ("onnx", "int8"):
+        check_onnx_size(net, format)
     batch = sample_batch(card, images)
     with torch.no_grad():
         expected = net(batch)
@@ -238,14 +298,15 @@ def export(
         )
     report: dict[str, Any] = {"format": format, "output": str(output), "batch": len(batch)}
     if format == "timm":
-        output.parent.mkdir(parents=True, exist_ok=True)  # checked: a missing folder is created, as by prepare
-        report |= write_timm_folder(net, card, batch, output, Path(ckpt_path), license or "other", TOLERANCE)
+        with _folders_made_for(output.parent):  # checked: a missing folder is created, as by prepare
+            report |= write_timm_folder(net, card, batch, output, ckpt_path, license or "other", TOLERANCE)
         say(f"vitlit: wrote {output}/ ({', '.join(report['files'])}; {report['bytes'] / 2**20:.1f} MiB); timm's "
               f"model from it against the checkpoint on {len(batch)} images: max |logit difference| "
               f"{report['max_abs_diff']:.2e}")  # fmt: skip
         return report
-    output.parent.mkdir(parents=True, exist_ok=True)  # checked: a missing folder is created, as by prepare
-    with replacing(output) as staged:
+    # A missing folder is created, as by prepare (checked above); the private folder is for the ONNX files: torch's
+    # exporter may write files of its own beside its output (one per weight), which must never land in the user's.
+    with _folders_made_for(output.parent), replacing(output) as staged, tempfile.TemporaryDirectory() as private:
         if format == "pt2":
             # Traced on two images at least: torch.export specialises a batch dimension of 1 to a constant.
             example = batch if len(batch) > 1 else batch.repeat(2, 1, 1, 1)
@@ -256,18 +317,18 @@ def export(
                 torch.export.save(program, f)
             with staged.open("rb") as f, torch.no_grad():
                 got = torch.export.load(f).module()(batch)
-        elif format == "onnx":
-            export_onnx(net, batch, staged, opset)
-            _with_metadata(staged, card)
-            got = _run_onnx(staged, batch)
         else:
-            with tempfile.TemporaryDirectory() as tmp:
-                fp32 = Path(tmp) / "fp32.onnx"
+            written = Path(private) / "model.onnx"
+            if format == "onnx":
+                export_onnx(net, batch, written, opset)
+            else:
+                fp32 = Path(private) / "fp32.onnx"
                 export_onnx(net, batch, fp32, opset)
-                quantize_int8(fp32, staged)
+                quantize_int8(fp32, written)
                 report["fp32_bytes"] = fp32.stat().st_size
-            _with_metadata(staged, card)
-            got = _run_onnx(staged, batch)
+            _with_metadata(written, card)
+            got = _run_onnx(written, batch)
+            shutil.copyfile(written, staged)
         difference = float((got - expected).abs().max())
         agreement = float((got.argmax(1) == expected.argmax(1)).float().mean())
         report.update(max_abs_diff=difference, top1_agreement=agreement, bytes=staged.stat().st_size)

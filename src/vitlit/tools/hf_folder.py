@@ -77,19 +77,21 @@ def write_timm_folder(
     Raises:
         CheckFailed: When timm's model from the folder disagrees with the checkpoint (nothing is left then).
     """
-    output = output.expanduser().absolute()
+    output, ckpt_path = output.expanduser().absolute(), Path(ckpt_path).expanduser().absolute()
     with staged_folder(output) as staged:
         data_config = {"mean": _rounded(card.mean), "std": _rounded(card.std), "crop_pct": card.crop_pct,
                        "input_size": (card.in_chans, card.img_size, card.img_size),
                        "interpolation": card.interpolation}  # fmt: skip
         save_for_hf(net, str(staged), model_config={"label_names": list(card.class_names)}, data_config=data_config,
                     safe_serialization=True)  # fmt: skip
-        # timm keeps the base model's pretrained_cfg: its license and tag are not this model's.
+        # timm keeps the base model's pretrained_cfg: its license, tag, test-time sizes and crop mode (squash for
+        # some) are not this model's; vitlit evaluated with a centre crop at input_size and crop_pct.
         config = json.loads((staged / "config.json").read_text(encoding="utf-8"))
-        cfg = {key: value for key, value in config["pretrained_cfg"].items() if key != "tag"}
-        config["pretrained_cfg"] = cfg | {"license": license}
+        inherited = ("tag", "test_input_size", "test_crop_pct")
+        cfg = {key: value for key, value in config["pretrained_cfg"].items() if key not in inherited}
+        config["pretrained_cfg"] = cfg | {"license": license, "crop_mode": "center"}
         (staged / "config.json").write_text(json.dumps(config, indent=4) + "\n", encoding="utf-8")
-        text = model_card(card, run_of_checkpoint(Path(ckpt_path)), license, output.name, Path(ckpt_path))
+        text = model_card(card, run_of_checkpoint(ckpt_path), license, output.name, ckpt_path)
         (staged / "README.md").write_text(text, encoding="utf-8")  # `markdown` wrote undecodable bytes as escapes
         for file in staged.iterdir():  # safetensors writes its file for its owner alone (0600): as every other file
             os.chmod(file, 0o666 & ~umask())
@@ -105,6 +107,18 @@ def write_timm_folder(
     return {"max_abs_diff": difference, "bytes": size, "files": sorted(p.name for p in output.iterdir())}
 
 
+def _run_card(run: Path | None) -> dict[str, Any]:
+    """The run's run_card.json, or ``{}`` where there is none or it is damaged (the card then says it was not found).
+
+    `vitlit.runs.records.read_card` reads it the same way; tools may not import runs (tests/test_layout.py).
+    """
+    try:
+        facts = json.loads((run / "run_card.json").read_text(encoding="utf-8")) if run else {}
+    except (OSError, ValueError):  # missing, unreadable, not UTF-8 or not JSON
+        return {}
+    return facts if isinstance(facts, dict) else {}
+
+
 def _tested(facts: dict[str, Any], checkpoint: Path | None) -> float | None:
     """The test accuracy the run card holds for this checkpoint file, not the last one tested nor an older file.
 
@@ -113,8 +127,9 @@ def _tested(facts: dict[str, Any], checkpoint: Path | None) -> float | None:
     """
     if checkpoint is None:
         return None
-    tested = (facts.get("test_acc_by_checkpoint") or {}).get(checkpoint.name)
-    recorded = (facts.get("tested_files") or {}).get(checkpoint.name)
+    by_name, files = facts.get("test_acc_by_checkpoint"), facts.get("tested_files")
+    tested = by_name.get(checkpoint.name) if isinstance(by_name, dict) else None
+    recorded = files.get(checkpoint.name) if isinstance(files, dict) else None
     stat = checkpoint.stat()
     if recorded is not None and recorded != {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}:
         return None
@@ -134,7 +149,7 @@ def model_card(card: ModelCard, run: Path | None, license: str, name: str, check
     code (``repr``) or as a quoted shell word: none of it can add HTML, a heading, a code fence or a front-matter key.
     ``license`` is an identifier (`check_folder_output`).
     """
-    facts = json.loads((run / "run_card.json").read_text()) if run and (run / "run_card.json").is_file() else {}
+    facts = _run_card(run)
     names = [markdown(c) for c in card.class_names[:20]]
     classes = ", ".join(names) + (f", ... ({len(card.class_names)} in all)" if len(card.class_names) > 20 else "")
     if isinstance(facts.get("versions"), dict):

@@ -38,7 +38,7 @@ from vitlit.cli import main
 from vitlit.config import load_yaml
 from vitlit.errors import ConfigError
 from vitlit.run_dir import check_writable_folder
-from vitlit.text import redacted, shown
+from vitlit.text import redacted, say, shown
 from vitlit.types import NonNegativeInt, PositiveInt
 
 #: A study's name: it names files and a folder inside ``--root`` (``<name>.db``, ``<name>/``), so never a path.
@@ -333,7 +333,8 @@ def sweep(
     )
     flags = as_flags({**fixed, **length, **best.params})
     command = shlex.join(["python", "-m", "vitlit", "fit", "--config", config, *flags])
-    print(f"best trial {best.number}: val/acc {best.value:.4f}")
-    print(command)
-    print(f"(also as a config: --config {config} --config {best_file})")
+    # Through `say`, as every vitlit line: a URL's credentials in the search file's values are masked there.
+    say(f"best trial {best.number}: val/acc {best.value:.4f}")
+    say(command)
+    say(f"(also as a config: --config {config} --config {best_file})")
     return {"number": best.number, "value": best.value, "params": best.params, "best_config": str(best_file)}
