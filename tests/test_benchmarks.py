@@ -56,6 +56,14 @@ def _run(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: 
     return _lines(script, args, monkeypatch, capsys)[-1]
 
 
+def test_cli_parse_prints_a_commands_cost_and_its_phases(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    last = _run("cli_parse.py", ["--repeats", "1"], monkeypatch, capsys)
+    phases = r"\(setup_parser \d\.\d{3}, parse_arguments \d\.\d{3}; mean of 1\)"
+    assert re.fullmatch(rf"one command: \d\.\d{{3}} s of CPU {phases}", last), last
+
+
 @pytest.mark.slow  # a benchmark, not the package: with the other benchmarks' smoke runs
 def test_overhead_prints_the_ratio(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     # bf16-mixed: both loops clip the gradients of a fused AdamW under autocast, as on a GPU.
