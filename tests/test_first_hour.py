@@ -324,6 +324,11 @@ def test_auto_and_last_take_a_run_of_this_seed_recipe_and_optimizer(tmp_path: Pa
     assert newest_checkpoint("last", tmp_path, ours) == tmp_path / "version_0" / "checkpoints" / "last.ckpt"
     assert newest_checkpoint("auto", tmp_path, run("", seed=7)).parent.parent.name == "version_1"
     assert newest_checkpoint("auto", tmp_path, run("", lr=3e-3)) is None  # a fresh start
+    # A job restarted on a machine of other cores or memory: its workers, source and checkpointing are its own.
+    faster = run("", seed=7)
+    faster["data"]["init_args"] |= {"num_workers": 16, "source": "workers", "pin_memory": False}
+    faster["model"]["init_args"] |= {"grad_checkpointing": True, "compile": True}
+    assert newest_checkpoint("auto", tmp_path, faster).parent.parent.name == "version_1"
 
 
 def test_resuming_a_finished_run_says_that_nothing_is_left(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -252,6 +252,11 @@ def resolve_checkpoint(
 REWRITTEN = ("data.init_args.batch_size", "model.init_args.optimizer", "model.init_args.scheduler",
              *(f"model.init_args.{key}" for key in ("num_classes", "class_names", "img_size", "in_chans", "input_mean",
                                                     "input_std", "input_crop_pct", "input_interpolation")))  # fmt: skip
+#: Keys that change only speed or memory (both data sources give the same batches): a job restarted on a machine of
+#: another core count or memory, with its own workers or activation checkpointing, continues its run.
+SPEED_ONLY = (*(f"data.init_args.{key}" for key in ("num_workers", "pin_memory", "persistent_workers", "source",
+                                                     "predict_dir")),
+              "model.init_args.grad_checkpointing", "model.init_args.compile")  # fmt: skip
 
 
 #: What a resume restores from the checkpoint, whatever the config says: a change there would silently not apply.
@@ -286,7 +291,7 @@ def differs(saved: Path, config: Mapping[str, Any], only: tuple[str, ...] = ()) 
         return "its config.yaml (unreadable)"
     if not isinstance(theirs, dict):
         return "its config.yaml (no mapping)"
-    skip: tuple[str, ...] = REWRITTEN
+    skip: tuple[str, ...] = (*REWRITTEN, *SPEED_ONLY)
     if only:  # BatchSizeSearch's rewrite of the batch and the rate is the run's own
         searched = "BatchSizeSearch" in str((theirs.get("trainer") or {}).get("callbacks"))
         skip = ("data.init_args.batch_size", "model.init_args.optimizer.init_args.lr") if searched else ()
