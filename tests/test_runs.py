@@ -358,3 +358,18 @@ def test_a_halted_fit_exits_with_status_1_and_the_guards_message(capsys: pytest.
     assert capsys.readouterr().err.splitlines() == [
         "vitlit: error: the loss became NaN at step 3; no checkpoint was written, so there is nothing to resume"
     ]
+
+
+def test_a_copied_run_folder_resumes_with_its_best_checkpoint_known(tmp_path: Path, digits_dir: Path) -> None:
+    """A run folder copied elsewhere and resumed forgot its best checkpoint (the checkpoints name the old folder): the
+    next validation became best however it scored, and the old best stayed beside it (sixteenth session's read)."""
+    short = ["--data.root", digits_dir, "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]
+    fit = run_cli("fit", "--config", DIGITS_CONFIG, *short, "--trainer.max_epochs", "2",
+                  "--trainer.default_root_dir", tmp_path / "first")  # fmt: skip
+    copy = Path(shutil.copytree(fit.trainer.log_dir, tmp_path / "copied" / "version_0"))
+    resumed = run_cli("fit", "--config", copy / "config.yaml", "--ckpt_path", copy / "checkpoints" / "last.ckpt",
+                      "--trainer.max_epochs", "3")  # fmt: skip
+    best = resumed.trainer.checkpoint_callback
+    kept = sorted(p.name for p in (copy / "checkpoints").glob("epoch*.ckpt"))
+    assert Path(best.best_model_path).parent == copy / "checkpoints" and len(kept) == 1, kept  # top 1 of 3 epochs
+    assert Path(best.best_model_path).name == kept[0] and len(best.best_k_models) == 1

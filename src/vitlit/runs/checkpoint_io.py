@@ -10,11 +10,12 @@ Exact resume (`RNGStateCheckpoint`): Lightning restores model, optimizer, schedu
 generators behind shuffling, augmentation, Mixup and drop path, so a resumed run would draw other random numbers than
 the run it continues. With the generators' state in every checkpoint, a run resumed from an end-of-epoch checkpoint
 (``last.ckpt``) continues with the very numbers the stopped run would have drawn: on the CPU with
-``deterministic: true`` it ends with the same weights.
+``deterministic: true`` it ends with the same weights. A run folder moved or copied keeps its best checkpoints.
 """
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -98,6 +99,24 @@ class RNGStateCheckpoint(Callback):
         np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
         version, internal, gauss = rng["python"]
         random.setstate((version, tuple(internal), gauss))
+
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        """A run folder moved or copied keeps its best checkpoints: their states are read as this folder's.
+
+        Each ModelCheckpoint's state names the folder it saved into. Where that is not this run's ``checkpoints/``,
+        Lightning forgets the best k, so the next validation became "best" however it scored. Called before the
+        callbacks load their states; only where every file the state names is in this folder.
+        """
+        for callback in trainer.checkpoint_callbacks:
+            state = checkpoint.get("callbacks", {}).get(callback.state_key)
+            here = getattr(callback, "dirpath", None)
+            if not isinstance(state, dict) or here is None or state.get("dirpath") in (None, here):
+                continue
+            best = {os.path.join(here, os.path.basename(p)): s for p, s in (state.get("best_k_models") or {}).items()}
+            if all(os.path.isfile(path) for path in best):
+                paths = ("best_model_path", "kth_best_model_path", "last_model_path")
+                state.update({key: os.path.join(here, os.path.basename(state[key])) for key in paths if state.get(key)})
+                state.update(dirpath=here, best_k_models=best)
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """On a resume, say in one line where it differs from the run it continues: mid-epoch, another schedule length.
