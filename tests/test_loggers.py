@@ -28,6 +28,23 @@ def _card(fit) -> dict:
     return json.loads((Path(fit.trainer.log_dir) / "run_card.json").read_text())
 
 
+def test_a_fit_takes_the_version_its_logger_names_and_refuses_one_taken(
+    tmp_path: Path, digits_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A logger's ``version`` was replaced by the next version_N without a word (sixteenth session's read)."""
+    from helpers.cli import refused
+
+    named = ["--trainer.logger.class_path", "TensorBoardLogger", "--trainer.logger.init_args.version", "baseline",
+             "--trainer.logger.init_args.save_dir", tmp_path]  # fmt: skip
+    fit = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.max_epochs", "1",
+                  "--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1", *named)  # fmt: skip
+    run = tmp_path / "lightning_logs" / "baseline"
+    assert Path(fit.trainer.log_dir) == run and (run / "checkpoints" / "last.ckpt").is_file()
+    before = sorted(p.name for p in run.iterdir())
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, *named)
+    assert f"{run} exists" in line and "--ckpt_path" in line and sorted(p.name for p in run.iterdir()) == before
+
+
 @pytest.mark.slow  # a fit (or a fresh process): the default suite stays within its time
 def test_csv_logger_writes_the_metrics_into_the_run_folder(tmp_path: Path, digits_dir: Path) -> None:
     fit = _fit(digits_dir, tmp_path, "--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", tmp_path / "csv")

@@ -1,7 +1,8 @@
 """Where a run writes, decided by the CLI before Lightning writes anything: one folder per run, never shared.
 
 - A new ``fit`` gets the next free ``<root>/lightning_logs/version_N``. Lightning's loggers pick ``N`` by listing the
-  folder, so two fits started at once would share one; here ``os.mkdir`` decides, which fails for all but one.
+  folder, so two fits started at once would share one; here ``os.mkdir`` decides, which fails for all but one. A
+  logger's own ``version`` names the folder instead, where it does not exist yet.
 - A ``fit`` from a run's checkpoint continues that run: one TensorBoard curve, one ``checkpoints/`` folder, its config
   saved as ``config.resume-K.yaml`` beside the first. Where the run holds a checkpoint of a later step (resuming from
   the best one, say), it continues in a new folder instead, so that nothing newer is overwritten.
@@ -126,21 +127,33 @@ def place_run(trainer: Trainer, subcommand: str, ckpt: Path | None = None, run: 
     config_name = note = None
     if run is not None:  # a run's checkpoint: into that run, beside it, or into its evaluations
         save_dir, name, version, config_name, note = placement(trainer, subcommand, ckpt, run, save_dir, name)
+    saver = next((cb for cb in trainer.callbacks if isinstance(cb, SaveConfigCallback)), None)
+    spec: Any = saver.config.get("trainer", {}).get("logger") if saver is not None else None
+    spec = spec[0] if isinstance(spec, list) and spec else spec  # a list: the first logger holds the folder
+    configured = hasattr(spec, "get") and str(spec.get("class_path")).endswith(type(logger).__name__)
+    init_args = dict(spec.get("init_args") or {}) if configured else {}
     made: tuple[Path, ...] = ()
-    if version is None:
+    if version is None and subcommand == "fit" and init_args.get("version") is not None:  # a new run, named
+        version = init_args["version"]
+        named = save_dir / name / (f"version_{version}" if isinstance(version, int) else str(version))
+        made = tuple(d for d in named.parents if not d.exists())
+        named.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(named)  # as allocate_version: of two fits started at once, one gets it
+        except FileExistsError:
+            raise ConfigError(
+                f"{named} exists: --trainer.logger.init_args.version {version} names an earlier run; "
+                f"give a new version, or none to number runs (continue it with --ckpt_path)."
+            ) from None
+    elif version is None:
         made = tuple(d for d in (save_dir / name, *(save_dir / name).parents) if not d.exists())
         version = allocate_version(save_dir / name)
     run_dir = save_dir / name / (f"version_{version}" if isinstance(version, int) else version)
     fd = lock(run_dir) if subcommand == "fit" else None
     if note:
         say(f"vitlit: {note}", error=True)
-    saver = next((cb for cb in trainer.callbacks if isinstance(cb, SaveConfigCallback)), None)
     if saver is not None and config_name:
         saver.config_filename = config_name  # never overwrite the run's config.yaml
-    spec: Any = saver.config.get("trainer", {}).get("logger") if saver is not None else None
-    spec = spec[0] if isinstance(spec, list) and spec else spec  # a list: the first logger holds the folder
-    configured = hasattr(spec, "get") and str(spec.get("class_path")).endswith(type(logger).__name__)
-    init_args = dict(spec.get("init_args") or {}) if configured else {}
     if isinstance(logger, TensorBoardLogger):  # no "hp_metric -1" row in TensorBoard unless asked for
         init_args.setdefault("default_hp_metric", False)
     relocated = type(logger)(**{**init_args, "save_dir": os.fspath(save_dir), "name": name, "version": version})
