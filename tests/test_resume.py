@@ -225,6 +225,17 @@ def test_snapshots_are_periodic_and_keep_the_newest(every: list[str], tmp_path: 
     assert torch.load(folder / "snapshot-step0000006.ckpt", map_location="cpu", weights_only=True)["global_step"] == 6
 
 
+def test_two_snapshots_by_steps_into_their_own_folders_are_two_states() -> None:
+    """Frequent snapshots kept 2 and rare ones kept all, each in its folder, were refused as the same settings."""
+    from vitlit.runs.snapshots import Snapshots
+
+    frequent = Snapshots(every_n_steps=2, keep=2, dirpath="frequent")
+    rare, again = Snapshots(every_n_steps=50, keep=-1, dirpath="rare"), Snapshots(every_n_steps=2, dirpath="frequent")
+    assert len({frequent.state_key, rare.state_key}) == 2 and again.state_key == frequent.state_key
+    # By a fraction of the run, the key is what checkpoints saved before hold.
+    assert Snapshots().state_key == "Snapshots{'snapshots': 'snapshot-step{step:07d}', 'every_fraction': 0.2}"
+
+
 @pytest.mark.slow  # three fits; with the other exact-resume runs
 def test_resume_restores_ema_weights(tmp_path: Path, cifar_dir: Path) -> None:
     """EMAWeightAveraging's averaged weights and count come back on resume: 1 + 1 epochs equal 2 epochs."""
