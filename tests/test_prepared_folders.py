@@ -173,3 +173,99 @@ def test_ctrl_c_while_litdata_writes_stops_with_130_and_leaves_nothing(digits_di
     assert prepare.returncode == 130, said
     assert "vitlit: interrupted by SIGINT; nothing was saved" in said and "Traceback" not in said
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # neither the output nor its staged folder
+
+
+def test_prepare_extracts_a_cifar_archive_copied_by_hand_as_a_fit_does(
+    tmp_path: Path, cifar_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prepare never called the data module's prepare_data(): CIFAR's archive copied by hand (--data.download false)
+    was refused with words telling the user to copy it, as they had."""
+    import hashlib
+    import tarfile
+
+    from torchvision.datasets import CIFAR10
+
+    from vitlit.data.cifar import CIFARDataModule
+    from vitlit.data.prepare import prepare
+
+    data = tmp_path / "data"
+    data.mkdir()
+    archive = data / CIFAR10.filename
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(cifar_dir / CIFAR10.base_folder, arcname=CIFAR10.base_folder)
+    monkeypatch.setattr(CIFAR10, "tgz_md5", hashlib.md5(archive.read_bytes()).hexdigest())
+    cifar = CIFARDataModule(data_dir=data, download=False, val_size=16, num_workers=0)
+    meta = prepare(cifar, str(tmp_path / "out"))
+    assert meta["splits"]["val"] == 16 and meta["splits"]["train"] + 16 == len(cifar.train_set.dataset)
+    assert (data / CIFAR10.base_folder / "data_batch_1").is_file() and meta["native_size"] == 32
+
+
+def _hf_folder(root: Path, test_labels: list[int]) -> Path:
+    """A Hugging Face data set of 40 training digits and a test split of ``len(test_labels)`` with those labels."""
+    from datasets import ClassLabel, Dataset, Features
+    from datasets import Image as HFImage
+    from helpers.hf import digits_rows
+
+    images, targets = digits_rows(40 + len(test_labels))
+    features = Features({"image": HFImage(), "label": ClassLabel(names=[str(d) for d in range(10)])})
+    root.mkdir()
+    Dataset.from_dict({"image": images[:40], "label": targets[:40]}, features=features).to_parquet(
+        str(root / "train-00000-of-00001.parquet")
+    )
+    Dataset.from_dict({"image": images[40:], "label": test_labels}, features=features).to_parquet(
+        str(root / "test-00000-of-00001.parquet")
+    )
+    return root
+
+
+def test_an_unlabelled_hf_test_split_is_left_out_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A test split of -1 (the hub's mark) is left alone by a fit; prepare refused the whole data set for it."""
+    from vitlit.data.hf import HFDataModule
+    from vitlit.data.prepare import prepare
+
+    root = _hf_folder(tmp_path / "hf", [-1] * 12)
+    meta = prepare(HFDataModule(path=str(root), num_workers=0, val_size=8), str(tmp_path / "out"))
+    assert meta["splits"] == {"train": 32, "val": 8} and not (tmp_path / "out" / "test").exists()
+    said = [line for line in capsys.readouterr().out.splitlines() if "the test split of" in line]
+    assert len(said) == 1 and "its 12 images are -1" in said[0]
+
+
+def test_a_channel_count_prepare_cannot_describe_is_refused_before_the_data_is_read(tmp_path: Path) -> None:
+    """Two-channel images were written whole, then prepare refused its own description, naming the staged folder."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    from vitlit.data.base import ImageClassificationDataModule
+    from vitlit.data.prepare import prepare
+    from vitlit.errors import ConfigError
+
+    reads = []
+
+    class TwoBands(ImageClassificationDataModule):
+        @property
+        def class_names(self) -> list[str]:
+            return ["a", "b"]
+
+        def train_dataset(self) -> TensorDataset:
+            reads.append("train")
+            return TensorDataset(torch.zeros(8, 2, 16, 16, dtype=torch.uint8), torch.arange(8) % 2)
+
+    data = TwoBands(in_chans=2, mean=[0.5, 0.5], std=[0.25, 0.25], num_workers=0)
+    with pytest.raises(ConfigError, match=r"^--data.in_chans 2: vitlit prepare writes images of 1, 3 or 4 channels"):
+        prepare(data, str(tmp_path / "new" / "out"))
+    assert reads == [] and list(tmp_path.iterdir()) == []
+
+
+def test_a_refused_prepare_removes_the_folders_it_made_for_the_output(tmp_path: Path) -> None:
+    """The output's parent folders were made before the data was read, and left behind by a refusal."""
+    from vitlit.data.hf import HFDataModule
+    from vitlit.data.prepare import prepare
+    from vitlit.errors import ConfigError
+
+    root = _hf_folder(tmp_path / "hf", [-1, 3, -1, 5])  # partly unlabelled: test refuses it, naming an image
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(ConfigError, match="of the test split has no label"):
+        prepare(HFDataModule(path=str(root), num_workers=0, val_size=8), str(tmp_path / "kept" / "a" / "b" / "out"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "kept"] and list((tmp_path / "kept").iterdir()) == []

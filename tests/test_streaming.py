@@ -4,6 +4,7 @@ trains from them through the one pipeline, sharded by LitData, resumable mid-epo
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
 import subprocess
@@ -53,6 +54,8 @@ def test_prepare_writes_every_split_and_a_fit_trains_tests_and_predicts_from_it(
     predict = run_cli("predict", "--config", run / "config.yaml", "--ckpt_path", ckpt)
     rows = list(csv.DictReader((Path(predict.trainer.log_dir) / "predictions.csv").open()))
     assert len(rows) == 449
+    # A stream keeps no file names: each row names its image's stored position, in the split's order.
+    assert [row["source"] for row in rows] == [str(i) for i in range(449)]
     # Issue 53, 3: the stream shuffles with the run's seed, as every other source's order does (not data.seed).
     assert (fit.datamodule.train_set.seed, fit.datamodule.seed) == (3, 7)
 
@@ -243,3 +246,163 @@ def test_a_stop_in_the_first_epoch_resumes_every_remaining_epoch(chunks: Path, t
         got = [p for e, _, b in stopped.batches + resumed.batches if e == epoch for p in b]
         assert len(got) == len(set(got)) == steps * 64  # no sample twice within an epoch
     assert [b[2] for b in stopped.batches + resumed.batches] == [b[2] for b in whole.batches]
+
+
+def _tiny_folder(root: Path, per_class: int = 8, test: int = 8, size: tuple[int, int] = (24, 20)) -> Path:
+    """``root/train/<class>/<i>.png`` and ``root/test/...``: random RGB images of ``size`` (width, height)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, count in (("train", per_class), ("test", test)):
+        for name in ("cat", "dog", "emu"):
+            (root / split / name).mkdir(parents=True)
+            for i in range(count):
+                pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(root / split / name / f"{i}.png")
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny_chunks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny image folder (24 training images, 24 test images of 3 classes) written by vitlit prepare at 16 px."""
+    from vitlit import ImageFolderDataModule
+    from vitlit.data.prepare import prepare
+
+    root = _tiny_folder(tmp_path_factory.mktemp("tiny") / "images")
+    out = tmp_path_factory.mktemp("tiny_chunks") / "chunks"
+    prepare(ImageFolderDataModule(root, img_size=16, num_workers=0), str(out))
+    return out
+
+
+def _prints(batch: tuple) -> list[bytes]:
+    """Each image of a batch by its bytes: the same image, the same bytes."""
+    return [image.numpy().tobytes() for image in batch[0]]
+
+
+@pytest.mark.parametrize("saved_after", [2, 1], ids=["epoch-end", "mid-epoch"])
+def test_a_resume_under_a_batch_limit_goes_on_as_the_unbroken_run(tiny_chunks: Path, saved_after: int) -> None:
+    """Under ``--trainer.limit_train_batches 2`` an epoch ends before the stream does: a checkpoint at its end
+    resumes with the next epoch afresh (not the stream's leftovers), and one mid-epoch finishes its epoch, then
+    starts the next afresh, as the unbroken run does."""
+    from types import SimpleNamespace
+
+    from vitlit.data.streaming import StreamingDataModule
+
+    limit = 2
+    trainer = SimpleNamespace(num_training_batches=limit)  # what Lightning asks of each epoch
+
+    def module(saved: dict | None = None) -> StreamingDataModule:
+        data = StreamingDataModule(str(tiny_chunks), img_size=16, batch_size=4, num_workers=0)
+        data.trainer = trainer
+        if saved is not None:
+            data.load_state_dict(saved)
+        data.setup("fit")
+        return data
+
+    def batches(loader, count: int) -> list[list[bytes]]:
+        # Lightning stops asking after the limit, without running the stream out.
+        return [_prints(batch) for batch in itertools.islice(loader, count)]
+
+    unbroken = module()
+    loader = unbroken.train_dataloader()
+    assert len(loader) > limit
+    epoch = iter(loader)
+    first = batches(epoch, saved_after)
+    saved = unbroken.state_dict()  # the checkpoint, taken as the epoch's batches go by
+    rest = batches(epoch, limit - saved_after)
+    following = [batches(loader, limit) for _ in range(2)]
+
+    resumed = module(saved).train_dataloader()
+    again = batches(resumed, limit - saved_after) if saved_after < limit else []
+    assert len(first + rest) == limit and again == rest
+    assert [batches(resumed, limit) for _ in range(2)] == following
+
+
+def test_streamed_predictions_are_in_the_splits_order_with_two_workers(tiny_chunks: Path) -> None:
+    """LitData hands a stream's batches out worker by worker: the rows go back in order by each item's stored
+    position, which a stream (no file names) writes as the row's source."""
+    from vitlit.data.streaming import StreamingDataModule
+    from vitlit.runs.prediction_table import _stored_indices, in_stored_order
+
+    data = StreamingDataModule(str(tiny_chunks), img_size=16, batch_size=4, num_workers=2)
+    data.setup("predict")
+    split = [data.predict_set[i][0].numpy().tobytes() for i in range(len(data.predict_set))]
+    rows = []  # a stand-in for each image's prediction: its position in the split, read off its pixels
+    for batch in data.predict_dataloader():
+        images, _ = data.on_before_batch_transfer(batch, 0)
+        rows += [split.index(image.numpy().tobytes()) for image in images]
+    assert rows != sorted(rows)  # the workers' order, not the split's
+    probs, stored = in_stored_order([torch_tensor(rows)], [_stored_indices(data, len(rows))])
+    assert probs.squeeze(1).tolist() == stored == list(range(24))
+
+
+def test_predictions_of_processes_given_blocks_of_a_stream_are_put_in_stored_order() -> None:
+    """Under DDP LitData gives each process a block of the split (10 and 14 items here), not every other item;
+    an item repeated to even out the processes is written once."""
+    import torch
+
+    from vitlit.runs.prediction_table import in_stored_order
+
+    blocks = [list(range(10)), [*range(10, 24), 23]]
+    probs = [torch.tensor(block, dtype=torch.float).unsqueeze(1) * 10 for block in blocks]
+    rows, stored = in_stored_order(probs, [torch.tensor(block) for block in blocks])
+    assert stored == list(range(24)) and rows.squeeze(1).tolist() == [10.0 * i for i in range(24)]
+
+
+def torch_tensor(values: list[int]):
+    """``values`` as a one-column tensor, a row per image."""
+    import torch
+
+    return torch.tensor(values, dtype=torch.float).unsqueeze(1)
+
+
+class _Native:
+    """A data module of 30 random 16 px RGB images of 3 classes, all one size (``native_size``), as CIFAR's."""
+
+    @staticmethod
+    def make(**options: object):
+        import torch
+        from torch.utils.data import TensorDataset
+
+        from vitlit.data.base import ImageClassificationDataModule
+
+        images = torch.randint(0, 256, (30, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+
+        class Native(ImageClassificationDataModule):
+            native_size = 16
+
+            @property
+            def class_names(self) -> list[str]:
+                return ["a", "b", "c"]
+
+            def train_dataset(self):
+                return TensorDataset(images, torch.arange(30) % 3)
+
+        return Native(num_workers=0, **options), images
+
+
+def test_encoded_chunks_of_one_size_are_kept_at_it_as_in_memory(tmp_path: Path) -> None:
+    """CIFAR's encoded chunks were decoded at img_size: a random resized crop then cut other pixels than in memory."""
+    from vitlit.data.prepare import prepare
+    from vitlit.data.streaming import StreamingDataModule
+
+    native, images = _Native.make(img_size=32)
+    prepare(native, str(tmp_path / "chunks"), format="encoded")
+    stream = StreamingDataModule(str(tmp_path / "chunks"), img_size=32, num_workers=0)
+    stream.setup("fit")
+    assert stream.native_size == 16 and stream.stored_size(True) == native.stored_size(True) == 16
+    held = {image.numpy().tobytes() for image in images}
+    streamed = [stream.train_set[i][0] for i in range(len(stream.train_set))]
+    assert sum(image.numpy().tobytes() in held for image in streamed) == len(streamed) == 24  # as stored, not resized
+
+
+@pytest.mark.parametrize("options", [{"store_size": 24}, {"img_size": 14, "crop_pct": 0.875}], ids=str)
+def test_raw_chunks_refuse_another_training_size_in_one_line(tiny_chunks: Path, options: dict) -> None:
+    """Raw training images stored at 16 px would be resampled again for another stored size (with the same
+    evaluation size, 14 / 0.875 = 16, too): refused as another evaluation geometry is."""
+    from vitlit.data.streaming import StreamingDataModule
+    from vitlit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"training images resized to 16 px, but this run stores them at .* = "):
+        StreamingDataModule(str(tiny_chunks), **{"img_size": 16, **options})

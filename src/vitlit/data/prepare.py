@@ -24,6 +24,7 @@ import torch
 from PIL import Image
 
 from vitlit.data.base import ImageClassificationDataModule
+from vitlit.data.images import PIL_MODES
 from vitlit.data.pipeline import ToStoredImage
 from vitlit.data.streaming import (
     MANIFEST,
@@ -104,6 +105,10 @@ def prepare(
     if isinstance(data, StreamingDataModule):
         raise ConfigError(f"--data StreamingDataModule is a data set vitlit prepare wrote ({data.input_dir}); give "
                           f"the data module it was prepared from.")  # fmt: skip
+    if data.in_chans not in PIL_MODES:  # vitlit's description names the channels of an image file, 1, 3 or 4
+        raise ConfigError(f"--data.in_chans {data.in_chans}: vitlit prepare writes images of 1, 3 or 4 "
+                          f"channels, as image files hold them; train from "
+                          f"{type(data).__name__} itself instead of from prepared chunks.")  # fmt: skip
     check_scheme(output, "--output", WRITE_SCHEMES)  # another would be a local folder named after the URL
     size = chunk_size(chunk_bytes)
     local = Path(output).expanduser()
@@ -122,15 +127,34 @@ def prepare(
         if local.exists():
             check_replaceable(local, MANIFEST, "--output", "vitlit prepare")
         output = str(local.absolute())
+        made = [folder for folder in Path(output).parents if not folder.exists()]  # innermost first
         Path(output).parent.mkdir(parents=True, exist_ok=True)
-        # Whole or not at all: a kill leaves the earlier data set intact, and SIGTERM the staged copy removed.
-        with sigterm_stops(), staged_folder(Path(output)) as staged:
-            meta = _write(data, str(staged), format, size, num_workers, False)
-            write_manifest(staged, MANIFEST)
+        try:
+            # Whole or not at all: a kill leaves the earlier data set intact, and SIGTERM the staged copy removed.
+            with sigterm_stops(), staged_folder(Path(output)) as staged:
+                meta = _write(data, str(staged), format, size, num_workers, False)
+                write_manifest(staged, MANIFEST)
+        except BaseException:
+            for folder in made:  # the folders made for the output, where nothing else came into them
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            raise
     for name, count in meta["splits"].items():
         say(f"vitlit: wrote {name}: {count:,} images to {output}/{name}")
     say(f"vitlit: train from it with --data vitlit.data.streaming.StreamingDataModule --data.input_dir {output}")
     return json.loads(json.dumps(meta))
+
+
+def unlabelled_test(data: ImageClassificationDataModule) -> int:
+    """The size of the data module's own test split where every image of it is unlabelled (-1, the hub's mark), else 0.
+
+    A test split held out of training is labelled; one partly unlabelled is refused by ``setup("test")``, naming an
+    image.
+    """
+    if not data.has_test_split or type(data).test_dataset is ImageClassificationDataModule.test_dataset:
+        return 0
+    targets = data.targets_of(data.test_dataset())
+    return len(targets) if len(targets) and all(target == -1 for target in targets) else 0
 
 
 def chunk_size(chunk_bytes: str) -> int:
@@ -195,9 +219,14 @@ def _write(
 ) -> dict[str, Any]:
     """Write the splits and vitlit's description into ``output``; return the description."""
     litdata()  # where LitData is missing, one line before any data is read
+    data.prepare_data()  # as a fit's Trainer does first: CIFAR's and SVHN's download, or their archive extracted
     data.setup("fit")
     splits = {"train": data.train_set, "val": data.val_set}
-    if data.has_test_split:
+    unlabelled = unlabelled_test(data)
+    if unlabelled:  # a fit leaves such a split alone, and a streamed test would have nothing to score
+        say(f"vitlit: the test split of {type(data).__name__} is unlabelled (its {unlabelled:,} images are -1): not "
+            f"written; predict it from {type(data).__name__} itself")  # fmt: skip
+    elif data.has_test_split:
         data.setup("test")
         splits["test"] = data.test_set
     # Raw: each split at the size the data module's own sources store it (training's, evaluation's

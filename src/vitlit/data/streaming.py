@@ -23,6 +23,7 @@ import os
 import signal
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -402,18 +403,28 @@ _DESCRIBED = {
 class Sample:
     """A streamed sample as ``(uint8 image, class index)``: LitData's ``transform``, run in its workers.
 
+    A predicted stream's sample also carries its position in the split as ``prepare`` stored it: LitData hands the
+    items out worker by worker and each process a block of its own, so predictions are put back in order by it.
+
     Args:
         decode: The per-image geometry (`vitlit.data.pipeline.ToStoredImage`) of encoded images; ``None`` for raw ones.
         where: The split, to name in messages.
         classes: The number of classes the description names: a label past them is refused, naming its sample.
         shape: The shape of a raw image as the description names it (channels, size, size): an item whose header
             says another (the same bytes as 3 x 16 x 64) is refused, naming it, not stacked into a batch.
+        indexed: Also hand over the sample's stored position (``(image, class index, position)``).
     """
 
-    def __init__(self, decode: ToStoredImage | None, where: str, classes: int, shape: tuple[int, ...]) -> None:
-        self.decode, self.where, self.classes, self.shape = decode, where, classes, shape
+    def __init__(
+        self, decode: ToStoredImage | None, where: str, classes: int, shape: tuple[int, ...], indexed: bool = False
+    ) -> None:
+        self.decode, self.where, self.classes, self.shape, self.indexed = decode, where, classes, shape, indexed
 
-    def __call__(self, sample: dict[str, Any]) -> tuple[torch.Tensor, int]:
+    def __call__(self, sample: dict[str, Any]) -> tuple[Any, ...]:
+        image, label = self._image_and_label(sample)
+        return (image, label, int(sample["index"])) if self.indexed else (image, label)
+
+    def _image_and_label(self, sample: dict[str, Any]) -> tuple[torch.Tensor, int]:
         label, image = sample["label"], sample["image"]
         if not isinstance(label, (int, np.integer)) or isinstance(label, bool) or not 0 <= label < self.classes:
             # the loss's "target out of bounds" traceback, a step later
@@ -472,6 +483,8 @@ class StreamingDataModule(ImageClassificationDataModule):
             raise ConfigError("StreamingDataModule streams its chunks: --data.source memory (all images in memory) "
                               "and --data.class_balanced true (every label first) are the other modules'.")  # fmt: skip
         kwargs["in_chans"], kwargs["source"] = meta["in_chans"], "workers"  # what prepare wrote; streamed, never held
+        # Images that share one size are kept at it, as the in-memory source keeps them: the device resizes and crops.
+        self.native_size = meta.get("native_size")
         super().__init__(**kwargs)
         self.input_dir, self.cache_dir, self.max_cache_size = str(input_dir).rstrip("/"), cache_dir, max_cache_size
         self.meta = meta
@@ -484,8 +497,18 @@ class StreamingDataModule(ImageClassificationDataModule):
                               f"{wanted} px ({self.interpolation}), which would resample them twice; give the "
                               f"--data.img_size, --data.crop_pct and --data.interpolation it was prepared with, or "
                               f"prepare it again with these.")  # fmt: skip
+        # So do raw training images: another stored size would crop other pixels than the in-memory source does.
+        wanted = self.store_size or self.img_size
+        if resized and meta["size"] != wanted:
+            raise ConfigError(f"{input_dir} holds its training images resized to {meta['size']} px, but this run "
+                              f"stores them at --data.store_size or --data.img_size = {wanted} px, which would "
+                              f"resample them twice; give the {meta['size']} px it was prepared with "
+                              f"(--data.store_size or --data.img_size), or prepare it again with these.")  # fmt: skip
         self._train_loader: Any = None  # its place in the stream goes into checkpoints (`state_dict`)
         self._resume_from: dict[str, Any] | None = None
+        self._resume_epoch_done = False  # the checkpoint's epoch had handed out every batch asked of it
+        #: The stored position of each item predicted so far, batch by batch (`vitlit.runs.prediction_table`).
+        self.predicted_indices: list[torch.Tensor] | None = None
         self.default_mean, self.default_std = tuple(meta["mean"]), tuple(meta["std"])
 
     @property
@@ -513,7 +536,7 @@ class StreamingDataModule(ImageClassificationDataModule):
             return super().stored_size(train)
         return self.meta["size"] if train else self.meta.get("eval_size", self.meta["size"])
 
-    def _stream(self, split: str, train: bool) -> Any:
+    def _stream(self, split: str, train: bool, indexed: bool = False) -> Any:
         if split not in self.meta["splits"]:
             raise ConfigError(f"{self.input_dir} has no {split} split; vitlit prepare writes one where the data "
                               f"module has it.")  # fmt: skip
@@ -524,7 +547,7 @@ class StreamingDataModule(ImageClassificationDataModule):
         return stream(
             where, split_item(self.meta["format"]), self.meta["splits"][split], cache_dir=self.cache_dir,
             max_cache_size=self.max_cache_size, shuffle=train, drop_last=train, seed=self.run_seed(),
-            transform=Sample(decode, where, len(self.meta["class_names"]), shape),
+            transform=Sample(decode, where, len(self.meta["class_names"]), shape, indexed),
         )  # fmt: skip
 
     def setup(self, stage: str) -> None:
@@ -534,7 +557,7 @@ class StreamingDataModule(ImageClassificationDataModule):
         if stage == "test" and self.test_set is None:
             self.test_set = self._stream("test", False)
         if stage == "predict" and self.predict_set is None:
-            self.predict_set = self._stream("test", False) if self.predict_dir is None else None
+            self.predict_set = self._stream("test", False, indexed=True) if self.predict_dir is None else None
             if self.predict_set is None:
                 super().setup(stage)
 
@@ -542,14 +565,20 @@ class StreamingDataModule(ImageClassificationDataModule):
         if split is None or not hasattr(split, "input_dir"):  # not a stream: predict_dir's files
             return super()._loader(split, train)
         self._device_transforms.pop(True, None)
+        if split is self.predict_set:
+            self.predicted_indices = []  # filled batch by batch (`on_before_batch_transfer`)
         loader = epoch_loader()(
             split, batch_size=self.batch_size, num_workers=self.workers,
             pin_memory=self.pin_memory and torch.cuda.is_available(), persistent_workers=False,
         )  # fmt: skip
         if train:
             self._train_loader = loader
+            loader.asked = self._batches_asked
             if self._resume_from is not None:  # a checkpoint's place in the stream (`load_state_dict`)
                 loader.load_state_dict(self._resume_from)
+                # Saved at an epoch's end under --trainer.limit_train_batches: LitData sees the stream unfinished
+                # and would go on with its leftover samples, where the unbroken run starts the next epoch afresh.
+                loader.restore = loader.restore and not self._resume_epoch_done
                 self._resume_from = None
         if len(loader) == 0:  # LitData shares a split out by batches of every worker of every process
             rank, world_size = self.rank_and_world_size()
@@ -559,18 +588,35 @@ class StreamingDataModule(ImageClassificationDataModule):
                               f"--data.num_workers.")  # fmt: skip
         return loader
 
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """A predicted stream's batch without its items' stored positions, which `predicted_indices` keeps."""
+        if isinstance(batch, (list, tuple)) and len(batch) == 3 and self.predicted_indices is not None:
+            images, targets, indices = batch
+            self.predicted_indices.append(torch.as_tensor(indices).cpu())
+            batch = [images, targets]
+        return super().on_before_batch_transfer(batch, dataloader_idx)
+
+    def _batches_asked(self) -> float:
+        """The training batches Lightning asks of each epoch (``num_training_batches``); infinite before it knows."""
+        asked = getattr(self.trainer, "num_training_batches", float("inf"))
+        return asked if isinstance(asked, int) else float("inf")
+
     def state_dict(self) -> dict[str, Any]:
-        """The training stream's place (LitData's loader state), saved in every checkpoint.
+        """The training stream's place (LitData's loader state) and whether its epoch was done, in every checkpoint.
 
         Lightning saves and restores a stateful loader itself, but restores it only into a loader it builds after the
         checkpoint's loops are read; vitlit's schedule asks for the run's length (and so builds the loader) before.
         The data module's own state is restored before any loader exists, and applied to the first training loader.
         """
-        return {} if self._train_loader is None else {"train_stream": self._train_loader.state_dict()}
+        loader = self._train_loader
+        if loader is None:
+            return {}
+        return {"train_stream": loader.state_dict(), "epoch_done": loader.epoch_done()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Keep a checkpoint's place in the stream for the next training loader."""
+        """Keep a checkpoint's place in the stream, and whether its epoch was done, for the next training loader."""
         self._resume_from = state_dict.get("train_stream")
+        self._resume_epoch_done = bool(state_dict.get("epoch_done", False))
 
     def train_dataset(self) -> Any:
         return self._stream("train", True)
@@ -589,14 +635,29 @@ def epoch_loader() -> type:
     A loader restored from a checkpoint keeps LitData's ``restore`` flag until an iteration runs to its end. Lightning
     stops asking after an epoch's last batch without running the iterator out, so the flag outlived the resumed epoch
     and the next epoch replayed the checkpoint's place at the end of the stream: no batch, an epoch skipped (hostile
-    round 6, class 5). An epoch whose batches were all handed out is over, whoever stops iterating.
+    round 6, class 5). An epoch whose batches were all handed out is over, whoever stops iterating; under
+    ``--trainer.limit_train_batches`` that is the batches Lightning asks for, not the stream's.
     """
 
     class EpochLoader(litdata().StreamingDataLoader):
+        #: The batches Lightning asks of an epoch, where known (its ``num_training_batches``, the data module's).
+        asked: Callable[[], float] | None = None
+
+        def epoch_batches(self) -> float:
+            """The batches one epoch hands out: all of them, or fewer where ``--trainer.limit_train_batches`` says."""
+            return min(len(self), self.asked()) if self.asked is not None else len(self)
+
+        def epoch_done(self) -> bool:
+            """Whether this epoch's batches (those Lightning asks for: `epoch_batches`) were all handed out.
+
+            The count of samples handed out this epoch is read (not set) where the loader keeps it: its public
+            state_dict() would do, but asking it of a restored stream moves where that stream resumes.
+            """
+            return bool(self._num_samples_yielded_streaming >= self.epoch_batches() * self.batch_size)
+
         def __iter__(self) -> Any:
-            # The count of samples handed out this epoch, read (not set) where the loader keeps it: its public
-            # state_dict() would do, but asking it of a restored stream moves where that stream resumes.
-            if self.restore and self._num_samples_yielded_streaming >= len(self) * self.batch_size:
+            # Judged against the batches Lightning asks for: under a limit, the epoch ends before the stream does.
+            if self.restore and self.epoch_done():
                 self.restore = False  # the resumed epoch is done: the next one starts afresh
             return super().__iter__()
 

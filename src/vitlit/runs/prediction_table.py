@@ -51,7 +51,11 @@ def write_predictions(
         top_k: How many of the most probable classes each row names.
         probabilities: Also one ``p_<class>`` column per class.
     """
-    if trainer.world_size > 1:  # each process predicted its shard: back in data order (collectives: all call)
+    stored = _stored_indices(trainer.datamodule, len(probs))
+    if stored is not None:  # a stream's items, in the order its workers and processes handed them out
+        shards = all_gather_objects((probs, stored), trainer)
+        probs, stored_order = in_stored_order([p for p, _ in shards], [i for _, i in shards])
+    elif trainer.world_size > 1:  # each process predicted its shard: back in data order (collectives: all call)
         probs = interleave(all_gather_objects(probs, trainer))
     path = Path(trainer.log_dir or trainer.default_root_dir) / filename
     broken = int((~torch.isfinite(probs).all(dim=1)).sum())
@@ -65,9 +69,47 @@ def write_predictions(
     data = trainer.datamodule
     files, labels = _files(data), _true_labels(data)
     sources = files if files is not None and len(files) == len(probs) else [""] * len(probs)
+    if stored is not None:  # a stream keeps no file names: each row names its item's stored position
+        sources = [str(i) for i in stored_order]
     labels = labels if labels is not None and len(labels) == len(probs) else None
     write_table(path, probs, _class_names(trainer, pl_module, probs.shape[1]), sources, top_k, probabilities, labels)
     rank_zero_info(f"vitlit: wrote {len(probs)} predictions to {path}")
+
+
+def _stored_indices(data: object, count: int) -> torch.Tensor | None:
+    """Each predicted item's stored position in its split, where a stream handed them over; else ``None``.
+
+    Args:
+        data: The data module (a `vitlit.data.streaming.StreamingDataModule` keeps ``predicted_indices``).
+        count: The predictions this process made: the positions are this process's, one per prediction.
+    """
+    kept = getattr(data, "predicted_indices", None)
+    if not isinstance(kept, list):  # not a stream: every process takes the other way, as the collectives need
+        return None
+    stored = torch.cat(kept).long() if kept else torch.zeros(0, dtype=torch.long)
+    if len(stored) != count:  # a row named by another item's position would be a wrong answer, said nowhere
+        raise CheckFailed(f"the stream handed over {len(stored)} items but {count} were predicted; predict again")
+    return stored
+
+
+def in_stored_order(probs: list[torch.Tensor], indices: list[torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
+    """Every process's predictions as one table in the order of their items' stored positions, each item once.
+
+    LitData hands a stream's batches out worker by worker and gives each process a block of the split, whose
+    lengths may differ; an item a process repeats to even out the blocks is kept once.
+
+    Args:
+        probs: One tensor of class probabilities per process, in rank order, a row per item.
+        indices: One tensor per process of each row's stored position.
+
+    Returns:
+        The probabilities in stored order, and the stored position of each row.
+    """
+    rows, where = torch.cat(probs), torch.cat(indices).long()
+    where, order = where.sort(stable=True)
+    first = torch.ones_like(where, dtype=torch.bool)
+    first[1:] = where[1:] != where[:-1]
+    return rows[order][first], where[first].tolist()
 
 
 def _files(data: object) -> list[str] | None:
