@@ -12,11 +12,23 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, carries, cifar_args, run_cli, tiny_cifar_fit, tree_digest
+from helpers.cli import (
+    CPU,
+    DIGITS_CONFIG,
+    TINY_CONFIG,
+    TINY_MODEL,
+    carries,
+    cifar_args,
+    refused,
+    run_cli,
+    tiny_cifar_fit,
+    tree_digest,
+)
+from lightning.pytorch.callbacks import LearningRateFinder
 from PIL import Image
 from torchvision.datasets import CIFAR10
 
-from vitlit import config, run_dir
+from vitlit import checks, config, run_dir
 
 
 @pytest.fixture(scope="module")
@@ -618,3 +630,106 @@ def test_a_malformed_shared_settings_file_is_named(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(config, "DEFAULTS", broken)
     with pytest.raises(config.ConfigError, match=f"config file {broken}"):
         config.check_config_files(["fit"])
+
+
+def _digits_fit_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path, digits: Path, *args: object) -> str:
+    """The one line that refuses a digits fit with ``args``, checked to have written nothing, here or in the cwd."""
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, "--data.root", digits,
+                   "--trainer.default_root_dir", tmp_path / "runs", *args)  # fmt: skip
+    assert sorted(tmp_path.iterdir()) == [], sorted(tmp_path.iterdir())  # no run folder, no ./config.yaml
+    return line
+
+
+@pytest.mark.parametrize("flag", [["-c", "{}"], ["-c={}"], ["-c{}"]], ids=["-c x", "-c=x", "-cx"])
+def test_the_short_config_flag_is_checked_as_config_is(
+    flag: list[str], tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """``-c`` is LightningCLI's ``--config``: a key given twice there trained with the first one silently dropped."""
+    twice = tmp_path.parent / f"{tmp_path.name}-dup.yaml"  # beside tmp_path, which must stay empty
+    twice.write_text("trainer:\n  max_epochs: 1\ntrainer:\n  limit_train_batches: 1\n")
+    monkeypatch.chdir(tmp_path)
+    line = _digits_fit_refused(capsys, tmp_path, digits_dir, *(part.format(twice) for part in flag))
+    carries(line, f"config file {twice} gives the key 'trainer' twice", "write it once")
+    assert config.config_values(["fit", "-c", "a", "-c=b", "-cc", "--config", "d", "--config=e"]) == list("abcde")
+
+
+def test_inline_yaml_given_to_config_is_read_as_config(tmp_path: Path, digits_dir: Path, capsys) -> None:
+    """jsonargparse takes ``--config 'trainer: {max_epochs: 1}'``; it was refused as a file that does not exist."""
+    with pytest.raises(SystemExit) as printed:
+        run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--config", "trainer: {max_epochs: 3}",
+                "--print_config")  # fmt: skip
+    assert printed.value.code == 0 and "\n  max_epochs: 3\n" in capsys.readouterr().out
+    line = _digits_fit_refused(capsys, tmp_path, digits_dir, "--config", "trainer: {max_epochs: 1, max_epochs: 2}")
+    carries(line, "inline config trainer: {max_epochs: 1, max_epochs: 2} gives the key 'max_epochs' twice")
+    line = _digits_fit_refused(capsys, tmp_path, digits_dir, "--config", "max_epochs.yaml")  # a string: a file name
+    carries(line, "config file max_epochs.yaml does not exist")
+
+
+def test_the_learning_rate_finder_is_refused_before_the_run_starts(
+    tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """It looks for a model attribute ``lr``: Lightning's AttributeError traceback came with the run folder made."""
+    monkeypatch.chdir(tmp_path)
+    line = _digits_fit_refused(capsys, tmp_path, digits_dir, "--trainer.callbacks+=LearningRateFinder")
+    carries(line, "LearningRateFinder", "--model.optimizer.init_args.lr", "vitlit sweep")
+    checks.check_callbacks([LearningRateFinder(update_attr=False)])  # it only measures: taken, as Lightning takes it
+
+
+@pytest.mark.parametrize(
+    ("every", "epochs", "fixes"),
+    [(2, 3, ["--trainer.max_epochs 4", "--trainer.check_val_every_n_epoch 1"]),
+     (3, 2, ["--trainer.max_epochs 3", "--trainer.check_val_every_n_epoch 2"]),
+     (4, 10, ["--trainer.max_epochs 12", "--trainer.check_val_every_n_epoch 2"])],
+)  # fmt: skip
+def test_validation_that_skips_the_last_epochs_is_refused(
+    every: int, epochs: int, fixes: list[str], tmp_path: Path, digits_dir: Path, monkeypatch, capsys
+) -> None:
+    """The shared last.ckpt is saved after validation: the epochs after the last one validated were never saved."""
+    monkeypatch.chdir(tmp_path)
+    line = _digits_fit_refused(capsys, tmp_path, digits_dir, "--trainer.check_val_every_n_epoch", every,
+                               "--trainer.max_epochs", epochs)  # fmt: skip
+    carries(line, f"check_val_every_n_epoch={every}", f"max_epochs={epochs}", "last.ckpt", *fixes)
+
+
+def test_validation_schedules_that_end_validated_are_taken() -> None:
+    """A divisor, every epoch, no epoch bound, or an interval the epoch holds: nothing is refused."""
+    for trainer in ({"check_val_every_n_epoch": 2, "max_epochs": 4}, {"check_val_every_n_epoch": 1, "max_epochs": 3},
+                    {"check_val_every_n_epoch": 3, "max_epochs": -1}, {"check_val_every_n_epoch": None},
+                    {"val_check_interval": 2, "limit_train_batches": 2, "check_val_every_n_epoch": 1},
+                    {"val_check_interval": 5, "limit_train_batches": 1.0, "check_val_every_n_epoch": 1},
+                    {"val_check_interval": 5, "limit_train_batches": 2, "check_val_every_n_epoch": None}):  # fmt: skip
+        checks.check_validation_schedule(trainer)
+
+
+def test_a_validation_interval_past_the_epoch_is_refused(
+    tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Lightning refused it with a traceback once the data was read; limit_train_batches bounds the epoch here."""
+    monkeypatch.chdir(tmp_path)
+    line = _digits_fit_refused(capsys, tmp_path, digits_dir, "--trainer.limit_train_batches", "2",
+                               "--trainer.val_check_interval", "5")  # fmt: skip
+    carries(line, "val_check_interval=5", "limit_train_batches=2", "at most 2", "check_val_every_n_epoch null")
+
+
+@pytest.mark.parametrize(
+    ("flag", "needs"),
+    [("--trainer.logger", ["logger=false", "LearningRateMonitor", "keep a logger", "--trainer.callbacks=[]"]),
+     ("--trainer.enable_checkpointing", ["enable_checkpointing=false", "ModelCheckpoint", "--trainer.callbacks=[]"])],
+)  # fmt: skip
+def test_a_flag_the_shared_callbacks_need_is_refused_before_anything_is_built(
+    flag: str, needs: list[str], tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Lightning refused LearningRateMonitor or ModelCheckpoint after the data was decoded, leaving ./config.yaml."""
+    monkeypatch.chdir(tmp_path)
+    line = _digits_fit_refused(capsys, tmp_path, digits_dir, flag, "false")
+    carries(line, *needs)
+
+
+def test_a_flag_without_the_callbacks_that_need_it_is_taken() -> None:
+    """Callbacks of one's own without them, or a logger-less evaluation (the monitor checks at a fit's start)."""
+    monitor = [{"class_path": "lightning.pytorch.callbacks.LearningRateMonitor"}]
+    checks.check_shared_callbacks("fit", {"logger": False, "enable_checkpointing": False, "callbacks": []})
+    checks.check_shared_callbacks("validate", {"logger": False, "callbacks": monitor})
+    checks.check_shared_callbacks("fit", {"enable_checkpointing": False, "callbacks": monitor})
+    with pytest.raises(config.ConfigError, match="LearningRateMonitor"):  # the same list, read
+        checks.check_shared_callbacks("fit", {"logger": False, "callbacks": monitor})

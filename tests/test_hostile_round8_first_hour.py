@@ -19,8 +19,10 @@ import pytest
 import torch
 import yaml
 from helpers.cli import CPU, ROOT, TINY_CONFIG, TINY_MODEL, run_cli
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Timer
 
+from vitlit.checks import check_drawn_seed
 from vitlit.errors import ConfigError
 from vitlit.model import ViTClassifier
 from vitlit.runs import records as run_card
@@ -115,3 +117,19 @@ def test_the_docs_and_the_refusal_give_one_label_smoothing_for_a_loss_of_ones_ow
         model(0.1)
     assert f"--model.label_smoothing {given}." in str(refusal.value), (given, str(refusal.value))
     assert model(yaml.safe_load(given)).criterion.label_smoothing == 0.0  # the value as the CLI reads it: taken
+
+
+def test_a_drawn_seed_in_an_interactive_slurm_allocation_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``salloc -n 4`` then ``vitlit fit --seed_everything true``: one process, refused as if SLURM had started 4."""
+    for name in ("WORLD_SIZE", "PL_GLOBAL_SEED"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PATH", "")  # no srun: Lightning's hint to use it stays out of the test's output
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    for job, started in (("interactive", False), ("bash", False), ("train", True)):  # srun started 4 processes
+        monkeypatch.setenv("SLURM_JOB_NAME", job)
+        assert SLURMEnvironment.detect() is started  # Lightning's own rule, which the check follows
+        if started:
+            with pytest.raises(ConfigError, match="each of the 4 processes its own random seed"):
+                check_drawn_seed(os.environ)
+        else:
+            check_drawn_seed(os.environ)

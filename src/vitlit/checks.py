@@ -11,6 +11,7 @@ error ends it mid-epoch). The estimates are lower bounds: what a run refused her
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -20,7 +21,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch import Callback, Trainer
-from lightning.pytorch.callbacks import BatchSizeFinder
+from lightning.pytorch.callbacks import BatchSizeFinder, Checkpoint, LearningRateFinder, LearningRateMonitor
 
 from vitlit.data.pipeline import free_memory
 from vitlit.errors import CheckFailed, ConfigError
@@ -57,6 +58,9 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
         value = trainer.get(name)
         if isinstance(value, (int, float)) and not ok(value):
             raise ConfigError(f"--trainer.{name}={value} would train nothing or crash the run; {fix}.")
+    if subcommand == "fit":
+        check_validation_schedule(trainer)
+    check_shared_callbacks(subcommand, trainer)
     if trainer.get("max_time") is not None:
         check_budget(trainer["max_time"])
     if (precision := str(trainer.get("precision"))) in ("16-mixed", "16"):  # fp16 needs a GPU
@@ -75,11 +79,97 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
 
 
 def check_drawn_seed(environ: Mapping[str, str]) -> None:
-    """Refuse ``--seed_everything true`` where torchrun or SLURM started several processes: each would draw its own."""
-    started = max(int(environ.get(name, "1") or 1) for name in ("WORLD_SIZE", "SLURM_NTASKS"))
+    """Refuse ``--seed_everything true`` where torchrun or SLURM started several processes: each would draw its own.
+
+    SLURM's tasks count only where Lightning runs them as processes of one job: an interactive allocation
+    (``salloc``) runs this one process.
+    """
+    # Lightning's SLURMEnvironment.detect, read from `environ` (it reads os.environ): a job named bash or
+    # interactive is left to another environment.
+    srun = "SLURM_NTASKS" in environ and environ.get("SLURM_JOB_NAME") not in ("bash", "interactive")
+    names = ("WORLD_SIZE", "SLURM_NTASKS") if srun else ("WORLD_SIZE",)
+    started = max(int(environ.get(name, "1") or 1) for name in names)
     if started > 1 and "PL_GLOBAL_SEED" not in environ:
         raise ConfigError(f"--seed_everything=true gives each of the {started} processes its own random seed, so "
                           f"their data shards would overlap; give a number (e.g. --seed_everything 42).")  # fmt: skip
+
+
+def check_validation_schedule(trainer: Mapping[str, Any]) -> None:
+    """Refuse a fit whose last epochs are never validated, or whose validation interval exceeds its epoch.
+
+    The shared ``last`` ModelCheckpoint saves after each validation: with ``check_val_every_n_epoch`` N that does
+    not divide ``max_epochs``, the epochs after the last multiple of N are never saved, and the fit exits 0.
+    Lightning refuses a ``val_check_interval`` of more batches than an epoch has once the data is read; it is
+    refused here where ``limit_train_batches`` (a count) bounds the epoch, as the data's own length is known only
+    then.
+
+    Args:
+        trainer: The parsed ``trainer`` settings of a fit.
+    """
+    every, epochs = trainer.get("check_val_every_n_epoch"), trainer.get("max_epochs")
+    if _count(every) and every > 1 and _count(epochs) and epochs > 0 and epochs % every:
+        divisor = next(d for d in range(min(every, epochs), 0, -1) if epochs % d == 0)
+        raise ConfigError(
+            f"--trainer.check_val_every_n_epoch={every} does not divide --trainer.max_epochs={epochs}, so the last "
+            f"{epochs % every} epoch(s) would be neither validated nor saved in last.ckpt; give --trainer.max_epochs "
+            f"{math.ceil(epochs / every) * every} (a multiple of {every}) or --trainer.check_val_every_n_epoch "
+            f"{divisor} (which divides {epochs})."
+        )
+    interval, batches = trainer.get("val_check_interval"), trainer.get("limit_train_batches")
+    overridden = trainer.get("fast_dev_run") or trainer.get("overfit_batches")  # each sets the batches itself
+    if _count(interval) and _count(batches) and interval > batches and every is not None and not overridden:
+        raise ConfigError(
+            f"--trainer.val_check_interval={interval} is more than the {batches} training batches of an epoch "
+            f"(--trainer.limit_train_batches={batches}); give at most {batches}, a fraction of the epoch such as "
+            f"0.5, or --trainer.check_val_every_n_epoch null to count batches across epochs."
+        )
+
+
+def _count(value: Any) -> bool:
+    """Whether a parsed value is a count (an int, not a bool): Lightning reads a float as a fraction."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_shared_callbacks(subcommand: str, trainer: Mapping[str, Any]) -> None:
+    """Refuse a Trainer flag that the configured callbacks need, which Lightning would refuse once the data is read.
+
+    Args:
+        subcommand: ``fit``, ``validate``, ``test`` or ``predict``.
+        trainer: The parsed ``trainer`` settings (its callbacks are class paths, not yet built).
+    """
+    classes = _callback_classes(trainer.get("callbacks"))
+    instead = "or give your own callbacks without {} (--trainer.callbacks=[], then --trainer.callbacks+=NAME for each)"
+    logger = trainer.get("logger")
+    monitors = [c.__name__ for c in classes if issubclass(c, LearningRateMonitor)]
+    if subcommand == "fit" and (logger is False or logger == []) and monitors:  # it checks at the fit's start only
+        raise ConfigError(
+            f"--trainer.logger={str(logger).lower()} leaves {monitors[0]} (a shared callback of "
+            f"src/vitlit/defaults.yaml) no logger to write the learning rate to; keep a logger (TensorBoard, the "
+            f"default, or --trainer.logger CSVLogger), {instead.format('it')}."
+        )
+    savers = [c.__name__ for c in classes if issubclass(c, Checkpoint)]
+    if trainer.get("enable_checkpointing") is False and savers:  # Lightning's Trainer refuses both together
+        raise ConfigError(
+            f"--trainer.enable_checkpointing=false conflicts with the run's checkpoint callbacks "
+            f"({', '.join(dict.fromkeys(savers))}: the best checkpoint and last.ckpt are shared in "
+            f"src/vitlit/defaults.yaml); leave the flag out, {instead.format('them')}."
+        )
+
+
+def _callback_classes(given: Any) -> list[type]:
+    """The classes of the configured callbacks: class paths as parsed, or objects (a caller's in Python)."""
+    classes = []
+    for callback in given if isinstance(given, list) else [given] if given else []:
+        if isinstance(callback, Callback):
+            classes.append(type(callback))
+            continue
+        path = callback.get("class_path") if hasattr(callback, "get") else None  # a Namespace, or a dict
+        module, _, name = str(path).rpartition(".")
+        try:  # the parser imported each class already
+            classes.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError, ValueError):
+            continue  # not a class path: the parser said so
+    return [c for c in classes if isinstance(c, type)]
 
 
 def check_budget(budget: Any) -> None:
@@ -106,15 +196,23 @@ def check_half_precision(precision: str, accelerator: str) -> None:
 
 
 def check_callbacks(callbacks: Sequence[Callback]) -> None:
-    """Refuse Lightning's BatchSizeFinder, and two stateful callbacks that share a state key.
+    """Refuse Lightning's BatchSizeFinder and LearningRateFinder, and two stateful callbacks that share a state key.
 
-    BatchSizeFinder changes the batch but not what depends on it; a checkpoint keeps one state per key, so the second
-    of two callbacks with one key would restore the first one's state.
+    BatchSizeFinder changes the batch but not what depends on it; LearningRateFinder sets a model attribute ``lr``,
+    which vitlit's model does not have (its rate is the optimizer's); a checkpoint keeps one state per key, so the
+    second of two callbacks with one key would restore the first one's state.
     """
     if any(type(cb) is BatchSizeFinder for cb in callbacks):
         raise ConfigError(
             "BatchSizeFinder changes the batch but not the learning rate, the schedule's length or the "
             "saved config; use --trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch."
+        )
+    # With update_attr false it only measures, and trains at the configured rate.
+    if any(isinstance(cb, LearningRateFinder) and getattr(cb, "_update_attr", True) for cb in callbacks):
+        raise ConfigError(
+            "LearningRateFinder sets a model attribute lr, and the learning rate of vitlit's model is its "
+            "optimizer's; give it with --model.optimizer.init_args.lr, or search it with `vitlit sweep` "
+            "(configs/sweeps/digits.yaml)."
         )
     keys = [cb.state_key for cb in callbacks if type(cb).state_dict is not Callback.state_dict]
     twice = next((cb for cb in callbacks if keys.count(cb.state_key) > 1), None)

@@ -65,28 +65,65 @@ def load_yaml(text: str, where: str) -> Any:
 
 
 def check_config_files(argv: list[str]) -> None:
-    """Refuse a config file (``--config``, the shared settings) that would be misread, and non-finite numbers.
+    """Refuse a config (``--config`` or ``-c``, the shared settings) that would be misread, and non-finite numbers.
 
-    A file that is missing, not a regular file (a pipe waits forever), empty or not options is refused. No option
-    of a run takes NaN or infinity, and a check ``value < 0`` passes them: they are refused where typed.
+    A value that names no file and parses as a YAML mapping is YAML given inline (jsonargparse reads it so), and is
+    checked as a file is. A file that is missing, not a regular file (a pipe waits forever), empty or not options is
+    refused. No option of a run takes NaN or infinity, and a check ``value < 0`` passes them: they are refused where
+    typed.
     """
-    values = [str(DEFAULTS), *(argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config")]
-    values += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
-    for value in values:
-        inline = "\n" in value or value.lstrip().startswith("{")  # YAML given inline
+    for value in [str(DEFAULTS), *config_values(argv)]:
         path = Path(value).expanduser()
-        if not inline and not path.is_file():
-            what = "is not a regular file" if path.exists() else "does not exist"
+        inline = not _exists(path) and _is_mapping(value)  # YAML given inline, as jsonargparse takes it
+        if not inline and not (_exists(path) and path.is_file()):
+            what = "is not a regular file" if _exists(path) else "does not exist"
             raise ConfigError(f"config file {value} {what}; give a YAML file such as configs/digits.yaml.")
+        where = f"inline config {value}" if inline else f"config file {value}"
         try:
-            content = load_yaml(value if inline else path.read_text(), f"config file {value}")
+            content = load_yaml(value if inline else path.read_text(), where)
         except (OSError, UnicodeDecodeError) as err:
-            raise ConfigError(f"config file {value} cannot be read ({type(err).__name__}); give a YAML file.") from None
+            raise ConfigError(f"{where} cannot be read ({type(err).__name__}); give a YAML file.") from None
         if not isinstance(content, dict):
             what = "is empty" if content is None else f"holds a {type(content).__name__}, not options"
-            raise ConfigError(f"config file {value} {what}; start from a file in configs/.")
-        _finite(content, f"config file {value}: ")
+            raise ConfigError(f"{where} {what}; start from a file in configs/.")
+        _finite(content, f"{where}: ")
     check_finite_flags(argv)
+
+
+def config_values(argv: list[str]) -> list[str]:
+    """The values of the config flag in ``argv``, in order: ``--config x``, ``--config=x``, ``-c x``, ``-c=x``, ``-cx``.
+
+    Args:
+        argv: The command line, without the program name.
+
+    Returns:
+        Each value as typed: a path or inline YAML.
+    """
+    values = []
+    for i, arg in enumerate(argv):
+        if arg in ("--config", "-c"):
+            values += argv[i + 1 : i + 2]  # the parser says that a last --config lacks its value
+        elif arg.startswith("--config="):
+            values.append(arg.split("=", 1)[1])
+        elif arg.startswith("-c") and not arg.startswith("--"):  # argparse reads -c=x and -cx as -c x
+            values.append(arg[3:] if arg.startswith("-c=") else arg[2:])
+    return values
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` names anything; inline YAML can be too long for a file name, or hold a NUL byte."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
+def _is_mapping(text: str) -> bool:
+    """Whether ``text`` parses as a YAML mapping (aliases are not expanded: `load_yaml` bounds them)."""
+    try:
+        return isinstance(yaml.compose(text, Loader=yaml.SafeLoader), yaml.MappingNode)
+    except (yaml.YAMLError, RecursionError):
+        return "\n" in text or text.lstrip().startswith("{")  # meant as YAML: `load_yaml` says what is wrong
 
 
 def check_finite_flags(argv: list[str]) -> None:
