@@ -107,7 +107,8 @@ def check_validation_schedule(trainer: Mapping[str, Any]) -> None:
         trainer: The parsed ``trainer`` settings of a fit.
     """
     every, epochs = trainer.get("check_val_every_n_epoch"), trainer.get("max_epochs")
-    if _count(every) and every > 1 and _count(epochs) and epochs > 0 and epochs % every:
+    # Counts are ints (type, not isinstance: a bool is none); Lightning reads a float as a fraction.
+    if type(every) is int and every > 1 and type(epochs) is int and epochs > 0 and epochs % every:
         divisor = next(d for d in range(min(every, epochs), 0, -1) if epochs % d == 0)
         raise ConfigError(
             f"--trainer.check_val_every_n_epoch={every} does not divide --trainer.max_epochs={epochs}, so the last "
@@ -117,17 +118,12 @@ def check_validation_schedule(trainer: Mapping[str, Any]) -> None:
         )
     interval, batches = trainer.get("val_check_interval"), trainer.get("limit_train_batches")
     overridden = trainer.get("fast_dev_run") or trainer.get("overfit_batches")  # each sets the batches itself
-    if _count(interval) and _count(batches) and interval > batches and every is not None and not overridden:
+    if type(interval) is int and type(batches) is int and interval > batches and every is not None and not overridden:
         raise ConfigError(
             f"--trainer.val_check_interval={interval} is more than the {batches} training batches of an epoch "
             f"(--trainer.limit_train_batches={batches}); give at most {batches}, a fraction of the epoch such as "
             f"0.5, or --trainer.check_val_every_n_epoch null to count batches across epochs."
         )
-
-
-def _count(value: Any) -> bool:
-    """Whether a parsed value is a count (an int, not a bool): Lightning reads a float as a fraction."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_shared_callbacks(subcommand: str, trainer: Mapping[str, Any]) -> None:
