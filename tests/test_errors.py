@@ -697,7 +697,10 @@ def test_validation_schedules_that_end_validated_are_taken() -> None:
                     {"check_val_every_n_epoch": 3, "max_epochs": -1}, {"check_val_every_n_epoch": None},
                     {"val_check_interval": 2, "limit_train_batches": 2, "check_val_every_n_epoch": 1},
                     {"val_check_interval": 5, "limit_train_batches": 1.0, "check_val_every_n_epoch": 1},
-                    {"val_check_interval": 5, "limit_train_batches": 2, "check_val_every_n_epoch": None}):  # fmt: skip
+                    {"val_check_interval": 5, "limit_train_batches": 2, "check_val_every_n_epoch": None},
+                    # A fast_dev_run validates its one epoch; overfit_batches sets the batches (the session's review).
+                    {"check_val_every_n_epoch": 2, "max_epochs": 3, "fast_dev_run": True},
+                    {"check_val_every_n_epoch": 2, "max_epochs": 3, "overfit_batches": 2}):  # fmt: skip
         checks.check_validation_schedule(trainer)
 
 

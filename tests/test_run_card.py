@@ -73,6 +73,8 @@ def test_a_fit_writes_its_card_and_a_test_of_its_checkpoint_completes_it(digits_
     assert _card(run) == after
     # Nor is a test of the same format on another folder: the card records the folder (it recorded the class alone).
     assert card["data"] == f"DigitsDataModule at {digits_dir.resolve()}"
+    embedded = SimpleNamespace(root=None)  # a format of embedded images has no root: the class names it
+    assert type(fit.datamodule).description.fget(embedded) == "SimpleNamespace"
     other = shutil.copytree(digits_dir, tmp_path / "other")
     run_cli("test", "--config", run / "config.yaml", "--ckpt_path", best, "--data.root", other)
     assert _card(run) == after

@@ -106,6 +106,8 @@ def check_validation_schedule(trainer: Mapping[str, Any]) -> None:
     Args:
         trainer: The parsed ``trainer`` settings of a fit.
     """
+    if trainer.get("fast_dev_run") or trainer.get("overfit_batches"):  # each sets the epochs and batches itself
+        return
     every, epochs = trainer.get("check_val_every_n_epoch"), trainer.get("max_epochs")
     # Counts are ints (type, not isinstance: a bool is none); Lightning reads a float as a fraction.
     if type(every) is int and every > 1 and type(epochs) is int and epochs > 0 and epochs % every:
@@ -117,8 +119,7 @@ def check_validation_schedule(trainer: Mapping[str, Any]) -> None:
             f"{divisor} (which divides {epochs})."
         )
     interval, batches = trainer.get("val_check_interval"), trainer.get("limit_train_batches")
-    overridden = trainer.get("fast_dev_run") or trainer.get("overfit_batches")  # each sets the batches itself
-    if type(interval) is int and type(batches) is int and interval > batches and every is not None and not overridden:
+    if type(interval) is int and type(batches) is int and interval > batches and every is not None:
         raise ConfigError(
             f"--trainer.val_check_interval={interval} is more than the {batches} training batches of an epoch "
             f"(--trainer.limit_train_batches={batches}); give at most {batches}, a fraction of the epoch such as "

@@ -453,7 +453,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
     @property
     def description(self) -> str:
         """The format and the folder its files lie in (what the run card records as the data)."""
-        return f"{type(self).__name__} at {Path(self.root).resolve()}"
+        return type(self).__name__ if self.root is None else f"{type(self).__name__} at {Path(self.root).resolve()}"
 
     def test_dataset(self) -> Any:
         """The test items: the data's own, or those held out of training."""

@@ -63,7 +63,7 @@ class Snapshots(ModelCheckpoint):
             enable_version_counter=False,
         )
         self.every_fraction = None if every_fraction is None else float(every_fraction)
-        self.every_n_steps, self.given_dirpath = every_n_steps, dirpath  # what tells two of them apart (`state_key`)
+        self.given_dirpath = dirpath  # what tells two of them apart (`state_key`)
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # After checkpoint restore and configure_optimizers: the step count is known and no random draw is moved.
@@ -91,6 +91,6 @@ class Snapshots(ModelCheckpoint):
         # Distinct from the ModelCheckpoints next to it, whose state (best paths) is stored under their own settings;
         # in the form of Lightning's keys made from settings, which checkpoints saved before hold.
         settings = {"snapshots": self.filename, "every_fraction": self.every_fraction}
-        if self.every_fraction is None:  # by steps: two of them (frequent and rare, each its folder) may run at once
-            settings |= {"every_n_steps": self.every_n_steps, "dirpath": self.given_dirpath}
+        if self.every_fraction is None and self.given_dirpath is not None:  # by steps, two (frequent, rare) may run
+            settings["dirpath"] = self.given_dirpath  # each into its folder; without one, the key checkpoints hold
         return f"{type(self).__qualname__}{settings!r}"

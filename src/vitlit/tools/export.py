@@ -306,7 +306,12 @@ def export(
         return report
     # A missing folder is created, as by prepare (checked above); the private folder is for the ONNX files: torch's
     # exporter may write files of its own beside its output (one per weight), which must never land in the user's.
-    with _folders_made_for(output.parent), replacing(output) as staged, tempfile.TemporaryDirectory() as private:
+    # It is a hidden one beside the output, on its disk: the system's temporary folder may be too small.
+    with (
+        _folders_made_for(output.parent),
+        replacing(output) as staged,
+        tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.") as private,
+    ):
         if format == "pt2":
             # Traced on two images at least: torch.export specialises a batch dimension of 1 to a constant.
             example = batch if len(batch) > 1 else batch.repeat(2, 1, 1, 1)
