@@ -32,7 +32,7 @@ MAX_STEP = {"files": 5, "functions": 19}
 #: checks of hostile round 8 and of the later correctness reads (each beside its condition), and the single-caller
 #: modules folded into their callers, put it over issue 74's 2,400.
 MAX_DEFAULT_RUN_MODULES = 24
-MAX_DEFAULT_RUN_LINES = 3207
+MAX_DEFAULT_RUN_LINES = 3208
 #: The core's layers, top to bottom: a module imports its own layer or lower ones, never a higher one (the parts,
 #: which import only the core, have their own test). A prefix names a package's modules.
 LAYERS = (

@@ -2,7 +2,8 @@
 
 The checks here are for what jsonargparse and Lightning would take without a word and then hang on, crash on deep
 inside a run, or silently replace. Each raises a `ConfigError`: one line ``vitlit: error: ...``, exit status 2
-(`vitlit.exits` says every user error in one line).
+(`vitlit.exits` says every user error in one line). Last, `absolute_paths` makes the parsed config's relative
+paths absolute, so that a saved run config reads the same from any folder.
 """
 
 from __future__ import annotations
@@ -26,42 +27,6 @@ MAX_YAML_BYTES, MAX_YAML_VALUES = 1_000_000, 100_000
 PATH_ARGUMENTS = ("root", "data_dir", "predict_dir", "pretrained_file", "teacher_file", "teacher")
 #: Arguments whose value is a name (a file, folder or URL), never a number: ``nan`` or ``inf`` there is a name.
 NAMED = (*PATH_ARGUMENTS, "path", "input_dir", "cache_dir", "output", "default_root_dir", "ckpt_path", "config")
-
-
-def load_yaml(text: str, where: str) -> Any:
-    """Parse a YAML document within `MAX_YAML_BYTES` and, with every alias expanded, `MAX_YAML_VALUES`."""
-    if len(text) > MAX_YAML_BYTES:
-        raise ConfigError(f"{where} holds {len(text):,} characters, more than a config needs ({MAX_YAML_BYTES:,}).")
-    try:
-        root, sizes = yaml.compose(text, Loader=yaml.SafeLoader), {}  # nodes: an alias is the same node again
-
-        def size(node: Any) -> int:  # values below a node, each distinct node counted once: linear in the text
-            if id(node) not in sizes:
-                sizes[id(node)] = 1  # a node that contains itself is refused by the parser below
-                if isinstance(node, yaml.ScalarNode) and "\x00" in node.value:  # "\0" in quotes: no path holds one
-                    raise ConfigError(f"{where} holds a NUL byte (\\0) in a value at line {node.start_mark.line + 1}, "
-                                      f"which no path or name can hold; remove it.")  # fmt: skip
-                if isinstance(node, yaml.MappingNode):  # PyYAML keeps the last of two equal keys, silently
-                    keys = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode) and k.value != "<<"]
-                    if len(set(keys)) < len(keys):
-                        twice = next(k for i, k in enumerate(keys) if k in keys[:i])
-                        raise ConfigError(
-                            f"{where} gives the key {twice!r} twice in one mapping (line "
-                            f"{node.start_mark.line + 1}); YAML keeps only the last: write it once."
-                        )
-                kids = [k for c in node.value for k in (c if isinstance(c, tuple) else (c,))] if isinstance(
-                    node.value, list) else []  # fmt: skip
-                sizes[id(node)] = 1 + sum(size(k) for k in kids)
-            return sizes[id(node)]
-
-        if root is not None and size(root) > MAX_YAML_VALUES:
-            raise ConfigError(f"{where} expands to more than {MAX_YAML_VALUES:,} values through its anchors and "
-                              f"aliases (&, *); write the values out.")  # fmt: skip
-        return yaml.safe_load(text)
-    except RecursionError:
-        raise ConfigError(f"{where} is nested deeper than Python's parser goes; a config needs a few levels.") from None
-    except yaml.YAMLError as err:
-        raise invalid_yaml(err, where) from None
 
 
 def check_config_files(argv: list[str]) -> None:
@@ -126,6 +91,61 @@ def _is_mapping(text: str) -> bool:
         return "\n" in text or text.lstrip().startswith("{")  # meant as YAML: `load_yaml` says what is wrong
 
 
+def load_yaml(text: str, where: str) -> Any:
+    """Parse a YAML document within `MAX_YAML_BYTES` and, with every alias expanded, `MAX_YAML_VALUES`."""
+    if len(text) > MAX_YAML_BYTES:
+        raise ConfigError(f"{where} holds {len(text):,} characters, more than a config needs ({MAX_YAML_BYTES:,}).")
+    try:
+        root, sizes = yaml.compose(text, Loader=yaml.SafeLoader), {}  # nodes: an alias is the same node again
+
+        def size(node: Any) -> int:  # values below a node, each distinct node counted once: linear in the text
+            if id(node) not in sizes:
+                sizes[id(node)] = 1  # a node that contains itself is refused by the parser below
+                if isinstance(node, yaml.ScalarNode) and "\x00" in node.value:  # "\0" in quotes: no path holds one
+                    raise ConfigError(f"{where} holds a NUL byte (\\0) in a value at line {node.start_mark.line + 1}, "
+                                      f"which no path or name can hold; remove it.")  # fmt: skip
+                if isinstance(node, yaml.MappingNode):  # PyYAML keeps the last of two equal keys, silently
+                    keys = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode) and k.value != "<<"]
+                    if len(set(keys)) < len(keys):
+                        twice = next(k for i, k in enumerate(keys) if k in keys[:i])
+                        raise ConfigError(
+                            f"{where} gives the key {twice!r} twice in one mapping (line "
+                            f"{node.start_mark.line + 1}); YAML keeps only the last: write it once."
+                        )
+                kids = [k for c in node.value for k in (c if isinstance(c, tuple) else (c,))] if isinstance(
+                    node.value, list) else []  # fmt: skip
+                sizes[id(node)] = 1 + sum(size(k) for k in kids)
+            return sizes[id(node)]
+
+        if root is not None and size(root) > MAX_YAML_VALUES:
+            raise ConfigError(f"{where} expands to more than {MAX_YAML_VALUES:,} values through its anchors and "
+                              f"aliases (&, *); write the values out.")  # fmt: skip
+        return yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(f"{where} is nested deeper than Python's parser goes; a config needs a few levels.") from None
+    except yaml.YAMLError as err:
+        raise invalid_yaml(err, where) from None
+
+
+def invalid_yaml(err: Exception, where: str) -> ConfigError:
+    """The one line for YAML the parser refused: where (its line, or the character it refuses, such as NUL)."""
+    mark = getattr(err, "problem_mark", None)
+    at = f" at line {mark.line + 1}" if mark is not None else ""
+    if hasattr(err, "character") and hasattr(err, "position"):  # a character YAML refuses: which one, and where
+        code = ord(err.character) if isinstance(err.character, str) else err.character
+        at = f" (the character U+{code:04X} at character {err.position + 1})"
+    return ConfigError(f"{where} is not valid YAML{at}; fix it or start from a file in configs/.")
+
+
+def _finite(content: Any, where: str, key: str = "") -> None:
+    """Refuse a float of ``content`` (a parsed YAML document) that is NaN or infinite, naming its key."""
+    if isinstance(content, float) and not math.isfinite(content):
+        raise ConfigError(f"{where}{key}={content} is not a finite number; give a number such as 0.1.")
+    items = content.items() if isinstance(content, dict) else enumerate(content) if isinstance(content, list) else ()
+    for name, value in items:
+        _finite(value, where, f"{key}.{name}" if key else str(name))
+
+
 def check_finite_flags(argv: list[str]) -> None:
     r"""Refuse a flag given NaN or infinity (``--model.optimizer.init_args.lr nan``), which no option of vitlit takes.
 
@@ -157,15 +177,6 @@ def _is_yaml(text: str) -> bool:
     return True
 
 
-def _finite(content: Any, where: str, key: str = "") -> None:
-    """Refuse a float of ``content`` (a parsed YAML document) that is NaN or infinite, naming its key."""
-    if isinstance(content, float) and not math.isfinite(content):
-        raise ConfigError(f"{where}{key}={content} is not a finite number; give a number such as 0.1.")
-    items = content.items() if isinstance(content, dict) else enumerate(content) if isinstance(content, list) else ()
-    for name, value in items:
-        _finite(value, where, f"{key}.{name}" if key else str(name))
-
-
 def absolute_paths(config: Any) -> None:
     """Make the relative paths of a parsed run config absolute, in place: `PATH_ARGUMENTS` and the Trainer's root.
 
@@ -182,13 +193,3 @@ def absolute_paths(config: Any) -> None:
     root = config["trainer"].get("default_root_dir")
     if isinstance(root, str) and "://" not in root:
         config["trainer"]["default_root_dir"] = os.path.abspath(os.path.expanduser(root))
-
-
-def invalid_yaml(err: Exception, where: str) -> ConfigError:
-    """The one line for YAML the parser refused: where (its line, or the character it refuses, such as NUL)."""
-    mark = getattr(err, "problem_mark", None)
-    at = f" at line {mark.line + 1}" if mark is not None else ""
-    if hasattr(err, "character") and hasattr(err, "position"):  # a character YAML refuses: which one, and where
-        code = ord(err.character) if isinstance(err.character, str) else err.character
-        at = f" (the character U+{code:04X} at character {err.position + 1})"
-    return ConfigError(f"{where} is not valid YAML{at}; fix it or start from a file in configs/.")

@@ -83,9 +83,10 @@ class WarmupCosineLR(LambdaLR):
     (warmup-stable-decay): the shape for a run whose length is re-estimated as it goes (`vitlit.runs.budget`), since a
     new estimate moves only where the decay starts, not the rate of the steps before it.
 
-    ``total_steps`` may be left unset: `vitlit.ViTClassifier` then fills in the run's number of optimizer steps
-    (``trainer.estimated_stepping_batches``, which accounts for epochs, gradient accumulation and ``max_steps``), so
-    the schedule follows ``--trainer.max_epochs`` without a second number to keep in sync.
+    ``total_steps`` may be left unset: the model's ``configure_optimizers`` then fills in (`fit_to_run`) the run's
+    number of optimizer steps (``trainer.estimated_stepping_batches``, which accounts for epochs, gradient
+    accumulation and ``max_steps``), so the schedule follows ``--trainer.max_epochs`` without a second number to keep
+    in sync.
 
     Args:
         optimizer: The wrapped optimizer; its learning rates are the peak values.
@@ -94,7 +95,7 @@ class WarmupCosineLR(LambdaLR):
             the run's own measure), resolved to steps when the run's length is known and said in one line, so that a
             shorter run (``--trainer.max_epochs 2``) warms up for its share. A count as long as the run or longer is
             refused in one line when the run's length is known, as its learning rate would never reach the peak.
-        total_steps: Optimizer steps of the whole run, warmup included; ``None`` lets the model fill it in.
+        total_steps: Optimizer steps of the whole run, warmup included; ``None``: the run's (`fit_to_run`).
         min_lr_ratio: The floor at the end of the cosine, as a fraction of the peak learning rate.
         decay_fraction: The share of the steps after the warmup over which the cosine decays; the rate holds at its
             peak before it. 1.0: the cosine spans the whole run after the warmup.
@@ -245,10 +246,11 @@ def fit_to_run(scheduler: Any, trainer: Trainer) -> None:
         raise ConfigError(f"the learning-rate schedule needs the run's length, but max_epochs={trainer.max_epochs} and "
                           f"max_steps={trainer.max_steps} set no end (-1 means no limit); give --trainer.max_epochs or "
                           f"--trainer.max_steps a positive value.")  # fmt: skip
-    set_total = getattr(scheduler, "set_total_steps", None)
+    set_total, note = getattr(scheduler, "set_total_steps", None), None
     # A fast_dev_run (a batch or a few) checks that the code runs, not that it learns: no warmup refused.
-    note = set_total(total) if callable(set_total) and not trainer.fast_dev_run else None
-    if not callable(set_total) or trainer.fast_dev_run:
+    if callable(set_total) and not trainer.fast_dev_run:
+        note = set_total(total)
+    else:
         scheduler.total_steps = total
     # A resumed run's schedule is replaced by the checkpoint's (the runs part says so if its length differs).
     if note and trainer.is_global_zero and trainer.ckpt_path is None:

@@ -477,67 +477,21 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
                               f"class_names.")  # fmt: skip
         return dataset
 
-    def device_transform(self, train: bool) -> DeviceTransform:
-        """The device half of the pipeline for training (``train``) or evaluation batches (`vitlit.data.pipeline`)."""
-        if train not in self._device_transforms:
-            policy = None
-            if train and self.augment != "none":
-                from vitlit.data.policies import BatchPolicy  # runs that augment with a policy only
+    def train_dataloader(self) -> Any:
+        """Shuffled training batches."""
+        return self._loader(self.train_set, train=True)
 
-                policy = BatchPolicy(self.augment, self.randaugment_num_ops, self.randaugment_magnitude)
-            crop = self.crop if train else "none"
-            self._device_transforms[train] = DeviceTransform(
-                self.img_size, self.mean, self.std, crop=crop, crop_pct=1.0 if train else self.crop_pct,
-                crop_padding=self.crop_padding, scale=self.crop_scale, ratio=self.crop_ratio,
-                interpolation=self.interpolation, hflip=self.hflip and train, policy=policy,
-            )  # fmt: skip
-        return self._device_transforms[train]
+    def val_dataloader(self) -> Any:
+        """Validation batches in a fixed order."""
+        return self._loader(self.val_set, train=False)
 
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Run the pipeline on a uint8 batch on the training device; training batches then get ``batch_augment``.
+    def test_dataloader(self) -> Any:
+        """Test batches in a fixed order."""
+        return self._loader(self.test_set, train=False)
 
-        Under DDP, a training batch is this process's share of the step (positions ``rank``, ``rank + world_size``,
-        ... of the sampler's order): its random augmentation is drawn for the whole step and this share taken, so
-        the processes together draw what one process would for the whole step.
-        """
-        if not isinstance(batch, (list, tuple)) or len(batch) != 2 or getattr(batch[0], "dtype", None) != torch.uint8:
-            return batch  # e.g. the model summary's example input
-        images, targets = batch
-        train = self.trainer is not None and self.trainer.training
-        if train:  # this process's share of the step's draws
-            rank, world_size = self.trainer.global_rank, self.trainer.world_size
-            among, share = len(images) * world_size, slice(rank, None, world_size)
-        else:
-            among, share = None, slice(None)
-        images = self.device_transform(train)(images, among, share)
-        if train and self.batch_augment is not None:
-            images, targets = self.batch_augment(images, targets, training_progress(self.trainer), self.num_classes)
-        # The model's input dtype (bf16-true, 64-true): Lightning converts a batch before the transfer, as uint8.
-        precision = getattr(self.trainer, "precision_plugin", None)  # none outside a Trainer (a benchmark's stand-in)
-        if precision is not None:
-            images = precision.convert_input(images)
-        return images, targets
-
-    def sampler(self, split: TransformedSubset, train: bool) -> Sampler:
-        """The order of a split's items, whatever the source: shuffled or in order, under DDP this process's shard.
-
-        Training draws a shuffled order from the run's seed and the epoch (a ``DistributedSampler``, also in one
-        process: every process draws the same order and takes its own part, and a resumed run draws what the
-        stopped one would have), or with ``class_balanced`` a class-balanced one; evaluation goes in order.
-        Lightning's evaluation shards repeat images to even out the processes, so an accuracy would count some
-        twice; here each process takes every ``world_size``-th image (`UnrepeatedDistributedSampler`), which counts
-        each exactly once.
-        """
-        rank, world_size = self.rank_and_world_size()
-        if not train:
-            if world_size == 1:
-                return SequentialSampler(split)
-            return UnrepeatedDistributedSampler(split, num_replicas=world_size, rank=rank, shuffle=False)
-        shard = {"num_replicas": world_size, "rank": rank, "seed": self.run_seed(), "drop_last": True}
-        if self.class_balanced:
-            balanced = class_balanced_sampler(self.targets(split))
-            return balanced if world_size == 1 else DistributedSamplerWrapper(balanced, **shard)
-        return DistributedSampler(split, **shard)
+    def predict_dataloader(self) -> Any:
+        """``predict_dir``'s images, or the test split, in order."""
+        return self._loader(self.predict_set, train=False)
 
     def _loader(self, split: TransformedSubset | None, train: bool) -> DataLoader:
         """A DataLoader of ``split``'s uint8 batches from the `source` taken, in the sampler's order."""
@@ -576,6 +530,27 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             generator=torch.Generator().manual_seed(self.run_seed()),
         )
 
+    def sampler(self, split: TransformedSubset, train: bool) -> Sampler:
+        """The order of a split's items, whatever the source: shuffled or in order, under DDP this process's shard.
+
+        Training draws a shuffled order from the run's seed and the epoch (a ``DistributedSampler``, also in one
+        process: every process draws the same order and takes its own part, and a resumed run draws what the
+        stopped one would have), or with ``class_balanced`` a class-balanced one; evaluation goes in order.
+        Lightning's evaluation shards repeat images to even out the processes, so an accuracy would count some
+        twice; here each process takes every ``world_size``-th image (`UnrepeatedDistributedSampler`), which counts
+        each exactly once.
+        """
+        rank, world_size = self.rank_and_world_size()
+        if not train:
+            if world_size == 1:
+                return SequentialSampler(split)
+            return UnrepeatedDistributedSampler(split, num_replicas=world_size, rank=rank, shuffle=False)
+        shard = {"num_replicas": world_size, "rank": rank, "seed": self.run_seed(), "drop_last": True}
+        if self.class_balanced:
+            balanced = class_balanced_sampler(self.targets(split))
+            return balanced if world_size == 1 else DistributedSamplerWrapper(balanced, **shard)
+        return DistributedSampler(split, **shard)
+
     def run_seed(self) -> int:
         """The run's seed (``seed_everything``), which every source's training order follows; else ``seed``."""
         return int(os.environ.get("PL_GLOBAL_SEED", self.seed))
@@ -589,21 +564,46 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """``num_workers``, but no more than this process may use CPU cores (a recipe's 8 on a 2-core laptop is 2)."""
         return min(self.num_workers, cpu_cores())
 
-    def train_dataloader(self) -> Any:
-        """Shuffled training batches."""
-        return self._loader(self.train_set, train=True)
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Run the pipeline on a uint8 batch on the training device; training batches then get ``batch_augment``.
 
-    def val_dataloader(self) -> Any:
-        """Validation batches in a fixed order."""
-        return self._loader(self.val_set, train=False)
+        Under DDP, a training batch is this process's share of the step (positions ``rank``, ``rank + world_size``,
+        ... of the sampler's order): its random augmentation is drawn for the whole step and this share taken, so
+        the processes together draw what one process would for the whole step.
+        """
+        if not isinstance(batch, (list, tuple)) or len(batch) != 2 or getattr(batch[0], "dtype", None) != torch.uint8:
+            return batch  # e.g. the model summary's example input
+        images, targets = batch
+        train = self.trainer is not None and self.trainer.training
+        if train:  # this process's share of the step's draws
+            rank, world_size = self.trainer.global_rank, self.trainer.world_size
+            among, share = len(images) * world_size, slice(rank, None, world_size)
+        else:
+            among, share = None, slice(None)
+        images = self.device_transform(train)(images, among, share)
+        if train and self.batch_augment is not None:
+            images, targets = self.batch_augment(images, targets, training_progress(self.trainer), self.num_classes)
+        # The model's input dtype (bf16-true, 64-true): Lightning converts a batch before the transfer, as uint8.
+        precision = getattr(self.trainer, "precision_plugin", None)  # none outside a Trainer (a benchmark's stand-in)
+        if precision is not None:
+            images = precision.convert_input(images)
+        return images, targets
 
-    def test_dataloader(self) -> Any:
-        """Test batches in a fixed order."""
-        return self._loader(self.test_set, train=False)
+    def device_transform(self, train: bool) -> DeviceTransform:
+        """The device half of the pipeline for training (``train``) or evaluation batches (`vitlit.data.pipeline`)."""
+        if train not in self._device_transforms:
+            policy = None
+            if train and self.augment != "none":
+                from vitlit.data.policies import BatchPolicy  # runs that augment with a policy only
 
-    def predict_dataloader(self) -> Any:
-        """``predict_dir``'s images, or the test split, in order."""
-        return self._loader(self.predict_set, train=False)
+                policy = BatchPolicy(self.augment, self.randaugment_num_ops, self.randaugment_magnitude)
+            crop = self.crop if train else "none"
+            self._device_transforms[train] = DeviceTransform(
+                self.img_size, self.mean, self.std, crop=crop, crop_pct=1.0 if train else self.crop_pct,
+                crop_padding=self.crop_padding, scale=self.crop_scale, ratio=self.crop_ratio,
+                interpolation=self.interpolation, hflip=self.hflip and train, policy=policy,
+            )  # fmt: skip
+        return self._device_transforms[train]
 
 
 def cpu_cores() -> int:

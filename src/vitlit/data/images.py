@@ -70,100 +70,6 @@ def pil_mode(in_chans: int, reader: str) -> str:
 FLOAT_PIXELS = "32-bit float pixels of unknown range; save it as an 8- or 16-bit image"
 
 
-class ImageTooLarge(ValueError):
-    """An image whose size (read from its header) exceeds the bound; it is refused before it is decoded."""
-
-
-def size_problem(
-    width: int, height: int, img_size: int | None = None, max_pixels: int = MAX_PIXELS, mode: str = "RGB"
-) -> str | None:
-    """Why an image of ``width`` x ``height`` is too large to decode and resize, or ``None``.
-
-    Args:
-        width: Width read from the file's header.
-        height: Height read from the file's header.
-        img_size: The side its shorter side is resized to (a split's stored size); ``None`` checks the stored size only.
-        max_pixels: The bound, for the stored image and for the resized one.
-        mode: Its PIL mode, read from the header: what decoding it costs a pixel (`DECODE_BYTES`).
-    """
-    if width * height > max_pixels:
-        return f"{width} x {height} pixels, over the {max_pixels:,} vitlit decodes"
-    if width * height * DECODE_BYTES.get(mode, 7) > max_pixels * 7:
-        allowed = max_pixels * 7 // DECODE_BYTES[mode]
-        return f"{width} x {height} pixels of mode {mode}, which costs more to decode: over the {allowed:,} it may have"
-    if img_size is not None and min(width, height) > 0:
-        resized = img_size * int(img_size * max(width, height) / min(width, height))  # torchvision truncates
-        if resized > max_pixels:
-            return (
-                f"{width} x {height} pixels, so elongated that resizing its shorter side to {img_size} gives "
-                f"{resized:,} pixels, over the {max_pixels:,} vitlit allows"
-            )
-    return None
-
-
-def open_raster(source: str | Path | BinaryIO) -> Image.Image:
-    """PIL's ``Image.open`` with only `RASTER_FORMATS`' plugins: the one place where vitlit hands bytes to PIL.
-
-    Raises:
-        PIL.UnidentifiedImageError: An ``OSError``, for bytes of any other format (PostScript among them).
-    """
-    return Image.open(source, formats=RASTER_FORMATS)
-
-
-def open_image(
-    source: str | Path | BinaryIO, mode: str = "RGB", img_size: int | None = None, max_pixels: int = MAX_PIXELS
-) -> Image.Image:
-    """Decode an image as 8 bits per channel in PIL ``mode`` (``L``, ``RGB`` or ``RGBA``): vitlit's one decoder.
-
-    The decoded image is converted by `to_mode` (16-bit grey scaled, float pixels refused).
-
-    Args:
-        source: A file path, or a binary file object (an upload).
-        mode: The PIL mode of the result.
-        img_size: The side the image will be resized to, for `size_problem`'s bound on the resized image.
-        max_pixels: `size_problem`'s bound.
-
-    Raises:
-        ImageTooLarge: Before decoding, for an image over the bound.
-        OSError, SyntaxError, ValueError: For data PIL cannot decode (PIL's own errors).
-    """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the bound below is stricter
-        try:
-            image = open_raster(source)
-        except Image.DecompressionBombError:  # a header claiming billions of pixels: PIL refuses it first
-            raise ImageTooLarge(
-                f"its header claims over {2 * Image.MAX_IMAGE_PIXELS:,} pixels, over the {max_pixels:,} vitlit decodes"
-            ) from None
-        with image:
-            problem = size_problem(*image.size, img_size, max_pixels, image.mode)
-            if problem is not None:
-                raise ImageTooLarge(problem)
-            image.load()
-            return to_mode(image, mode)
-
-
-def to_mode(image: Image.Image, mode: str) -> Image.Image:
-    """``image`` as 8 bits per channel in PIL ``mode``: vitlit's one conversion, for files and a dataset's images.
-
-    16-bit (and 32-bit integer) grey images are scaled to 8 bits, not clipped as PIL's conversion would; palette,
-    CMYK, grey-with-alpha and other modes go through PIL's conversion.
-
-    Raises:
-        ValueError: For float pixels (PIL's ``F``), whose range is unknown: PIL's conversion would clip them.
-    """
-    if image.mode == "F":
-        raise ValueError(FLOAT_PIXELS)
-    if image.mode in _SIXTEEN_BIT:  # v * 255 / 65535 rounded, in integers: 4 bytes a pixel, not float64's 16
-        pixels = np.asarray(image).clip(0, 65535).astype(np.uint32)
-        pixels *= 255
-        pixels += 32767  # no value lands on a half (255 is odd, 65535 odd): the same as rounding
-        pixels //= 65535
-        return Image.fromarray(pixels.astype(np.uint8)).convert(mode)
-    # Already in the mode (the common case): the image as it is, not a converted copy.
-    return image if image.mode == mode else image.convert(mode)
-
-
 def refuse_unlisted(err: OSError) -> None:
     """Refuse a folder that cannot be listed, which `os.walk` would leave out as if it held nothing."""
     raise ConfigError(f"{shown(err.filename)} cannot be listed ({err.strerror}); check its permissions.")
@@ -264,6 +170,100 @@ def image_problem(path: Path | bytes, img_size: int | None = None, decode: bool 
             first_line = next(iter(str(err).strip().splitlines()), type(err).__name__)
             return f"damaged: PIL cannot decode it ({first_line[:120]})"
     return None
+
+
+class ImageTooLarge(ValueError):
+    """An image whose size (read from its header) exceeds the bound; it is refused before it is decoded."""
+
+
+def size_problem(
+    width: int, height: int, img_size: int | None = None, max_pixels: int = MAX_PIXELS, mode: str = "RGB"
+) -> str | None:
+    """Why an image of ``width`` x ``height`` is too large to decode and resize, or ``None``.
+
+    Args:
+        width: Width read from the file's header.
+        height: Height read from the file's header.
+        img_size: The side its shorter side is resized to (a split's stored size); ``None`` checks the stored size only.
+        max_pixels: The bound, for the stored image and for the resized one.
+        mode: Its PIL mode, read from the header: what decoding it costs a pixel (`DECODE_BYTES`).
+    """
+    if width * height > max_pixels:
+        return f"{width} x {height} pixels, over the {max_pixels:,} vitlit decodes"
+    if width * height * DECODE_BYTES.get(mode, 7) > max_pixels * 7:
+        allowed = max_pixels * 7 // DECODE_BYTES[mode]
+        return f"{width} x {height} pixels of mode {mode}, which costs more to decode: over the {allowed:,} it may have"
+    if img_size is not None and min(width, height) > 0:
+        resized = img_size * int(img_size * max(width, height) / min(width, height))  # torchvision truncates
+        if resized > max_pixels:
+            return (
+                f"{width} x {height} pixels, so elongated that resizing its shorter side to {img_size} gives "
+                f"{resized:,} pixels, over the {max_pixels:,} vitlit allows"
+            )
+    return None
+
+
+def open_raster(source: str | Path | BinaryIO) -> Image.Image:
+    """PIL's ``Image.open`` with only `RASTER_FORMATS`' plugins: the one place where vitlit hands bytes to PIL.
+
+    Raises:
+        PIL.UnidentifiedImageError: An ``OSError``, for bytes of any other format (PostScript among them).
+    """
+    return Image.open(source, formats=RASTER_FORMATS)
+
+
+def open_image(
+    source: str | Path | BinaryIO, mode: str = "RGB", img_size: int | None = None, max_pixels: int = MAX_PIXELS
+) -> Image.Image:
+    """Decode an image as 8 bits per channel in PIL ``mode`` (``L``, ``RGB`` or ``RGBA``): vitlit's one decoder.
+
+    The decoded image is converted by `to_mode` (16-bit grey scaled, float pixels refused).
+
+    Args:
+        source: A file path, or a binary file object (an upload).
+        mode: The PIL mode of the result.
+        img_size: The side the image will be resized to, for `size_problem`'s bound on the resized image.
+        max_pixels: `size_problem`'s bound.
+
+    Raises:
+        ImageTooLarge: Before decoding, for an image over the bound.
+        OSError, SyntaxError, ValueError: For data PIL cannot decode (PIL's own errors).
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the bound below is stricter
+        try:
+            image = open_raster(source)
+        except Image.DecompressionBombError:  # a header claiming billions of pixels: PIL refuses it first
+            raise ImageTooLarge(
+                f"its header claims over {2 * Image.MAX_IMAGE_PIXELS:,} pixels, over the {max_pixels:,} vitlit decodes"
+            ) from None
+        with image:
+            problem = size_problem(*image.size, img_size, max_pixels, image.mode)
+            if problem is not None:
+                raise ImageTooLarge(problem)
+            image.load()
+            return to_mode(image, mode)
+
+
+def to_mode(image: Image.Image, mode: str) -> Image.Image:
+    """``image`` as 8 bits per channel in PIL ``mode``: vitlit's one conversion, for files and a dataset's images.
+
+    16-bit (and 32-bit integer) grey images are scaled to 8 bits, not clipped as PIL's conversion would; palette,
+    CMYK, grey-with-alpha and other modes go through PIL's conversion.
+
+    Raises:
+        ValueError: For float pixels (PIL's ``F``), whose range is unknown: PIL's conversion would clip them.
+    """
+    if image.mode == "F":
+        raise ValueError(FLOAT_PIXELS)
+    if image.mode in _SIXTEEN_BIT:  # v * 255 / 65535 rounded, in integers: 4 bytes a pixel, not float64's 16
+        pixels = np.asarray(image).clip(0, 65535).astype(np.uint32)
+        pixels *= 255
+        pixels += 32767  # no value lands on a half (255 is odd, 65535 odd): the same as rounding
+        pixels //= 65535
+        return Image.fromarray(pixels.astype(np.uint8)).convert(mode)
+    # Already in the mode (the common case): the image as it is, not a converted copy.
+    return image if image.mode == mode else image.convert(mode)
 
 
 @dataclass
