@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -97,3 +98,24 @@ def test_between_logging_steps_only_the_loss_is_logged(
     quiet = {step: names for step, names in logged.items() if step not in (3, 4, 7, 8)}
     assert quiet and all(names == {"train/loss"} for names in quiet.values()), logged
     assert {"train/grad_norm", "train/weight_norm"} <= logged[3] and "train/nonfinite_steps" in logged[4], logged
+
+
+def test_epochs_shorter_than_the_logging_interval_count_images_and_batches_alike() -> None:
+    # A small data set: 4 batches of 1 image an epoch, a log every 3 steps. Each epoch's first batch starts its clock,
+    # and an epoch's untimed tail is dropped; its batches were counted anyway, so Lightning's meter saw more batches
+    # than images and raised a ValueError mid-fit.
+    monitor = SpeedMonitor()
+    trainer = SimpleNamespace(global_step=0, log_every_n_steps=3, world_size=1, precision="32-true",
+                              strategy=SimpleNamespace(root_device=torch.device("cpu")))  # fmt: skip
+    logged: list[str] = []
+    module = SimpleNamespace(log=lambda name, value, **_: logged.append(name))
+    monitor.on_train_start(trainer, module)
+    for _ in range(4):
+        monitor.on_train_epoch_start(trainer, module)
+        for i in range(4):
+            trainer.global_step += 1
+            monitor.on_train_batch_end(trainer, module, None, (torch.zeros(1, 3, 2, 2), torch.zeros(1)), i)
+    images, batches, seconds = monitor._timed
+    # Timed: steps 2-3, 6, 10-12 and 14-15 (step 9 starts its epoch's clock); the meter's window is full from step 6.
+    assert images == batches == 8 and seconds > 0
+    assert logged.count("perf/images_per_sec") == 3

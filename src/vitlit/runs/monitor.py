@@ -97,7 +97,7 @@ class SpeedMonitor(Callback):
         self.flops_per_image: int | None = None
         self.last: dict[str, float] = {}
         self._meter: Throughput | None = None
-        self._images = 0  # since the clock was last read
+        self._images = self._batches = 0  # since the clock was last read
         self._timed = [0, 0, 0.0]  # over every timed interval: images, batches, seconds
         self._t0: float | None = None
         self._logged_step = -1
@@ -128,20 +128,22 @@ class SpeedMonitor(Callback):
         if self._meter is None:
             return
         if self._t0 is None:  # one sync per epoch; an epoch of a single logging interval is still measured
-            self._t0, self._images = self._now(), 0
+            self._t0, self._images, self._batches = self._now(), 0, 0
             return
         self._images += len(batch[0] if isinstance(batch, (list, tuple)) else batch)
-        self._timed[1] += 1
+        self._batches += 1
         step = trainer.global_step
         if step % trainer.log_every_n_steps or step == self._logged_step:
             return  # not a logging step, or one still accumulating gradients
         now, world = self._now(), trainer.world_size  # one sync per logging step
         self._logged_step, self._t0, seconds = step, now, now - self._t0
+        # Images and batches are counted over the same timed interval; an epoch's untimed tail adds neither.
         self._timed[0] += self._images
+        self._timed[1] += self._batches
         self._timed[2] += seconds
         # The meter takes all processes' FLOPs (every process runs batches of the same size under DDP).
         flops = self.flops_per_image * self._images * world if self.flops_per_image else None
-        self._images = 0
+        self._images = self._batches = 0
         self._meter.update(time=self._timed[2], batches=self._timed[1], samples=self._timed[0], flops=flops)
         metrics = self._meter.compute()
         names = {("samples_per_sec" if world > 1 else "device/samples_per_sec"): ("perf/images_per_sec", 1.0),
