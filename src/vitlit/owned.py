@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -106,6 +107,23 @@ def remove_stale(output: Path) -> None:
             say(f"vitlit: removed {entry}, an unfinished copy that a stopped run left", error=True)
         except (OSError, OverflowError):  # another user's process (alive), or no number a process has
             continue
+
+
+@contextlib.contextmanager
+def folders_made_for(folder: Path) -> Iterator[None]:
+    """Create ``folder`` and its missing parents; on an error in the block, remove those it made, innermost first.
+
+    A refused or stopped export or prepare leaves no empty folders where it would have written.
+    """
+    made = list(itertools.takewhile(lambda p: not p.exists(), (folder, *folder.parents)))
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for path in made:
+            with contextlib.suppress(OSError):  # one that holds a file since (not ours) stays
+                path.rmdir()
+        raise
 
 
 @contextlib.contextmanager

@@ -38,7 +38,7 @@ from vitlit.data.streaming import (
     write_meta,
 )
 from vitlit.errors import ConfigError
-from vitlit.owned import check_replaceable, digest, staged_folder, write_manifest
+from vitlit.owned import check_replaceable, digest, folders_made_for, staged_folder, write_manifest
 from vitlit.text import say, shown
 from vitlit.types import PositiveInt
 
@@ -127,18 +127,10 @@ def prepare(
         if local.exists():
             check_replaceable(local, MANIFEST, "--output", "vitlit prepare")
         output = str(local.absolute())
-        made = [folder for folder in Path(output).parents if not folder.exists()]  # innermost first
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        try:
-            # Whole or not at all: a kill leaves the earlier data set intact, and SIGTERM the staged copy removed.
-            with sigterm_stops(), staged_folder(Path(output)) as staged:
-                meta = _write(data, str(staged), format, size, num_workers, False)
-                write_manifest(staged, MANIFEST)
-        except BaseException:
-            for folder in made:  # the folders made for the output, where nothing else came into them
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
-            raise
+        # Whole or not at all: a kill leaves the earlier data set intact, and SIGTERM the staged copy removed.
+        with folders_made_for(Path(output).parent), sigterm_stops(), staged_folder(Path(output)) as staged:
+            meta = _write(data, str(staged), format, size, num_workers, False)
+            write_manifest(staged, MANIFEST)
     for name, count in meta["splits"].items():
         say(f"vitlit: wrote {name}: {count:,} images to {output}/{name}")
     say(f"vitlit: train from it with --data vitlit.data.streaming.StreamingDataModule --data.input_dir {output}")

@@ -36,6 +36,7 @@ from torch import nn
 from vitlit.atomic import replacing, write_atomically
 from vitlit.data.images import image_files, image_problem, pil_mode
 from vitlit.errors import CheckFailed, ConfigError
+from vitlit.owned import folders_made_for
 from vitlit.run_dir import check_writable_folder
 from vitlit.text import say, shown
 from vitlit.tools.hf_folder import check_folder_output, write_timm_folder
@@ -226,20 +227,6 @@ def check_onnx_size(net: nn.Module, format: Format) -> None:
         )
 
 
-@contextlib.contextmanager
-def _folders_made_for(folder: Path) -> Iterator[None]:
-    """Create ``folder`` and its missing parents; on an error in the block, remove those it made, innermost first."""
-    made = list(itertools.takewhile(lambda p: not p.exists(), (folder, *folder.parents)))
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        yield
-    except BaseException:
-        for path in made:
-            with contextlib.suppress(OSError):  # one that holds a file since (not ours) stays
-                path.rmdir()
-        raise
-
-
 def export(
     ckpt_path: Path,
     output: Path,
@@ -298,7 +285,7 @@ def export(
         )
     report: dict[str, Any] = {"format": format, "output": str(output), "batch": len(batch)}
     if format == "timm":
-        with _folders_made_for(output.parent):  # checked: a missing folder is created, as by prepare
+        with folders_made_for(output.parent):  # checked: a missing folder is created, as by prepare
             report |= write_timm_folder(net, card, batch, output, ckpt_path, license or "other", TOLERANCE)
         say(f"vitlit: wrote {output}/ ({', '.join(report['files'])}; {report['bytes'] / 2**20:.1f} MiB); timm's "
               f"model from it against the checkpoint on {len(batch)} images: max |logit difference| "
@@ -308,7 +295,7 @@ def export(
     # exporter may write files of its own beside its output (one per weight), which must never land in the user's.
     # It is a hidden one beside the output, on its disk: the system's temporary folder may be too small.
     with (
-        _folders_made_for(output.parent),
+        folders_made_for(output.parent),
         replacing(output) as staged,
         tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.") as private,
     ):
