@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import shutil
-import tarfile
 import zipfile
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from helpers.cli import (
     TINY_CONFIG,
     TINY_MODEL,
     carries,
+    cifar_archive,
     cifar_args,
     refused,
     run_cli,
@@ -490,11 +489,7 @@ def test_an_archive_copied_by_hand_is_extracted_offline(
     tmp_path: Path, cifar_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = tmp_path / "data"
-    data.mkdir()
-    archive = data / CIFAR10.filename
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(cifar_dir / CIFAR10.base_folder, arcname=CIFAR10.base_folder)
-    monkeypatch.setattr(CIFAR10, "tgz_md5", hashlib.md5(archive.read_bytes()).hexdigest())
+    cifar_archive(cifar_dir, data, monkeypatch)
     cli = tiny_cifar_fit(cifar_dir, tmp_path / "runs", "--data.data_dir", data, "--trainer.fast_dev_run", "1")
     assert cli.trainer.state.finished and (data / CIFAR10.base_folder / "data_batch_1").is_file()
 

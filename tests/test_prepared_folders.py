@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers.cli import DIGITS_CONFIG, carries, refused, run_cli
+from helpers.cli import DIGITS_CONFIG, carries, cifar_archive, refused, run_cli
 
 pytest.importorskip("litdata")
 
@@ -180,20 +180,13 @@ def test_prepare_extracts_a_cifar_archive_copied_by_hand_as_a_fit_does(
 ) -> None:
     """prepare never called the data module's prepare_data(): CIFAR's archive copied by hand (--data.download false)
     was refused with words telling the user to copy it, as they had."""
-    import hashlib
-    import tarfile
-
     from torchvision.datasets import CIFAR10
 
     from vitlit.data.cifar import CIFARDataModule
     from vitlit.data.prepare import prepare
 
     data = tmp_path / "data"
-    data.mkdir()
-    archive = data / CIFAR10.filename
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(cifar_dir / CIFAR10.base_folder, arcname=CIFAR10.base_folder)
-    monkeypatch.setattr(CIFAR10, "tgz_md5", hashlib.md5(archive.read_bytes()).hexdigest())
+    cifar_archive(cifar_dir, data, monkeypatch)
     cifar = CIFARDataModule(data_dir=data, download=False, val_size=16, num_workers=0)
     meta = prepare(cifar, str(tmp_path / "out"))
     assert meta["splits"]["val"] == 16 and meta["splits"]["train"] + 16 == len(cifar.train_set.dataset)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 import sys
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +76,16 @@ def write_cifar(root: Path) -> dict[str, list]:
         "c100_test": [["test", _md5(c100 / "test")]],
         "c100_meta": {**CIFAR100.meta, "md5": _md5(c100 / "meta")},
     }
+
+
+def cifar_archive(cifar_dir: Path, data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """CIFAR-10's archive of the test files, copied by hand into a new ``data`` folder; its MD5 is expected."""
+    data.mkdir()
+    archive = data / CIFAR10.filename
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(cifar_dir / CIFAR10.base_folder, arcname=CIFAR10.base_folder)
+    monkeypatch.setattr(CIFAR10, "tgz_md5", _md5(archive))
+    return archive
 
 
 def cifar_args(cifar_dir: Path, dataset: str = "cifar10") -> list[str]:
