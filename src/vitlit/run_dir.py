@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import re
 import socket
@@ -38,6 +39,7 @@ from vitlit.text import say
 PATH_ROOM = 4096 - 200
 LOCK = ".vitlit.lock"
 LOCKED_BYTE = 1 << 20  # Windows locks byte ranges, and a locked byte cannot be read by another process
+CARD = "run_card.json"  # what a fit did and how to repeat it (`vitlit.runs.records.RunCard`)
 
 
 def allocate_version(root: Path) -> int:
@@ -167,6 +169,18 @@ def saved_config(trainer: Trainer, run_dir: Path) -> Path:
     """The config a run saved in ``run_dir``: ``config.yaml``, or a resume's ``config.resume-K.yaml`` (`place_run`)."""
     saver = next((cb for cb in trainer.callbacks if isinstance(cb, SaveConfigCallback)), None)
     return run_dir / (saver.config_filename if saver is not None else "config.yaml")
+
+
+def read_card(run_dir: Path) -> dict[str, Any]:
+    """The card of the run in ``run_dir`` (``run_card.json``), or ``{}`` if it has none or an unreadable one.
+
+    `vitlit.runs.records` writes it; the timm folder's README quotes it, and a damaged card must not stop either.
+    """
+    try:
+        card = json.loads((run_dir / CARD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # missing, unreadable, not UTF-8 or not JSON
+        return {}
+    return card if isinstance(card, dict) else {}
 
 
 def placement(

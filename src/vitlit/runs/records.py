@@ -39,11 +39,9 @@ from vitlit.atomic import write_atomically
 from vitlit.cli import TOOLS
 from vitlit.exits import STOP
 from vitlit.optim import planned_steps, schedule_of
-from vitlit.run_dir import saved_config
+from vitlit.run_dir import CARD, read_card, saved_config
 from vitlit.text import markdown, redacted, shown, tell
 from vitlit.types import PositiveInt
-
-CARD = "run_card.json"
 
 
 def git_state(folder: Path) -> dict[str, Any]:
@@ -180,15 +178,6 @@ class RunCard(Callback):
         if device.type == "cuda":
             self.card["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
         write_card(self.run_dir, self.card)
-
-
-def read_card(run_dir: Path) -> dict[str, Any]:
-    """The card of the run in ``run_dir``, or ``{}`` if it has none (or an unreadable one)."""
-    try:
-        card = json.loads((run_dir / CARD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return card if isinstance(card, dict) else {}
 
 
 def record_test(ckpt: Path, test_acc: float) -> None:

@@ -25,7 +25,7 @@ from vitlit.checkpoints import run_of_checkpoint
 from vitlit.data.images import PIL_MODES
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.owned import check_replaceable, staged_folder, write_manifest
-from vitlit.run_dir import check_writable_folder
+from vitlit.run_dir import check_writable_folder, read_card
 from vitlit.text import markdown, shown
 from vitlit.trained import PREPROCESS, ModelCard
 
@@ -107,18 +107,6 @@ def write_timm_folder(
     return {"max_abs_diff": difference, "bytes": size, "files": sorted(p.name for p in output.iterdir())}
 
 
-def _run_card(run: Path | None) -> dict[str, Any]:
-    """The run's run_card.json, or ``{}`` where there is none or it is damaged (the card then says it was not found).
-
-    `vitlit.runs.records.read_card` reads it the same way; tools may not import runs (tests/test_layout.py).
-    """
-    try:
-        facts = json.loads((run / "run_card.json").read_text(encoding="utf-8")) if run else {}
-    except (OSError, ValueError):  # missing, unreadable, not UTF-8 or not JSON
-        return {}
-    return facts if isinstance(facts, dict) else {}
-
-
 def _tested(facts: dict[str, Any], checkpoint: Path | None) -> float | None:
     """The test accuracy the run card holds for this checkpoint file, not the last one tested nor an older file.
 
@@ -149,7 +137,7 @@ def model_card(card: ModelCard, run: Path | None, license: str, name: str, check
     code (``repr``) or as a quoted shell word: none of it can add HTML, a heading, a code fence or a front-matter key.
     ``license`` is an identifier (`check_folder_output`).
     """
-    facts = _run_card(run)
+    facts = read_card(run) if run else {}
     names = [markdown(c) for c in card.class_names[:20]]
     classes = ", ".join(names) + (f", ... ({len(card.class_names)} in all)" if len(card.class_names) > 20 else "")
     if isinstance(facts.get("versions"), dict):
