@@ -30,8 +30,8 @@ MAX_START = {"files": 20, "functions": 155}
 MAX_STEP = {"files": 5, "functions": 19}
 #: The modules a default digits fit loads (34 at issue 74's start; its goal 22) and their code lines, a ceiling: the
 #: checks of hostile round 8 and of the later correctness reads (each beside its condition), and the single-caller
-#: modules folded into their callers, put it over issue 74's 2,400 (+1: the run card's reader moved to run_dir.py, where the
-#: timm folder reads it too).
+#: modules folded into their callers, put it over issue 74's 2,400 (+1: the run card's reader moved to run_dir.py,
+#: where the timm folder reads it too).
 MAX_DEFAULT_RUN_MODULES = 24
 MAX_DEFAULT_RUN_LINES = 3209
 #: The core's layers, top to bottom: a module imports its own layer or lower ones, never a higher one (the parts,
