@@ -121,8 +121,8 @@ def test_each_kind_of_unreadable_file_is_named(name: str, tmp_path: Path) -> Non
     good = _folder(tmp_path, per_class=1) / "train" / "a" / "0.png"
     problem, make = BAD_FILES[name]
     make(tmp_path / name, good)
-    assert problem in image_problem(tmp_path / name, img_size=32)
-    assert image_problem(good, img_size=32) is None
+    assert problem in image_problem(tmp_path / name, stored_side=32)
+    assert image_problem(good, stored_side=32) is None
 
 
 @pytest.mark.skipif(os.geteuid() == 0 if hasattr(os, "geteuid") else True, reason="root reads every file")

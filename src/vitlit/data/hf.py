@@ -174,7 +174,7 @@ class HFImages(Dataset):
         image_column: The column of images.
         where: How to name the split in messages (``<path> train``).
         mode: PIL mode every image is converted to (``L``, ``RGB`` or ``RGBA``).
-        img_size: The side images are resized to afterwards, for `MAX_PIXELS`'s bound on the resized image.
+        stored_side: The side images are resized to afterwards, for `MAX_PIXELS`'s bound on the resized image.
         root: The only folder whose files a row's ``path`` may name (`root_of`); ``None``: embedded bytes only.
     """
 
@@ -182,9 +182,15 @@ class HFImages(Dataset):
     ITEM = "{}: the image"
 
     def __init__(self, table: Any, rows: list[int], targets: list[int], image_column: str, where: str, mode: str,
-                 img_size: int, root: Path | None) -> None:  # fmt: skip
+                 stored_side: int, root: Path | None) -> None:  # fmt: skip
         self.table, self.rows, self.targets = table.select_columns([image_column]), rows, targets
-        self.image_column, self.where, self.mode, self.img_size, self.root = image_column, where, mode, img_size, root
+        self.image_column, self.where, self.mode, self.stored_side, self.root = (
+            image_column,
+            where,
+            mode,
+            stored_side,
+            root,
+        )
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -199,7 +205,7 @@ class HFImages(Dataset):
         data, named = self.encoded(i), self.value(i)[1]
         if data is None and named:
             return f"a file outside the data set's folder ({shown(named)!r}), which is never read"
-        return image_problem(data, self.img_size) if data is not None else "no image"
+        return image_problem(data, self.stored_side) if data is not None else "no image"
 
     def keep(self, indices: list[int]) -> HFImages:
         """The rows at ``indices`` only."""
@@ -231,7 +237,7 @@ class HFImages(Dataset):
             source = io.BytesIO(data) if isinstance(data, bytes) else data
             if source is None:
                 raise ValueError("the row has no image bytes and names no file inside the data set")
-            return open_image(source, self.mode, self.img_size), self.targets[i]
+            return open_image(source, self.mode, self.stored_side), self.targets[i]
         except (OSError, SyntaxError, ValueError, TypeError) as err:  # what the start-up check cannot see undecoded
             raise ConfigError(f"{self.where} row {self.rows[i]}: the image cannot be decoded ({err}); remove or "
                               f"replace the row.") from None  # fmt: skip

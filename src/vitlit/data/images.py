@@ -115,11 +115,11 @@ def _scanned_once(folder: Path, real: str, seen: dict[str, Path]) -> None:
                           f"same images twice); remove the link.")  # fmt: skip
 
 
-def image_problem(path: Path | bytes, img_size: int | None = None, decode: bool = False) -> str | None:
+def image_problem(path: Path | bytes, stored_side: int | None = None, decode: bool = False) -> str | None:
     """Why ``path`` cannot be trained on or classified, in a few words, or ``None`` if it looks like a complete image.
 
     Reads the header and the last 64 bytes only: missing, empty or unreadable files, dangling links, pipes and
-    devices, files that are no image, images over `MAX_PIXELS` (also once resized to ``img_size``), float images, and
+    devices, files that are no image, images over `MAX_PIXELS` (also once resized to ``stored_side``), float images, and
     PNG/JPEG files cut short. ``decode`` also decodes the image, which finds damage inside the compressed pixels; it
     costs a full read, so it is for files read once (``predict_dir``, ``export --images``), not for training sets.
     ``path`` may also be an image's encoded bytes (a row of a Hugging Face data set or a LitData chunk).
@@ -149,7 +149,7 @@ def image_problem(path: Path | bytes, img_size: int | None = None, decode: bool 
             return f"over PIL's decompression-bomb limit of {Image.MAX_IMAGE_PIXELS:,} pixels"
         except (OSError, SyntaxError, ValueError):
             return f"not an image of the formats vitlit reads ({', '.join(RASTER_FORMATS)})"
-        too_large = size_problem(*image.size, img_size, mode=image.mode)
+        too_large = size_problem(*image.size, stored_side, mode=image.mode)
         if too_large is not None:
             return f"too large to decode safely ({too_large}); downscale it"
         if image.mode == "F":
@@ -165,7 +165,7 @@ def image_problem(path: Path | bytes, img_size: int | None = None, decode: bool 
                 return "a truncated WEBP file"
     if decode or image.format not in ("PNG", "JPEG", "WEBP"):  # BMP, GIF, TIFF, PPM: no end marker, so decoded
         try:
-            open_image(io.BytesIO(path) if isinstance(path, (bytes, bytearray)) else path, "RGB", img_size)
+            open_image(io.BytesIO(path) if isinstance(path, (bytes, bytearray)) else path, "RGB", stored_side)
         except (OSError, SyntaxError, ValueError) as err:  # PIL's message, its first line
             first_line = next(iter(str(err).strip().splitlines()), type(err).__name__)
             return f"damaged: PIL cannot decode it ({first_line[:120]})"
@@ -177,14 +177,15 @@ class ImageTooLarge(ValueError):
 
 
 def size_problem(
-    width: int, height: int, img_size: int | None = None, max_pixels: int = MAX_PIXELS, mode: str = "RGB"
+    width: int, height: int, stored_side: int | None = None, max_pixels: int = MAX_PIXELS, mode: str = "RGB"
 ) -> str | None:
     """Why an image of ``width`` x ``height`` is too large to decode and resize, or ``None``.
 
     Args:
         width: Width read from the file's header.
         height: Height read from the file's header.
-        img_size: The side its shorter side is resized to (a split's stored size); ``None`` checks the stored size only.
+        stored_side: The side its shorter side is resized to (a split's stored size); ``None`` checks the image as
+            stored only.
         max_pixels: The bound, for the stored image and for the resized one.
         mode: Its PIL mode, read from the header: what decoding it costs a pixel (`DECODE_BYTES`).
     """
@@ -193,11 +194,11 @@ def size_problem(
     if width * height * DECODE_BYTES.get(mode, 7) > max_pixels * 7:
         allowed = max_pixels * 7 // DECODE_BYTES[mode]
         return f"{width} x {height} pixels of mode {mode}, which costs more to decode: over the {allowed:,} it may have"
-    if img_size is not None and min(width, height) > 0:
-        resized = img_size * int(img_size * max(width, height) / min(width, height))  # torchvision truncates
+    if stored_side is not None and min(width, height) > 0:
+        resized = stored_side * int(stored_side * max(width, height) / min(width, height))  # torchvision truncates
         if resized > max_pixels:
             return (
-                f"{width} x {height} pixels, so elongated that resizing its shorter side to {img_size} gives "
+                f"{width} x {height} pixels, so elongated that resizing its shorter side to {stored_side} gives "
                 f"{resized:,} pixels, over the {max_pixels:,} vitlit allows"
             )
     return None
@@ -213,7 +214,7 @@ def open_raster(source: str | Path | BinaryIO) -> Image.Image:
 
 
 def open_image(
-    source: str | Path | BinaryIO, mode: str = "RGB", img_size: int | None = None, max_pixels: int = MAX_PIXELS
+    source: str | Path | BinaryIO, mode: str = "RGB", stored_side: int | None = None, max_pixels: int = MAX_PIXELS
 ) -> Image.Image:
     """Decode an image as 8 bits per channel in PIL ``mode`` (``L``, ``RGB`` or ``RGBA``): vitlit's one decoder.
 
@@ -222,7 +223,7 @@ def open_image(
     Args:
         source: A file path, or a binary file object (an upload).
         mode: The PIL mode of the result.
-        img_size: The side the image will be resized to, for `size_problem`'s bound on the resized image.
+        stored_side: The side the image will be resized to, for `size_problem`'s bound on the resized image.
         max_pixels: `size_problem`'s bound.
 
     Raises:
@@ -238,7 +239,7 @@ def open_image(
                 f"its header claims over {2 * Image.MAX_IMAGE_PIXELS:,} pixels, over the {max_pixels:,} vitlit decodes"
             ) from None
         with image:
-            problem = size_problem(*image.size, img_size, max_pixels, image.mode)
+            problem = size_problem(*image.size, stored_side, max_pixels, image.mode)
             if problem is not None:
                 raise ImageTooLarge(problem)
             image.load()
@@ -284,7 +285,7 @@ class ImageFiles(Dataset):
         samples: ``(path, class index)`` per image.
         classes: Class names in index order.
         mode: PIL mode every image is converted to (``L``, ``RGB`` or ``RGBA``).
-        img_size: The side images are resized to afterwards, for `MAX_PIXELS`'s bound on the resized image.
+        stored_side: The side images are resized to afterwards, for `MAX_PIXELS`'s bound on the resized image.
         where: How messages name the split (``train/``).
     """
 
@@ -292,9 +293,9 @@ class ImageFiles(Dataset):
     ITEM = "image {}"
 
     def __init__(self, samples: list[tuple[str, int]], classes: list[str], mode: str = "RGB",
-                 img_size: int | None = None, where: str = "") -> None:  # fmt: skip
+                 stored_side: int | None = None, where: str = "") -> None:  # fmt: skip
         self.samples, self.targets = samples, [target for _, target in samples]
-        self.classes, self.mode, self.img_size, self.where = classes, mode, img_size, where
+        self.classes, self.mode, self.stored_side, self.where = classes, mode, stored_side, where
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -302,13 +303,13 @@ class ImageFiles(Dataset):
     def __getitem__(self, i: int) -> tuple[Image.Image, int]:
         path, target = self.samples[i]
         try:
-            return open_image(path, self.mode, self.img_size), target
+            return open_image(path, self.mode, self.stored_side), target
         except (OSError, SyntaxError, ValueError) as err:  # what the start-up check cannot see without decoding
             raise ConfigError(f"image {path} cannot be decoded ({err}); remove or replace the file.") from None
 
     def problem(self, i: int, decode: bool = False) -> str | None:
         """Why item ``i`` cannot be read (`image_problem`, from its header), or ``None``."""
-        return image_problem(Path(self.samples[i][0]), self.img_size, decode)
+        return image_problem(Path(self.samples[i][0]), self.stored_side, decode)
 
     def keep(self, indices: Sequence[int]) -> ImageFiles:
         """The items at ``indices`` only."""
@@ -332,13 +333,13 @@ def predict_files(folder: Path, in_chans: int) -> list[Path]:
 
 
 def readable_images(
-    files: list[Path], folder: Path, classes: list[str], in_chans: int, img_size: int, speak: bool = True
+    files: list[Path], folder: Path, classes: list[str], in_chans: int, stored_side: int, speak: bool = True
 ) -> ImageFiles:
     """``predict_dir``'s images that decode, with the class index -1; each one left out is named in one line.
 
     Decoded in full: these files are read once, and damage inside a file must not stop the whole predict.
     """
-    images = ImageFiles([(str(path), -1) for path in files], classes, PIL_MODES[in_chans], img_size)
+    images = ImageFiles([(str(path), -1) for path in files], classes, PIL_MODES[in_chans], stored_side)
     bad = {i: problem for i in range(len(images)) if (problem := images.problem(i, decode=True)) is not None}
     for i, problem in bad.items() if speak else ():  # one line each, as vitlit's other notes, not a warning
         print(f"vitlit: skipping {shown(files[i])}: {shown(problem)}", file=sys.stderr)
@@ -360,7 +361,7 @@ class PredictFolder:
         self.files = predict_files(folder, in_chans)
         self.images: ImageFiles | None = None  # the dataset `predict` classifies, once asked for
 
-    def readable(self, classes: list[str], img_size: int, speak: bool = True) -> ImageFiles:
+    def readable(self, classes: list[str], stored_side: int, speak: bool = True) -> ImageFiles:
         """The folder's images that decode (`readable_images`): the dataset ``predict`` classifies."""
-        self.images = readable_images(self.files, self.folder, classes, self.in_chans, img_size, speak)
+        self.images = readable_images(self.files, self.folder, classes, self.in_chans, stored_side, speak)
         return self.images
