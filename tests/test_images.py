@@ -99,6 +99,23 @@ def test_damage_past_the_header_is_found_in_every_format(fmt: str, tmp_path: Pat
     assert image_problem(whole) is None and image_problem(cut) is not None
 
 
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+def test_bytes_after_a_whole_images_end_marker_pass_and_a_cut_image_does_not(fmt: str, tmp_path: Path) -> None:
+    """A phone's JPEG may carry bytes after its end marker (Samsung's trailer, a motion photo's video); the check read
+    only the last 64 bytes and refused such photos as truncated, though PIL decodes them whole."""
+    from vitlit.data.images import image_problem
+
+    pixels = (np.random.default_rng(0).random((40, 40, 3)) * 255).astype(np.uint8)
+    whole = tmp_path / f"whole.{fmt.lower()}"
+    Image.fromarray(pixels).save(whole, format=fmt)
+    trailer = tmp_path / f"trailer.{fmt.lower()}"
+    trailer.write_bytes(whole.read_bytes() + b"\x00\x00SEFH" + bytes(120) + b"SEFT")
+    cut = tmp_path / f"cut.{fmt.lower()}"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size * 2 // 3] + bytes(200))  # cut, then anything
+    assert image_problem(trailer) is None and image_problem(trailer.read_bytes()) is None
+    assert image_problem(cut) == image_problem(cut.read_bytes()) == f"a truncated {fmt} file"
+
+
 BAD_FILES = {
     "truncated.png": ("a truncated PNG file", lambda p, good: p.write_bytes(good.read_bytes()[:-40])),
     "empty.png": ("empty (0 bytes)", lambda p, good: p.write_bytes(b"")),

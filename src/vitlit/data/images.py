@@ -120,8 +120,9 @@ def image_problem(path: Path | bytes, stored_side: int | None = None, decode: bo
 
     Reads the header and the last 64 bytes only: missing, empty or unreadable files, dangling links, pipes and
     devices, files that are no image, images over `MAX_PIXELS` (also once resized to ``stored_side``), float images, and
-    PNG/JPEG files cut short. ``decode`` also decodes the image, which finds damage inside the compressed pixels; it
-    costs a full read, so it is for files read once (``predict_dir``, ``export --images``), not for training sets.
+    PNG/JPEG files cut short (one whose end marker is not at its end is decoded: bytes may follow a whole image).
+    ``decode`` also decodes the image, which finds damage inside the compressed pixels; it costs a full read, so it is
+    for files read once (``predict_dir``, ``export --images``), not for training sets.
     ``path`` may also be an image's encoded bytes (a row of a Hugging Face data set or a LitData chunk).
     """
     if isinstance(path, (bytes, bytearray)):
@@ -154,19 +155,23 @@ def image_problem(path: Path | bytes, stored_side: int | None = None, decode: bo
             return f"too large to decode safely ({too_large}); downscale it"
         if image.mode == "F":
             return FLOAT_PIXELS
+        unmarked = False  # a PNG or JPEG whose end marker is not at its end: cut short, or followed by more bytes
         if image.format in ("PNG", "JPEG"):
             f.seek(max(0, size - 64))
             tail = f.read()
-            if not (tail.endswith(b"IEND\xaeB`\x82") if image.format == "PNG" else b"\xff\xd9" in tail):
-                return f"a truncated {image.format} file"
+            unmarked = not (tail.endswith(b"IEND\xaeB`\x82") if image.format == "PNG" else b"\xff\xd9" in tail)
         if image.format == "WEBP":
             f.seek(0)
             if int.from_bytes(f.read(8)[4:], "little") + 8 > size:  # RIFF's own length
                 return "a truncated WEBP file"
-    if decode or image.format not in ("PNG", "JPEG", "WEBP"):  # BMP, GIF, TIFF, PPM: no end marker, so decoded
+    # BMP, GIF, TIFF, PPM have no end marker, so they are decoded; so is a PNG or JPEG with bytes after its marker
+    # (a phone's trailer, a motion photo's video), which decodes whole where it is not cut short.
+    if decode or unmarked or image.format not in ("PNG", "JPEG", "WEBP"):
         try:
             open_image(io.BytesIO(path) if isinstance(path, (bytes, bytearray)) else path, "RGB", stored_side)
         except (OSError, SyntaxError, ValueError) as err:  # PIL's message, its first line
+            if unmarked:
+                return f"a truncated {image.format} file"
             first_line = next(iter(str(err).strip().splitlines()), type(err).__name__)
             return f"damaged: PIL cannot decode it ({first_line[:120]})"
     return None
