@@ -230,3 +230,19 @@ def test_recipes_that_stop_early_name_only_their_own_settings() -> None:
     for config in stopping:
         text = config.read_text()
         assert "class_path: EarlyStopping" not in text and "strict:" not in text, config
+
+
+@pytest.mark.parametrize("source", ["memory", "workers"])
+def test_a_training_split_smaller_than_a_batch_is_one_even_batch_under_mixup(tmp_path: Path, source: str) -> None:
+    # 13 training images and a batch of 16: the loader kept one batch of 13, and timm's Mixup asserted an even one.
+    for split, name, count in (("train", "a", 6), ("train", "b", 7), ("val", "a", 1), ("val", "b", 1)):
+        (tmp_path / split / name).mkdir(parents=True)
+        for i in range(count):
+            Image.new("RGB", (8, 8), (i * 30, 0, 0)).save(tmp_path / split / name / f"{i}.png")
+    data = ImageFolderDataModule(tmp_path, img_size=8, batch_size=16, num_workers=0, source=source,
+                                 batch_augment=BatchAugment(mixup_alpha=0.8, cutmix_alpha=1.0))  # fmt: skip
+    data.setup("fit")
+    assert [len(targets) for _, targets in data.train_dataloader()] == [12]
+    plain = ImageFolderDataModule(tmp_path, img_size=8, batch_size=16, num_workers=0, source=source)
+    plain.setup("fit")
+    assert [len(targets) for _, targets in plain.train_dataloader()] == [13]  # without Mixup every image is kept

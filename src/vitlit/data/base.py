@@ -514,13 +514,19 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             dataset, workers, collate = self._held[id(split)], 0, pipeline.whole_batch
         else:
             dataset, workers, collate = split, self.workers, None
+        # Full training batches only: Mixup pairs images, and one odd-sized step would recompile a compiled model.
+        # A split smaller than one batch is one partial batch, of an even size under Mixup (its odd image left out).
+        batch_size = self.batch_size
+        if train and len(sampler) < batch_size and getattr(self.batch_augment, "mixes", False):
+            if len(sampler) < 2:
+                raise ConfigError(f"the training split has {len(sampler)} image per process, but Mixup/CutMix mix "
+                                  f"images in pairs; add images, or pass --data.batch_augment null.")  # fmt: skip
+            batch_size = len(sampler) // 2 * 2
         return DataLoader(
             dataset,
-            batch_size=self.batch_size,
+            batch_size=batch_size,
             sampler=sampler,
-            # Full training batches only: Mixup pairs images, and one odd-sized step would recompile a compiled
-            # model. Data sets smaller than one batch keep their single partial batch.
-            drop_last=train and len(sampler) >= self.batch_size,
+            drop_last=train and len(sampler) >= batch_size,
             num_workers=workers,
             collate_fn=collate,
             pin_memory=self.pin_memory and torch.cuda.is_available() and not self._in_memory,
