@@ -269,12 +269,17 @@ def _fit(cifar_dir: Path, root: Path, *extra: object):
     return tiny_cifar_fit(cifar_dir, root, *flags, *extra)
 
 
-# The recipe's AutoAugment (its draws must resume too); without a policy with the slow tests.
-@pytest.mark.parametrize("augment", [pytest.param("none", marks=pytest.mark.slow), "autoaugment"])
-def test_on_device_fit_resumes_exactly(tmp_path: Path, cifar_dir: Path, augment: str) -> None:
+# The recipe's AutoAugment (its draws must resume too); without a policy with the slow tests. With DataLoader
+# workers, the resumed epoch's first batches are drawn before Lightning sets the sampler's epoch: they came in epoch
+# 0's order until the data module's state carried the epoch.
+@pytest.mark.parametrize(("augment", "workers"), [pytest.param("none", 0, marks=pytest.mark.slow),
+                                                  ("autoaugment", 0), ("none", 2)])  # fmt: skip
+def test_on_device_fit_resumes_exactly(tmp_path: Path, cifar_dir: Path, augment: str, workers: int) -> None:
     """Shuffle, crop, flip, policy, erasing, Mixup/CutMix draw from generators the checkpoint restores."""
     # One schedule for both: the half run would otherwise size its cosine for one epoch (its own length).
     schedule = ["--model.scheduler.init_args.total_steps", "16", "--data.augment", augment]
+    if workers:
+        schedule += ["--data.source", "workers", "--data.num_workers", str(workers)]
     whole = _fit(cifar_dir, tmp_path / "whole", *schedule)
     half = _fit(cifar_dir, tmp_path / "half", "--trainer.max_epochs", "1", *schedule)
     run_dir = Path(half.trainer.log_dir)

@@ -243,6 +243,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         self.batch_augment = batch_augment
         self._in_memory: bool | None = None  # decided at the first loader (`vitlit.data.pipeline.keep_in_memory`)
         self._held: dict[int, pipeline.InMemory] = {}  # each split held in memory, by the split's identity
+        self._resumed_epoch = 0  # the epoch a resumed run's first training batch comes from (`load_state_dict`)
         # The device half of the pipeline (`device_transform`), by split kind: training (True) and evaluation.
         self._device_transforms: dict[bool, DeviceTransform] = {}
         self.predict_dir = None if predict_dir is None else Path(predict_dir).expanduser()
@@ -554,8 +555,28 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         shard = {"num_replicas": world_size, "rank": rank, "seed": self.run_seed(), "drop_last": True}
         if self.class_balanced:
             balanced = class_balanced_sampler(self.targets(split))
-            return balanced if world_size == 1 else DistributedSamplerWrapper(balanced, **shard)
-        return DistributedSampler(split, **shard)
+            if world_size == 1:
+                return balanced
+            sampler = DistributedSamplerWrapper(balanced, **shard)
+        else:
+            sampler = DistributedSampler(split, **shard)
+        # Lightning makes the first loader's iterator before it sets the epoch, and workers draw their first batches
+        # then: a resumed run would start with epoch 0's order. It starts with the epoch it resumes instead.
+        current = self.trainer.current_epoch if self.trainer is not None else 0
+        sampler.set_epoch(max(self._resumed_epoch, current))
+        return sampler
+
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch a run resumed from this checkpoint trains first: the next, where this one's batches are done."""
+        trainer = self.trainer
+        if trainer is None or trainer.state.fn != "fit":
+            return {}
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.completed >= trainer.num_training_batches
+        return {"train_epoch": trainer.current_epoch + int(done)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Keep the epoch a resumed run trains first, for the first training sampler (`sampler`)."""
+        self._resumed_epoch = int(state_dict.get("train_epoch", 0))
 
     def run_seed(self) -> int:
         """The run's seed (``seed_everything``), which every source's training order follows; else ``seed``."""
