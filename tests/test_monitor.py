@@ -119,3 +119,72 @@ def test_epochs_shorter_than_the_logging_interval_count_images_and_batches_alike
     # Timed: steps 2-3, 6, 10-12 and 14-15 (step 9 starts its epoch's clock); the meter's window is full from step 6.
     assert images == batches == 8 and seconds > 0
     assert logged.count("perf/images_per_sec") == 3
+
+
+class _Clocked(SpeedMonitor):
+    """A SpeedMonitor whose clock reads one second more at each reading: rates by counting, not by the clock."""
+
+    def _now(self) -> float:
+        self.ticks = getattr(self, "ticks", -1) + 1
+        return float(self.ticks)
+
+
+def _drive(monitor: SpeedMonitor, trainer: SimpleNamespace, batches: int, images: int = 1, validate_after: int = 0):
+    """One epoch of ``batches`` training batches of ``images`` images; a validation after batch ``validate_after``."""
+    module = SimpleNamespace(log=lambda name, value, **_: monitor.logged.append((name, value)))
+    monitor.on_train_epoch_start(trainer, module)
+    for i in range(batches):
+        trainer.global_step += 1
+        monitor.on_train_batch_end(trainer, module, None, (torch.zeros(images, 3, 2, 2), torch.zeros(images)), i)
+        if i + 1 == validate_after:
+            monitor.on_validation_start(trainer, module)
+
+
+def _trainer(world_size: int = 1, log_every_n_steps: int = 4) -> SimpleNamespace:
+    return SimpleNamespace(global_step=0, log_every_n_steps=log_every_n_steps, world_size=world_size,
+                           precision="32-true", strategy=SimpleNamespace(root_device=torch.device("cpu")))  # fmt: skip
+
+
+def test_a_validation_inside_an_epoch_is_not_timed_as_training() -> None:
+    # val_check_interval 0.5: the validation after step 4 fell inside a timed interval and lowered images/s.
+    monitor, trainer = _Clocked(), _trainer(log_every_n_steps=4)
+    monitor.logged = []
+    monitor.on_train_start(trainer, None)
+    _drive(monitor, trainer, batches=8, validate_after=4)
+    images, batches, _ = monitor._timed
+    assert images == batches == 6  # steps 2-4, then 6-8: step 5 starts the clock again after the validation
+
+
+def test_flops_are_this_processs_under_ddp() -> None:
+    # Lightning's Throughput takes each process's FLOPs and adds the processes up itself: they were counted twice.
+    monitor, trainer = _Clocked(window=1), _trainer(world_size=2, log_every_n_steps=1)
+    monitor.logged, monitor.flops_per_image = [], 1e9
+    monitor.on_train_start(trainer, None)
+    _drive(monitor, trainer, batches=3, images=8)
+    logged = dict(monitor.logged)
+    assert logged["perf/images_per_sec"] == 16  # 8 images a second on each of 2 processes
+    assert logged["perf/tflops_per_sec"] == pytest.approx(8e9 * 1e-12)  # per device: 8 images of 1 GFLOP a second
+
+
+def test_the_runs_peak_memory_outlives_each_epochs_reset(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each epoch resets CUDA's peak for its own figure; the run card read CUDA's counter, so it got the last epoch's.
+    peaks = iter([5 * 2**30, 3 * 2**30])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: next(peaks))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
+    monitor, module = SpeedMonitor(), SimpleNamespace(log=lambda *_, **__: None)
+    monitor._cuda = True  # the GPU's branch, without a GPU
+    trainer = _trainer()
+    for _ in range(2):
+        monitor.on_train_epoch_end(trainer, module)
+    assert monitor.peak_memory_bytes == 5 * 2**30
+
+
+def test_a_window_of_no_intervals_is_refused_by_the_parser() -> None:
+    # window=0 reached Lightning's Throughput, whose bare AssertionError stopped the fit at its start.
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(SpeedMonitor, "monitor")
+    assert parser.parse_args(["--monitor.window", "3"]).monitor.window == 3
+    with pytest.raises(Exception, match="window"):
+        parser.parse_args(["--monitor.window", "0"])

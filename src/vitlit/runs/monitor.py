@@ -19,6 +19,8 @@ from lightning.fabric.utilities.throughput import Throughput, get_available_flop
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
 
+from vitlit.types import PositiveInt
+
 #: Compute dtype of each Trainer precision (the device's peak FLOP/s depends on it; autocast uses it).
 COMPUTE_DTYPE = {
     "bf16-mixed": torch.bfloat16,
@@ -92,10 +94,11 @@ class SpeedMonitor(Callback):
             last 100 steps).
     """
 
-    def __init__(self, window: int = 2) -> None:
+    def __init__(self, window: PositiveInt = 2) -> None:
         self.window = window
         self.flops_per_image: int | None = None
         self.last: dict[str, float] = {}
+        self.peak_memory_bytes = 0  # the run's peak CUDA memory over the epochs ended (each epoch resets CUDA's)
         self._meter: Throughput | None = None
         self._images = self._batches = 0  # since the clock was last read
         self._timed = [0, 0, 0.0]  # over every timed interval: images, batches, seconds
@@ -119,6 +122,9 @@ class SpeedMonitor(Callback):
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._t0 = None  # the clock starts after the epoch's first batch
 
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._t0 = None  # a validation inside an epoch is not training time: the clock starts again after it
+
     def _now(self) -> float:
         if self._cuda:
             torch.cuda.synchronize()  # the clock must see the queued work finished
@@ -141,8 +147,8 @@ class SpeedMonitor(Callback):
         self._timed[0] += self._images
         self._timed[1] += self._batches
         self._timed[2] += seconds
-        # The meter takes all processes' FLOPs (every process runs batches of the same size under DDP).
-        flops = self.flops_per_image * self._images * world if self.flops_per_image else None
+        # This process's FLOPs: the meter counts every process's as its own (they run batches of the same size).
+        flops = self.flops_per_image * self._images if self.flops_per_image else None
         self._images = self._batches = 0
         self._meter.update(time=self._timed[2], batches=self._timed[1], samples=self._timed[0], flops=flops)
         metrics = self._meter.compute()
@@ -162,5 +168,8 @@ class SpeedMonitor(Callback):
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._cuda:
             device = trainer.strategy.root_device
-            pl_module.log("perf/peak_memory_gib", torch.cuda.max_memory_allocated(device) / 2**30, on_epoch=True)
+            peak = torch.cuda.max_memory_allocated(device)
+            pl_module.log("perf/peak_memory_gib", peak / 2**30, on_epoch=True)
+            # Each epoch's peak is logged from CUDA's counter, reset here; the run's is kept for the run card.
+            self.peak_memory_bytes = max(self.peak_memory_bytes, peak)
             torch.cuda.reset_peak_memory_stats(device)

@@ -175,8 +175,9 @@ class RunCard(Callback):
         if speed is not None and speed.average_images_per_sec is not None:
             self.card["images_per_sec"] = round(speed.average_images_per_sec, 1)
         device = trainer.strategy.root_device
-        if device.type == "cuda":
-            self.card["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
+        if device.type == "cuda":  # SpeedMonitor resets CUDA's peak every epoch, and keeps the run's
+            peak = max(torch.cuda.max_memory_allocated(device), getattr(speed, "peak_memory_bytes", 0))
+            self.card["peak_memory_gib"] = round(peak / 2**30, 3)
         write_card(self.run_dir, self.card)
 
 
