@@ -284,3 +284,15 @@ def test_a_remote_checkpoint_keeps_lightnings_own_writing_and_reading(tmp_path: 
     assert int(io.load_checkpoint("memory://runs/last.ckpt")["step"]) == 3
     io.save_checkpoint({"state_dict": {}, "step": torch.tensor(4)}, tmp_path / "last.ckpt")  # local: the atomic writer
     assert int(io.load_checkpoint(tmp_path / "last.ckpt")["step"]) == 4 and not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("schedule", [["--trainer.check_val_every_n_epoch", "2", "--trainer.max_steps", "5"],
+                                      ["--trainer.val_check_interval", "0.5", "--trainer.max_steps", "7"]])  # fmt: skip
+def test_a_fit_that_max_steps_ends_between_validations_saves_its_last_step(
+    schedule: list[str], tmp_path: Path, digits_dir: Path
+) -> None:
+    # last.ckpt is saved after each validation: a fit ended between two exited 0 with no last.ckpt, or an older one.
+    cli = run_cli("fit", *_digits_run(digits_dir, 4, 4, 1), *schedule, "--trainer.default_root_dir", tmp_path)
+    last = Path(cli.trainer.log_dir) / "checkpoints" / "last.ckpt"
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == cli.trainer.global_step
+    assert cli.trainer.global_step == int(schedule[-1])

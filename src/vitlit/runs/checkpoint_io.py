@@ -72,8 +72,12 @@ class RNGStateCheckpoint(Callback):
     Nothing random happens in DataLoader workers (every augmentation runs on the training device, from torch's
     generator there, which is saved), and the loaders' shuffle follows the run's seed and the epoch
     (`vitlit.data.base.ImageClassificationDataModule.sampler`), so both sources resume alike. It also says so when
-    a resumed run keeps the learning-rate schedule of a run of another length (the checkpoint's).
+    a resumed run keeps the learning-rate schedule of a run of another length (the checkpoint's), and saves
+    ``last.ckpt`` at the fit's end where no checkpoint holds its last step (`on_train_end`).
     """
+
+    def __init__(self) -> None:
+        self._steps = (-1, -1)  # (the step training started at, the step of the last checkpoint saved)
 
     def state_dict(self) -> dict[str, Any]:
         # Tensors, ints and tuples only: the checkpoint stays loadable with torch.load(weights_only=True).
@@ -118,11 +122,27 @@ class RNGStateCheckpoint(Callback):
                 state.update({key: os.path.join(here, os.path.basename(state[key])) for key in paths if state.get(key)})
                 state.update(dirpath=here, best_k_models=best)
 
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        self._steps = (self._steps[0], trainer.global_step)
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Save ``last.ckpt`` where the fit's last steps were never saved.
+
+        The shared ``last`` ModelCheckpoint saves after each validation (or at an epoch's end). With
+        ``check_val_every_n_epoch`` over 1 or ``val_check_interval`` under 1, a fit that ``max_steps`` or
+        ``max_time`` ends between two validations exited 0 with an older ``last.ckpt``, or none.
+        """
+        started, saved = self._steps
+        last = [cb for cb in trainer.checkpoint_callbacks if getattr(cb, "filename", None) == "last" and cb.dirpath]
+        if last and trainer.global_step not in (started, saved):  # steps were trained, and none saved at the last
+            trainer.save_checkpoint(last[0].format_checkpoint_name({}))
+
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """On a resume, say in one line where it differs from the run it continues: mid-epoch, another schedule length.
 
         Lightning's own warning of a mid-epoch resume is left out of the log (`vitlit.cli.quiet`).
         """
+        self._steps = (trainer.global_step, self._steps[1])
         if trainer.ckpt_path is None or not trainer.is_global_zero:  # a resume only
             return
         per_epoch = steps_per_epoch(trainer)
