@@ -29,12 +29,12 @@ class JSONLinesDataModule(ItemTableDataModule):
         super().__init__(**kwargs)
         self.root = Path(root).expanduser()
 
-    def scan(self) -> dict[str, list[tuple[str, str]]]:
+    def scan(self) -> dict[str, list[tuple[str, object]]]:
         """Each split's ``(file, label)`` rows; the base class checks the splits, files, labels and images."""
-        rows: dict[str, list[tuple[str, str]]] = {}
+        rows: dict[str, list[tuple[str, object]]] = {}
         with (self.root / "labels.jsonl").open(encoding="utf-8") as lines:
             for line in lines:
                 if line.strip():
                     item = json.loads(line)
-                    rows.setdefault(item.get("split", "train"), []).append((item["file"], str(item["label"])))
+                    rows.setdefault(item.get("split", "train"), []).append((item["file"], item.get("label")))
         return rows

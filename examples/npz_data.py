@@ -35,8 +35,10 @@ class NPZDataModule(ImageClassificationDataModule):
         if not Path(path).expanduser().is_file():
             raise ConfigError(f"path={path} is not a file; give the .npz file of images and labels.")
         with np.load(Path(path).expanduser()) as arrays:  # read once: the file is closed afterwards
-            images, labels = torch.from_numpy(arrays["images"]), torch.from_numpy(arrays["labels"]).long().flatten()
+            images, labels = torch.from_numpy(arrays["images"]), torch.from_numpy(arrays["labels"]).flatten()
         images = images[:, None] if images.ndim == 3 else images.permute(0, 3, 1, 2)  # (N, C, H, W), as vitlit reads
+        # Class indices by the base's rule (a float label such as 1.7 is refused, naming its item), not .long()'s.
+        labels = torch.tensor(self.targets_of(TensorDataset(images, labels)), dtype=torch.long)
         self.data = TensorDataset(images.contiguous(), labels)
         self.names = class_names or [str(i) for i in range(int(labels.max()) + 1)]
         self.native_size = images.shape[-1]  # stored size: no resize at that img_size

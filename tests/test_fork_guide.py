@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.cli import DIGITS_CONFIG, ROOT, carries, run_cli
+from helpers.cli import DIGITS_CONFIG, ROOT, carries, refused, run_cli
 from helpers.counting import lines_read
 from helpers.learning import CASES, write_digits_npz
 from torchmetrics.classification import MulticlassF1Score
@@ -118,6 +118,20 @@ def test_a_label_that_is_no_class_index_is_one_line(digits_npz: Path, tmp_path: 
     assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1, err
     carries(err.strip(), "label 10", "0 to 9", "class_names")
     assert not list((tmp_path / "runs").rglob("*.ckpt"))
+
+
+def test_a_fractional_label_in_the_file_is_one_line(digits_npz: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    # The example's .long() made a label of 1.7 the class 1 without a word; the base's rule refuses it.
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    bad = tmp_path / "bad.npz"
+    with np.load(digits_npz) as arrays:
+        labels = arrays["labels"].astype(np.float32)
+        labels[3] = 1.7
+        np.savez(bad, images=arrays["images"], labels=labels)
+    err = refused(capsys, "fit", "--config", EXAMPLE_CONFIG, "--data.path", bad,
+                  "--trainer.default_root_dir", tmp_path / "runs", *QUICK)  # fmt: skip
+    carries(err, "item 3", "label 1.7", "give it integer targets")
+    assert not (tmp_path / "runs").exists()
 
 
 def _write_csv_data(root: Path, rows: list[tuple[str, str, str]]) -> Path:
@@ -285,7 +299,10 @@ def test_the_guides_table_example_trains_tests_and_predicts(
         ("absolute path", "is not a file inside"),
         ("link out", "the train row 'img/link.png' is not a file inside"),
         ("label unknown to training", "val rows have labels no training row has: bird"),
-        ("error in the fork's code", "JSONLinesDataModule.scan() raised KeyError: 'label' at "),
+        ("error in the fork's code", "JSONLinesDataModule.scan() raised KeyError: 'file' at "),
+        # The guide's example made every label text: null was a class "None", 3.0 one beside "3".
+        ("missing label", "the label is missing (None)"),
+        ("float label", "is a float, and a label is text or an integer"),
     ],
 )
 def test_a_fork_without_checks_of_its_own_gets_every_rule_of_the_base(
@@ -310,7 +327,9 @@ def test_a_fork_without_checks_of_its_own_gets_every_rule_of_the_base(
            "absolute path": {"file": str(tmp_path / "elsewhere.png"), "label": "dog"},
            "link out": {"file": "img/link.png", "label": "dog"},
            "label unknown to training": {"file": "img/7.png", "label": "bird", "split": "val"},
-           "error in the fork's code": {"file": "img/7.png", "name": "cat"}}[case]  # fmt: skip
+           "error in the fork's code": {"path": "img/7.png", "label": "cat"},
+           "missing label": {"file": "img/7.png", "label": None},
+           "float label": {"file": "img/7.png", "label": 3.0}}[case]  # fmt: skip
     _jsonl(root, digits_dir, [*rows[:7], bad])
     line = refused(capsys, "fit", "--config", DIGITS_CONFIG, "--data", "jsonl_data.JSONLinesDataModule",
                    "--data.root", root, "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
