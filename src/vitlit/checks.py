@@ -211,6 +211,14 @@ def check_callbacks(callbacks: Sequence[Callback]) -> None:
             "optimizer's; give it with --model.optimizer.init_args.lr, or search it with `vitlit sweep` "
             "(configs/sweeps/digits.yaml)."
         )
+    # Two checkpoint callbacks writing files of one name into one folder prune each other's (two Snapshots by
+    # fraction, a frequent one that keeps 2 and a rare one that keeps all, wrote snapshot-step{step}).
+    writes = [(cb.dirpath, cb.filename) for cb in callbacks if isinstance(cb, Checkpoint) and hasattr(cb, "filename")]
+    same = next((w for w in writes if writes.count(w) > 1), None)
+    if same is not None:
+        folder = same[0] or "the run's checkpoints/"
+        raise ConfigError(f"two checkpoint callbacks write files named {same[1]!r} into {folder}, so each deletes "
+                          f"the other's; give one of them another filename or dirpath.")  # fmt: skip
     keys = [cb.state_key for cb in callbacks if type(cb).state_dict is not Callback.state_dict]
     twice = next((cb for cb in callbacks if keys.count(cb.state_key) > 1), None)
     if twice is not None:
