@@ -93,7 +93,8 @@ def test_the_epoch_lines_eta_ends_with_the_time_budget() -> None:
     """``ETA 10388 s`` from max_epochs 1000 on a 4-minute budget: the budget ends the run first."""
     metrics = {"train/loss": torch.tensor(1.0)}
     budget = Timer(duration=timedelta(minutes=4))  # not started: all 240 s left
-    trainer = SimpleNamespace(current_epoch=2, max_epochs=1000, callback_metrics=metrics, callbacks=[budget])
+    trainer = SimpleNamespace(current_epoch=2, max_epochs=1000, callback_metrics=metrics, callbacks=[budget],
+                              max_steps=-1, num_training_batches=10, accumulate_grad_batches=1)  # fmt: skip
     line = epoch_line(trainer, seconds=31.2, epochs_timed=3)
     assert re.search(r"ETA 240 s\b", line) and "10" not in line.split("ETA")[1], line
     trainer.callbacks = []  # no budget: the epochs left
@@ -102,6 +103,16 @@ def test_the_epoch_lines_eta_ends_with_the_time_budget() -> None:
     assert re.search(r"ETA 21 s$", epoch_line(trainer, seconds=31.2, epochs_timed=3))
     trainer.max_epochs = -1  # max_time alone (Lightning's max_epochs -1)
     assert re.search(r"ETA 240 s\b", epoch_line(trainer, seconds=31.2, epochs_timed=3))
+
+
+def test_the_epoch_lines_count_the_epochs_max_steps_leaves() -> None:
+    # The scratch recipe's max_steps 12000 ends its run in epoch 18 of max_epochs 100: the lines said "epoch 3/40",
+    # and an ETA for all 40.
+    trainer = SimpleNamespace(current_epoch=0, max_epochs=40, callback_metrics={}, callbacks=[], max_steps=7,
+                              num_training_batches=6, accumulate_grad_batches=2)  # fmt: skip
+    assert epoch_line(trainer, seconds=2.0, epochs_timed=1) == "epoch 1/3  2.0 s/epoch  ETA 4 s"  # 3 steps an epoch
+    trainer.current_epoch, trainer.max_epochs = 2, -1
+    assert epoch_line(trainer, seconds=6.0, epochs_timed=3) == "epoch 3/3  2.0 s/epoch"
 
 
 def test_the_docs_and_the_refusal_give_one_label_smoothing_for_a_loss_of_ones_own() -> None:

@@ -16,6 +16,7 @@ the loss as an ``OSError`` (EIO, EPIPE), on the loop or on Rich's refresh thread
 
 from __future__ import annotations
 
+import math
 import signal
 import sys
 import time
@@ -25,7 +26,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.callbacks import RichProgressBar, Timer, TQDMProgressBar
 
-from vitlit.optim import logging_step
+from vitlit.optim import logging_step, steps_per_epoch
 from vitlit.text import say, stream_gone
 
 
@@ -78,7 +79,10 @@ def reader_gone() -> None:
 
 def epoch_line(trainer: Trainer, seconds: float, epochs_timed: int) -> str:
     """`EpochLines`'s line for the epoch that just ended, ``epochs_timed`` of them having taken ``seconds``."""
-    epoch, total = trainer.current_epoch + 1, trainer.max_epochs
+    epoch, total, steps = trainer.current_epoch + 1, trainer.max_epochs, steps_per_epoch(trainer)
+    if trainer.max_steps > 0 and steps:  # --trainer.max_steps may end the run before max_epochs does
+        by_steps = math.ceil(trainer.max_steps / steps)
+        total = min(total, by_steps) if total and total > 0 else by_steps
     parts = [f"epoch {epoch}/{total}" if total and total > 0 else f"epoch {epoch}"]
     metrics = trainer.callback_metrics
     parts += [f"{name} {float(metrics[name]):.4f}" for name in ("train/loss", "val/loss", "val/acc") if name in metrics]
