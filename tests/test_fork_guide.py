@@ -159,7 +159,9 @@ def test_labels_csv_data_trains_on_both_paths(source: str, tmp_path: Path) -> No
     data = cli.datamodule
     assert data.class_names == ["cat", "dog", "owl"] and cli.model.hparams.class_names == ["cat", "dog", "owl"]
     assert len(data.train_set) + len(data.val_set) == 40 and len(data.val_set) == 4  # val_size: 10% of the 40
-    assert data.targets(data.train_set) == [["cat", "dog", "owl"].index(rows[i][1]) for i in data.train_set.indices]
+    assert data.split_targets(data.train_set) == [
+        ["cat", "dog", "owl"].index(rows[i][1]) for i in data.train_set.indices
+    ]
     assert len(data.test_dataset()) == 8
 
 

@@ -65,7 +65,7 @@ def test_svhn_recipe_trains_class_balanced_on_both_data_paths(svhn_dir: Path, tm
     data = cli.datamodule
     assert cli.trainer.global_step == 100 // 16 and data.class_names[0] == "0"
     source = data.train_set.dataset
-    targets = data.targets(data.train_set)
+    targets = data.split_targets(data.train_set)
     assert targets == [int(source.labels[i]) for i in data.train_set.indices] and 0 in targets  # label 10 -> 0
     if source == "memory":  # the array itself, channels first, not images decoded one by one
         held = data.train_dataloader().dataset.images

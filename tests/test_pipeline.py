@@ -303,7 +303,7 @@ def test_image_folder_in_memory_decodes_once_and_trains(tmp_path: Path, digits_d
     # Each split's own images decoded once into one uint8 tensor (training's at the stored size, evaluation's
     # at its own), and nothing else of the folder.
     assert held.targets.numel() == len(cli.datamodule.train_set) > 1000 and held.images.dtype == torch.uint8
-    assert torch.equal(held.targets.cpu(), torch.tensor(cli.datamodule.targets(cli.datamodule.train_set)))
+    assert torch.equal(held.targets.cpu(), torch.tensor(cli.datamodule.split_targets(cli.datamodule.train_set)))
     assert len(cli.datamodule.val_dataloader().dataset.images) == len(cli.datamodule.val_set)
     assert cli.trainer.global_step == 3
 

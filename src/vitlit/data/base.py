@@ -353,12 +353,12 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """The normalisation standard deviation in use (as `mean`)."""
         return list(self._std or channel_statistics(self.default_std, self.in_chans, "std"))
 
-    def targets(self, subset: TransformedSubset) -> list[int]:
+    def split_targets(self, subset: TransformedSubset) -> list[int]:
         """Class index of every item of one of this module's splits, through `targets_of`."""
         targets = self.targets_of(subset.dataset)
         return [targets[i] for i in subset.indices]
 
-    def predicting_folder(self) -> bool:
+    def predicting_dir(self) -> bool:
         """Whether this is a ``predict`` of ``predict_dir``: then no data set needs to be downloaded."""
         return self.predict_dir is not None and self.trainer is not None and self.trainer.predicting
 
@@ -367,7 +367,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """Whether there is a test split for ``test`` and ``predict`` (a data module without one overrides this)."""
         return True
 
-    def is_predict_folder(self, dataset: Dataset | None) -> bool:
+    def is_predict_dir_images(self, dataset: Dataset | None) -> bool:
         """Whether ``dataset`` is ``predict_dir``'s images (vitlit's own, not one of the subclass's datasets)."""
         return self._predict_folder is not None and dataset is self._predict_folder.images
 
@@ -402,7 +402,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
 
         ``predict_dir``'s files may have any size: they are stored as evaluation stores images of many sizes.
         """
-        if self.is_predict_folder(dataset):
+        if self.is_predict_dir_images(dataset):
             size = resized_side(self.img_size, self.crop_pct)
         else:  # images that share one size are kept as they are
             size = None if self.native_size else self.stored_size(train)
@@ -509,7 +509,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         sampler = self.sampler(split, train)
         if self._in_memory:
             if id(split) not in self._held:  # decoded once per split: a batch size search rebuilds the loaders
-                images = None if self.is_predict_folder(split.dataset) else self.uint8_images_of(split.dataset)
+                images = None if self.is_predict_dir_images(split.dataset) else self.uint8_images_of(split.dataset)
                 targets = None if images is None else self.targets_of(split.dataset)  # decoded items bring their own
                 self._held[id(split)] = pipeline.InMemory(split, images, targets, device)
             dataset, workers, collate = self._held[id(split)], 0, pipeline.whole_batch
@@ -554,7 +554,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             return UnrepeatedDistributedSampler(split, num_replicas=world_size, rank=rank, shuffle=False)
         shard = {"num_replicas": world_size, "rank": rank, "seed": self.run_seed(), "drop_last": True}
         if self.class_balanced:
-            balanced = class_balanced_sampler(self.targets(split))
+            balanced = class_balanced_sampler(self.split_targets(split))
             if world_size == 1:
                 return balanced
             sampler = DistributedSamplerWrapper(balanced, **shard)

@@ -114,7 +114,7 @@ class CIFARDataModule(ImageClassificationDataModule):
         torchvision's own download: an archive already there with the original checksum is extracted, not fetched.
         """
         archive = self.data_dir / self._cls.filename
-        if not (self.download or archive.is_file()) or self.predicting_folder():
+        if not (self.download or archive.is_file()) or self.predicting_dir():
             return
         if not self.download:  # offline: an archive copied by hand is checked and extracted, never fetched again
             if not (self.data_dir / self._cls.base_folder).is_dir():

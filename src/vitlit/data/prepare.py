@@ -231,7 +231,7 @@ def _write(
             continue
         files = data.files_of(split.dataset)
         size = sizes["train" if name == "train" else "eval"]
-        item = Item(split, data.targets(split), None if files is None else [files[i] for i in split.indices],
+        item = Item(split, data.split_targets(split), None if files is None else [files[i] for i in split.indices],
                     ToStoredImage(data.in_chans, size, data.interpolation) if format == "raw" else None)  # fmt: skip
         # Training items in a seeded random order: LitData shuffles the order of the chunks and of the items within
         # each, never across them, so a class-ordered folder written in order streamed batches of 2-3 classes.

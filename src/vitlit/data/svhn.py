@@ -50,7 +50,7 @@ class SVHNDataModule(ImageClassificationDataModule):
 
     def prepare_data(self) -> None:
         """Download both splits once (Lightning calls this on one process only; not to predict a folder)."""
-        if self.download and not self.predicting_folder():
+        if self.download and not self.predicting_dir():
             try:
                 for split in ("train", "test"):
                     SVHN(self.data_dir, split=split, download=True)

@@ -126,9 +126,9 @@ def _true_labels(data: object) -> list[int] | None:
     split = getattr(data, "predict_set", None)
     if not isinstance(data, ImageClassificationDataModule) or not hasattr(split, "indices"):  # a stream: no targets
         return None
-    if data.is_predict_folder(split.dataset):
+    if data.is_predict_dir_images(split.dataset):
         return None
-    targets = data.targets(split)
+    targets = data.split_targets(split)
     return None if any(target < 0 for target in targets) else targets  # -1: a split without labels (predict reads it)
 
 
