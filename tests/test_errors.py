@@ -667,7 +667,9 @@ def test_the_learning_rate_finder_is_refused_before_the_run_starts(
     monkeypatch.chdir(tmp_path)
     line = _digits_fit_refused(capsys, tmp_path, digits_dir, "--trainer.callbacks+=LearningRateFinder")
     carries(line, "LearningRateFinder", "--model.optimizer.init_args.lr", "vitlit sweep")
-    checks.check_callbacks([LearningRateFinder(update_attr=False)])  # it only measures: taken, as Lightning takes it
+    checks.check_built_callbacks(
+        [LearningRateFinder(update_attr=False)]
+    )  # it only measures: taken, as Lightning takes it
 
 
 @pytest.mark.parametrize(
@@ -726,8 +728,8 @@ def test_a_flag_the_shared_callbacks_need_is_refused_before_anything_is_built(
 def test_a_flag_without_the_callbacks_that_need_it_is_taken() -> None:
     """Callbacks of one's own without them, or a logger-less evaluation (the monitor checks at a fit's start)."""
     monitor = [{"class_path": "lightning.pytorch.callbacks.LearningRateMonitor"}]
-    checks.check_shared_callbacks("fit", {"logger": False, "enable_checkpointing": False, "callbacks": []})
-    checks.check_shared_callbacks("validate", {"logger": False, "callbacks": monitor})
-    checks.check_shared_callbacks("fit", {"enable_checkpointing": False, "callbacks": monitor})
+    checks.check_flags_callbacks_need("fit", {"logger": False, "enable_checkpointing": False, "callbacks": []})
+    checks.check_flags_callbacks_need("validate", {"logger": False, "callbacks": monitor})
+    checks.check_flags_callbacks_need("fit", {"enable_checkpointing": False, "callbacks": monitor})
     with pytest.raises(config.ConfigError, match="LearningRateMonitor"):  # the same list, read
-        checks.check_shared_callbacks("fit", {"logger": False, "callbacks": monitor})
+        checks.check_flags_callbacks_need("fit", {"logger": False, "callbacks": monitor})

@@ -240,16 +240,18 @@ def test_two_snapshots_by_steps_into_their_own_folders_are_two_states() -> None:
 def test_two_snapshots_writing_one_name_into_one_folder_are_refused() -> None:
     """A frequent Snapshots by fraction that keeps 2 and a rare one that keeps all, both in the run's folder, wrote
     snapshot-step{step}: the frequent one's pruning deleted the snapshots the rare one kept."""
-    from vitlit.checks import check_callbacks
+    from vitlit.checks import check_built_callbacks
     from vitlit.errors import ConfigError
     from vitlit.runs.snapshots import Snapshots
 
     with pytest.raises(
         ConfigError, match=re.escape("write files named 'snapshot-step{step:07d}' into the run's checkpoints/")
     ):
-        check_callbacks([Snapshots(every_fraction=0.1, keep=2), Snapshots(every_fraction=0.5, keep=-1)])
-    check_callbacks([Snapshots(every_fraction=0.1, keep=2), Snapshots(every_fraction=0.5, keep=-1, dirpath="rare")])
-    check_callbacks([Snapshots(every_fraction=0.1), Snapshots(every_fraction=0.5, filename="rare-{step}")])
+        check_built_callbacks([Snapshots(every_fraction=0.1, keep=2), Snapshots(every_fraction=0.5, keep=-1)])
+    check_built_callbacks(
+        [Snapshots(every_fraction=0.1, keep=2), Snapshots(every_fraction=0.5, keep=-1, dirpath="rare")]
+    )
+    check_built_callbacks([Snapshots(every_fraction=0.1), Snapshots(every_fraction=0.5, filename="rare-{step}")])
 
 
 @pytest.mark.slow  # three fits; with the other exact-resume runs

@@ -60,7 +60,7 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
             raise ConfigError(f"--trainer.{name}={value} would train nothing or crash the run; {fix}.")
     if subcommand == "fit":
         check_validation_schedule(trainer)
-    check_shared_callbacks(subcommand, trainer)
+    check_flags_callbacks_need(subcommand, trainer)
     if trainer.get("max_time") is not None:
         check_budget(trainer["max_time"])
     if (precision := str(trainer.get("precision"))) in ("16-mixed", "16"):  # fp16 needs a GPU
@@ -127,7 +127,7 @@ def check_validation_schedule(trainer: Mapping[str, Any]) -> None:
         )
 
 
-def check_shared_callbacks(subcommand: str, trainer: Mapping[str, Any]) -> None:
+def check_flags_callbacks_need(subcommand: str, trainer: Mapping[str, Any]) -> None:
     """Refuse a Trainer flag that the configured callbacks need, which Lightning would refuse once the data is read.
 
     Args:
@@ -192,7 +192,7 @@ def check_half_precision(precision: str, accelerator: str) -> None:
                           f"bf16-mixed or 32-true (--trainer.precision bf16-mixed).")  # fmt: skip
 
 
-def check_callbacks(callbacks: Sequence[Callback]) -> None:
+def check_built_callbacks(callbacks: Sequence[Callback]) -> None:
     """Refuse Lightning's BatchSizeFinder and LearningRateFinder, and two stateful callbacks that share a state key.
 
     BatchSizeFinder changes the batch but not what depends on it; LearningRateFinder sets a model attribute ``lr``,

@@ -32,7 +32,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit import __version__
 from vitlit import config as cfg
-from vitlit.checks import check_activations, check_callbacks, check_metrics, check_run, reach_loggers
+from vitlit.checks import check_activations, check_built_callbacks, check_metrics, check_run, reach_loggers
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import ConfigError, TrainingHalted
 from vitlit.exits import STOP, ended, one_line_error, parser_error, refused_arguments, refused_run, stop
@@ -310,7 +310,7 @@ class VitLitCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """Lightning's Trainer, once no two stateful callbacks share a state key (a checkpoint keeps one state each)."""
         given = (self.config_init[self.subcommand] if self.subcommand else self.config_init)["trainer"]["callbacks"]
-        check_callbacks(given if isinstance(given, list) else [given] if given else [])
+        check_built_callbacks(given if isinstance(given, list) else [given] if given else [])
         return super().instantiate_trainer(**kwargs)
 
     def _start(self) -> None:
