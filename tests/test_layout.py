@@ -49,7 +49,7 @@ IMPORTS_INSIDE_FUNCTIONS = {
     ("__main__.py", "run"): "vitlit --version answers before torch is imported",
     ("cli.py", "resolve_config"): "pretrained weights' inputs: runs from pretrained weights only",
     ("model.py", "_create_net"): "pretrained weights: runs from pretrained weights only",
-    ("cli.py", "_start"): "a checkpoint to start from: runs given --ckpt_path only",
+    ("cli.py", "_check_and_place_run"): "a checkpoint to start from: runs given --ckpt_path only",
     ("model.py", "check_checkpoint"): "a checkpoint's fit to the model: runs given --ckpt_path only",
     ("runs/checkpoint_io.py", "load_checkpoint"): "a checkpoint read: runs given --ckpt_path only",
     ("data/base.py", "device_transform"): "the batched policies (416 lines): runs that augment with a policy only",

@@ -293,8 +293,8 @@ class VitLitCLI(LightningCLI):
         config = self.config[self.config["subcommand"]]
         check_run(self.config["subcommand"], config)
         resolve_config(config)
-        # Held back until the run starts (`_start`): given a checkpoint, LightningCLI would copy the checkpoint's
-        # hyperparameters over the parsed config (flags typed on the command line could vanish without a word).
+        # Held back until the run starts (`_check_and_place_run`): given a checkpoint, LightningCLI would copy the
+        # checkpoint's hyperparameters over the parsed config (flags typed on the command line could vanish silently).
         self._ckpt_path, config["ckpt_path"] = config.get("ckpt_path"), None
 
     def instantiate_classes(self) -> None:
@@ -313,7 +313,7 @@ class VitLitCLI(LightningCLI):
         check_built_callbacks(given if isinstance(given, list) else [given] if given else [])
         return super().instantiate_trainer(**kwargs)
 
-    def _start(self) -> None:
+    def _check_and_place_run(self) -> None:
         """Check ``--ckpt_path``, the memory and the loggers' services, then place the run: before Lightning writes."""
         subcommand, trainer, model = self.subcommand, self.trainer, self.model
         config, ckpt, run = self.config[subcommand], None, None
@@ -328,7 +328,8 @@ class VitLitCLI(LightningCLI):
         reach_loggers(trainer)
         self.run = place_run(trainer, subcommand, ckpt, run)
 
-    before_fit = before_validate = before_test = before_predict = _start  # LightningCLI's hooks before each subcommand
+    # LightningCLI's hooks before each subcommand.
+    before_fit = before_validate = before_test = before_predict = _check_and_place_run
 
     def _metrics_are_numbers(self) -> None:
         check_metrics(self.subcommand, self.trainer.callback_metrics)
