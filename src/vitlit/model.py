@@ -16,7 +16,7 @@ from torchmetrics import MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from vitlit.errors import ConfigError
-from vitlit.optim import WarmupCosineLR, check_factories, fit_to_run, logging_step, param_groups
+from vitlit.optim import WarmupCosineLR, check_factories, fit_to_run, is_logged_step, param_groups
 from vitlit.types import Fraction, PositiveInt, Rate, as_builtin
 
 
@@ -258,7 +258,7 @@ class ViTClassifier(LightningModule):
         norm before the step): growth that weight decay does not hold, or a collapse.
         """
         norm = clip_true_gradients(optimizer, self.trainer.precision_plugin, gradient_clip_val, gradient_clip_algorithm)
-        if logging_step(self.trainer, stepped=False):
+        if is_logged_step(self.trainer, before_step=True):
             if norm is not None:
                 self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
             weights = [p.detach() for p in self.parameters() if p.requires_grad]

@@ -225,13 +225,13 @@ def training_progress(trainer: Trainer) -> float:
     return 0.0 if total is None else min(1.0, trainer.global_step / max(1, total))
 
 
-def logging_step(trainer: Trainer, stepped: bool = True) -> bool:
+def is_logged_step(trainer: Trainer, before_step: bool = False) -> bool:
     """Whether Lightning writes this optimizer step's logged values (every ``--trainer.log_every_n_steps`` steps).
 
-    ``stepped``: asked after the step (``on_train_batch_end``), else before it (clipping). A value logged on the
+    ``before_step``: asked before the step (clipping), else after it (``on_train_batch_end``). A value logged on the
     other steps is dropped unread, so a per-step value that costs work is logged at these steps only.
     """
-    return (trainer.global_step + (not stepped)) % trainer.log_every_n_steps == 0
+    return (trainer.global_step + before_step) % trainer.log_every_n_steps == 0
 
 
 def fit_to_run(scheduler: Any, trainer: Trainer) -> None:

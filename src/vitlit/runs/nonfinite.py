@@ -21,7 +21,7 @@ from torch.optim import Optimizer
 
 from vitlit.errors import TrainingHalted
 from vitlit.model import ViTClassifier, skip_step_if, take_skip_flag, unscales_internally
-from vitlit.optim import logging_step
+from vitlit.optim import is_logged_step
 from vitlit.types import PositiveInt
 
 
@@ -135,7 +135,7 @@ class NonFiniteGuard(Callback):
             if self._deferred and flag is not None:
                 self._count(flag > 0, trainer.global_step - 1)  # the step just taken
         self._deferred = False
-        if logging_step(trainer):  # a device tensor, read by Lightning when it writes the logs
+        if is_logged_step(trainer):  # a device tensor, read by Lightning when it writes the logs
             pl_module.log("train/nonfinite_steps", self._counts[0].float(), on_step=True, on_epoch=False)
         if trainer.global_step % self.check_every_n_steps == 0:
             self._check(trainer)

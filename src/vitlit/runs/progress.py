@@ -26,7 +26,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.callbacks import RichProgressBar, Timer, TQDMProgressBar
 
-from vitlit.optim import logging_step, steps_per_epoch
+from vitlit.optim import is_logged_step, steps_per_epoch
 from vitlit.text import say, stream_gone
 
 
@@ -115,7 +115,7 @@ class ProgressBar(RichProgressBar):
         step = trainer.global_step
         loss = trainer.callback_metrics.get("train/loss")
         # At logging steps and once at the start; a step of several accumulated batches is read once.
-        due = self._loss is None or (logging_step(trainer) and step != self._read_at_step)
+        due = self._loss is None or (is_logged_step(trainer) and step != self._read_at_step)
         if trainer.training and loss is not None and due:
             self._read_at_step = step
             self._loss = float(loss)  # the one sync, on a step where the logger syncs too
