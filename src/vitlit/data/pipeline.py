@@ -68,6 +68,29 @@ ALL = slice(None)
 AUTO_DEVICE_FRACTION = 0.25
 
 
+# The one resize, which both halves use (and exports and servers).
+
+
+def resized_side(size: int, crop_pct: float) -> int:
+    """The side the shorter side is resized to before a ``size`` centre crop keeps ``crop_pct`` (timm's rule)."""
+    return math.floor(size / crop_pct)
+
+
+def resize_uint8(
+    images: torch.Tensor, size: int, crop_pct: float = 1.0, interpolation: Interpolation = "bilinear"
+) -> torch.Tensor:
+    """uint8 images (one, or a batch) to ``size`` x ``size``: the shorter side resized, then the centre cropped.
+
+    The shorter side goes to ``floor(size / crop_pct)`` (timm's evaluation resize; ``crop_pct`` 1: ``size``), with
+    torchvision's antialiased resize on the uint8 tensor: the one resize of vitlit (the sources' stored geometry,
+    this batched pipeline, exports and servers), so every path gives the same pixels.
+    """
+    side = resized_side(size, crop_pct)
+    if min(images.shape[-2:]) != side:
+        images = resize(images, [side], interpolation=InterpolationMode(interpolation), antialias=True)
+    return images if images.shape[-2:] == (size, size) else center_crop(images, [size])
+
+
 # 1. The source: a split's view and its per-image geometry; held in memory where it fits, else streamed.
 
 
@@ -341,26 +364,6 @@ def random_resized_crop(
         grid = F.affine_grid(theta, [b, x.shape[1], size, size], align_corners=False)
         out = F.grid_sample(x, grid, mode="bicubic", padding_mode="border", align_corners=False)
     return out.round_().clamp_(0, 255).to(torch.uint8)  # uint8 again, as the policies after it take
-
-
-def resized_side(size: int, crop_pct: float) -> int:
-    """The side the shorter side is resized to before a ``size`` centre crop keeps ``crop_pct`` (timm's rule)."""
-    return math.floor(size / crop_pct)
-
-
-def resize_uint8(
-    images: torch.Tensor, size: int, crop_pct: float = 1.0, interpolation: Interpolation = "bilinear"
-) -> torch.Tensor:
-    """uint8 images (one, or a batch) to ``size`` x ``size``: the shorter side resized, then the centre cropped.
-
-    The shorter side goes to ``floor(size / crop_pct)`` (timm's evaluation resize; ``crop_pct`` 1: ``size``), with
-    torchvision's antialiased resize on the uint8 tensor: the one resize of vitlit (the sources' stored geometry,
-    this batched pipeline, exports and servers), so every path gives the same pixels.
-    """
-    side = resized_side(size, crop_pct)
-    if min(images.shape[-2:]) != side:
-        images = resize(images, [side], interpolation=InterpolationMode(interpolation), antialias=True)
-    return images if images.shape[-2:] == (size, size) else center_crop(images, [size])
 
 
 def random_crop(images: torch.Tensor, padding: int, among: int | None = None, share: slice = ALL) -> torch.Tensor:
