@@ -1,8 +1,8 @@
 """Hostile round 6, class 1: a data set's rows and metadata reach no file outside the data set's own folder.
 
 A Hugging Face row names a ``path`` beside (or instead of) its bytes, and a ``save_to_disk`` folder names its Arrow
-files in ``state.json``: the one admission (`vitlit.data.table.inside`, the rows' rule for one file) keeps every read
-inside the data set's folder, for fit and for ``prepare`` alike, before anything is read.
+files in ``state.json``: the one admission (`vitlit.data.table.file_inside`, the rows' rule for one file) keeps every
+read inside the data set's folder, for fit and for ``prepare`` alike, before anything is read.
 """
 
 from __future__ import annotations

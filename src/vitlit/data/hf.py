@@ -22,7 +22,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import Dataset
 
 from vitlit.data.images import image_problem, open_image, refuse_unlisted
-from vitlit.data.table import ItemTableDataModule, Scan, class_order, inside, label_name
+from vitlit.data.table import ItemTableDataModule, Scan, class_order, file_inside, label_name
 from vitlit.errors import ConfigError
 from vitlit.hub import hub_unreachable
 from vitlit.text import shown
@@ -141,7 +141,7 @@ def check_saved(folder: Path) -> None:
     if (folder / "dataset_dict.json").is_file():
         names = [str(name) for name in _json(folder / "dataset_dict.json").get("splits", [])]
         splits = [folder / name for name in names]
-        outside = next((name for name in names if inside(folder, folder / name / "state.json") is None), None)
+        outside = next((name for name in names if file_inside(folder, folder / name / "state.json") is None), None)
         if outside is not None:
             raise ConfigError(f"{folder}/dataset_dict.json names the split {shown(outside)!r}, which is no folder "
                               f"of {folder} with a state.json; a data set may only name files inside its "
@@ -149,7 +149,7 @@ def check_saved(folder: Path) -> None:
     for split in splits:
         for entry in _json(split / "state.json").get("_data_files", []):
             name = entry.get("filename") if isinstance(entry, dict) else None
-            if inside(split, name) is None:
+            if file_inside(split, name) is None:
                 raise ConfigError(f"{split}/state.json names the data file {shown(name)!r}, which is no file inside "
                                   f"{split}; a data set may only name files inside its folder.")  # fmt: skip
 
@@ -224,12 +224,12 @@ class HFImages(Dataset):
         """Item ``i``'s encoded image: its embedded bytes, else the file its row names if inside ``root``, else None.
 
         A row's ``path`` beside embedded bytes is only a name (datasets keeps where a file came from); alone, it is
-        read only inside the data set's folder (`vitlit.data.table.inside`).
+        read only inside the data set's folder (`vitlit.data.table.file_inside`).
         """
         data, path = self.value(i)
         if data:
             return bytes(data)
-        return None if self.root is None else inside(self.root, path)
+        return None if self.root is None else file_inside(self.root, path)
 
     def __getitem__(self, i: int) -> tuple[Any, int]:
         data = self.encoded(i)

@@ -33,7 +33,7 @@ import torch
 from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.images import PIL_MODES, image_problem, open_image
 from vitlit.data.pipeline import ToStoredImage, resized_side
-from vitlit.data.table import inside
+from vitlit.data.table import file_inside
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.owned import digest
 from vitlit.private import litdata_formats
@@ -249,7 +249,7 @@ def check_chunk(folder: Path, chunk: dict[str, Any], where: str) -> None:
     """
     name = chunk["filename"]
     path = folder / name
-    if path.is_symlink() or (inside(folder, name) is None and path.exists()):
+    if path.is_symlink() or (file_inside(folder, name) is None and path.exists()):
         raise ConfigError(f"{shown(where)}/index.json names the chunk {shown(name)!r}, a link or no file inside "
                           f"its folder; prepare the data set again.")  # fmt: skip
     size = path.stat().st_size if path.is_file() else None

@@ -156,7 +156,7 @@ def _target(link: str) -> str:
         return ""
 
 
-def inside(root: Path, name: str | os.PathLike | None) -> Path | None:
+def file_inside(root: Path, name: str | os.PathLike | None) -> Path | None:
     """The file ``name`` (relative to ``root``, or absolute) if it is a file inside ``root``, links resolved, else None.
 
     The rows' rule (`_Root`) for a file a data set names outside the table's rows (a Hugging Face row's ``path``, a
@@ -166,8 +166,8 @@ def inside(root: Path, name: str | os.PathLike | None) -> Path | None:
     """
     if not name:
         return None
-    found = _Root(root, resolve=True, list_links=False).inside(os.fspath(name))
-    return Path(found[0]) if found is not None and os.path.isfile(found[0]) else None
+    place = _Root(root, resolve=True, list_links=False).inside(os.fspath(name))
+    return Path(place[0]) if place is not None and os.path.isfile(place[0]) else None
 
 
 def _links(folder: str) -> set[str] | None:
@@ -287,7 +287,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
             given: The class order a `Scan` gives, or ``None`` (the training labels, sorted).
             hold_out_test: `Scan.hold_out_test`, for the words of an empty test split's refusal.
         """
-        name, splits = type(self).__name__, {split: found for split, found in listed.items() if found is not None}
+        name, splits = type(self).__name__, {split: given for split, given in listed.items() if given is not None}
         unknown = next((split for split in splits if split not in SPLITS), None)
         if unknown is not None:
             raise ConfigError(f"{name} has the split {shown(str(unknown)[:40])!r}; splits are {', '.join(SPLITS)} (a "
@@ -301,8 +301,8 @@ class ItemTableDataModule(ImageClassificationDataModule):
                            "test and predict then need one")  # fmt: skip
                 raise ConfigError(f"{name}: scan() gave an empty {split} split; give it rows, or leave the key out "
                                   f"({instead}).")  # fmt: skip
-        rows = {split: found for split, found in splits.items() if isinstance(found, list)}  # else a dataset
-        total = sum(len(found) for found in rows.values())
+        rows = {split: given for split, given in splits.items() if isinstance(given, list)}  # else a dataset
+        total = sum(len(split_rows) for split_rows in rows.values())
         if total >= MANY_ROWS:  # seconds of work: said before it starts
             say(f"vitlit: {name}: checking {total:,} rows (labels, files inside {self.root}, each listed once)")
         files, labels = self._rows(rows)
@@ -315,8 +315,8 @@ class ItemTableDataModule(ImageClassificationDataModule):
                 classes = [label_name(c) for c in given]
             except ValueError as err:
                 raise ConfigError(f"{name}: in Scan's classes, {err}; give each class a name.") from None
-            named: set[str] = set()
-            twice = next((c for c in classes if c in named or named.add(c)), None)  # the first named again
+            seen: set[str] = set()
+            twice = next((c for c in classes if c in seen or seen.add(c)), None)  # the first named again
             if twice is not None:
                 raise ConfigError(f"{name}: Scan's classes name '{shown(twice)}' twice; name each class once.")
             unnamed = sorted(set(train) - set(classes))
@@ -335,24 +335,24 @@ class ItemTableDataModule(ImageClassificationDataModule):
                 raise ConfigError(f"{name}: the classes '{shown(other)}' and '{shown(c)}' ({other!a} and {c!a}) "
                                   f"differ only in their Unicode encoding or spaces; give them one spelling in the "
                                   f"data.")  # fmt: skip
-        for split, found in splits.items():
+        for split, dataset in splits.items():
             if split not in rows and split != "test":  # -1: an item with no label (the hub's mark), never trained
-                unlabelled = next((i for i, t in enumerate(getattr(found, "targets", ())) if t == -1), None)
+                unlabelled = next((i for i, t in enumerate(getattr(dataset, "targets", ())) if t == -1), None)
                 if unlabelled is not None:
-                    raise ConfigError(f"{name}: {shown(found.samples[unlabelled][0])} has no label (-1); {split} "
+                    raise ConfigError(f"{name}: {shown(dataset.samples[unlabelled][0])} has no label (-1); {split} "
                                       f"rows need labels: label it or leave it out of the split.")  # fmt: skip
         # Each split's class names: its rows' labels, or its dataset's targets (a Hugging Face split).
-        named = {split: set(labels.get(split, [])) if split in rows or split not in splits else
+        split_classes = {split: set(labels.get(split, [])) if split in rows or split not in splits else
                  {classes[t] for t in set(getattr(splits[split], "targets", ())) if 0 <= t < len(classes)}
                  for split in SPLITS}  # fmt: skip
         for split in ("val", "test"):
-            strange = sorted(named[split] - named["train"])
+            strange = sorted(split_classes[split] - split_classes["train"])
             if strange:
                 raise ConfigError(f"{name}: {split} rows have labels no training row has: "
                                   f"{', '.join(shown(s) for s in strange[:5])}; correct them or add training rows of "
                                   f"those classes.")  # fmt: skip
         index = {label: i for i, label in enumerate(classes)}
-        items = {split: found for split, found in splits.items() if split not in rows}
+        items = {split: dataset for split, dataset in splits.items() if split not in rows}
         for split in rows:
             pairs = list(zip(files[split], [index[label] for label in labels[split]], strict=True))
             items[split] = ImageFiles(pairs, classes, self.image_mode, self.stored_side, f"the {split} split")
@@ -367,9 +367,9 @@ class ItemTableDataModule(ImageClassificationDataModule):
         root = _Root(self.root, not self.found_in_root) if rows else None
         names: dict[tuple[Any, type], str] = {}  # each label's class name, checked once (True is no 1: by type too)
         seen: dict[str, tuple[str, int, str]] = {}  # each file's first row, by its real path
-        for split, found in rows.items():
+        for split, split_rows in rows.items():
             files[split], labels[split] = [], []
-            for i, row in enumerate(found):
+            for i, row in enumerate(split_rows):
                 try:
                     if isinstance(row, str | bytes):
                         raise ValueError
@@ -379,28 +379,28 @@ class ItemTableDataModule(ImageClassificationDataModule):
                                       f"pair; scan() gives each row as (file, label name).") from None  # fmt: skip
                 try:
                     text = os.fspath(file)
-                    found = root.inside(text) if isinstance(text, str) else None
+                    place = root.inside(text) if isinstance(text, str) else None
                 except (TypeError, OSError, ValueError):  # no path; a name the system refuses
-                    text, found = repr(file), None
-                if found is None:
+                    text, place = repr(file), None
+                if place is None:
                     raise ConfigError(f"{name}: the {split} row '{shown(text)}' is not a file inside {root.path} "
                                       f"(row {i}); rows may only name the data's own files.")  # fmt: skip
-                path, real = found
+                path, real = place
                 if (first := seen.setdefault(real, (split, i, path)))[:2] != (split, i):
                     alias = "" if first[2] == path else f" (as {shown(first[2])} too, a link to the same file)"
                     raise ConfigError(f"{name}: {shown(path)} is listed twice{alias}, as the {first[0]} row "
                                       f"{first[1]} and the {split} row {i}; list each image once, with one label "
                                       f"and one split.")  # fmt: skip
                 try:
-                    named = names[label, type(label)]
+                    class_name = names[label, type(label)]
                 except (KeyError, TypeError):  # a label value not seen before, checked once (a list: no label)
                     try:
-                        named = names[label, type(label)] = label_name(label)
+                        class_name = names[label, type(label)] = label_name(label)
                     except ValueError as err:
                         raise ConfigError(f"{name}: the {split} row {i} ('{shown(text)}'): {err}; give every row a "
                                           f"class name.") from None  # fmt: skip
                 files[split].append(path)
-                labels[split].append(named)
+                labels[split].append(class_name)
         return files, labels
 
     def no_test_split(self) -> str:
