@@ -224,6 +224,9 @@ def test_a_labels_csv_is_checked_row_by_row_and_columns_can_be_named(
     (root / "labels.csv").write_text("image,class\nimg/0.png,cat\nimg/1.png,dog\nimg/2.png,dog\n")
     data = CSVImageDataModule(root=root, filename_column="image", label_column="class", val_size=1)
     assert data.class_names == ["cat", "dog"]
+    # A spreadsheet's empty cell may hold a space: the split is then train, as for an empty one (was the split '').
+    (root / "labels.csv").write_text("filename,label,split\nimg/0.png,cat, \nimg/1.png,dog,\nimg/2.png,dog,val\n")
+    assert CSVImageDataModule(root=root).class_names == ["cat", "dog"]
     fifo = tmp_path / "fifo"
     fifo.mkdir()
     os.mkfifo(fifo / "labels.csv")  # opening it would wait for a writer forever

@@ -226,3 +226,41 @@ def test_a_glob_over_other_files_is_one_line(tmp_path: Path, capsys: pytest.Capt
     line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *HF, "--data.path", f"{folder}/*",
                    "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
     assert "notes.txt, which is no Parquet file" in line
+
+
+def test_a_glob_over_a_test_splits_shards_is_refused_not_trained_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """datasets reads a glob as one training split: the hub's test-*.parquet were trained on, and a test split held
+    out of the mix, without a word. The folder of the same files reads each split by its files' names."""
+    folder = write_parquet(tmp_path / "pq", splits=("train", "test"), n=60)
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *HF, "--data.path", f"{folder}/*.parquet",
+                   "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    carries(line, "test-00000-of-00001.parquet, a test split's file by its name", "give the folder")
+    assert not (tmp_path / "runs").exists()
+    from vitlit.data.hf import HFDataModule
+
+    train_only = HFDataModule(f"{folder}/train-*.parquet", img_size=16, num_workers=0)
+    assert len(train_only.class_names) == 10  # a glob of the training files alone is read
+
+
+def test_large_string_labels_and_an_unknown_split_are_read_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Polars writes text as large_string, which was refused as "not class labels"; a split named eval was dropped
+    # without a word (datasets' own file-name rule reads eval as test).
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from helpers.hf import digits_rows
+
+    from vitlit.data.hf import HFDataModule
+
+    images, targets = digits_rows(40)
+    table = pa.table({"image": pa.array([im["bytes"] for im in images], pa.large_binary()),
+                      "label": pa.array([f"d{t}" for t in targets], pa.large_string())})  # fmt: skip
+    pq.write_table(table, tmp_path / "polars.parquet")
+    assert HFDataModule(str(tmp_path / "polars.parquet"), img_size=16).class_names == [f"d{d}" for d in range(10)]
+    with caplog.at_level("INFO"):
+        data = HFDataModule(str(_rows(tmp_path / "saved", [d % 10 for d in range(40)], ("train", "eval"))))
+        assert data.class_names == [str(d) for d in range(10)]
+    assert "the split(s) 'eval' left out" in caplog.text

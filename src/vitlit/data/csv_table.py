@@ -79,7 +79,7 @@ class CSVImageDataModule(ItemTableDataModule):
                 for row in reader:
                     n = reader.line_num  # the line an editor shows (a quoted field may span lines: its last)
                     file, label = (row.get(name) or "").strip(), (row.get(label_key) or "").strip()
-                    split = (row.get(split_key) or "train").strip().lower()
+                    split = (row.get(split_key) or "").strip().lower() or "train"  # a cell of spaces is empty
                     if not label or not file:
                         raise ConfigError(f"{path} line {n}: the {'label' if file else 'file name'} is empty; give "
                                           f"every row a file and a class name.")  # fmt: skip

@@ -14,6 +14,7 @@ import glob
 import io
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -82,6 +83,13 @@ def load_splits(path: str) -> dict[str, Any]:
             if other is not None:  # datasets would read it as Parquet and fail deep inside (DatasetGenerationError)
                 raise ConfigError(f"--data.path {path} matches {shown(other)}, which is no Parquet file; give a glob "
                                   f"of *.parquet files.")  # fmt: skip
+            # A glob is read as one training split: a file whose name says another split would be trained on.
+            matched = [] if files else glob.glob(str(local))
+            named = next((f for f in matched if _named_split(f) not in (None, "train")), None)
+            if named is not None:
+                raise ConfigError(f"--data.path {path} matches {shown(named)}, a {_named_split(named)} split's file by "
+                                  f"its name, which a glob would train on; give the folder that holds the files (their "
+                                  f"names say their splits), or a glob of the training files alone.")  # fmt: skip
             loaded = datasets.load_dataset("parquet", data_dir=str(local) if files else None,
                                            data_files=None if files else str(local))  # fmt: skip
         else:
@@ -100,6 +108,13 @@ def load_splits(path: str) -> dict[str, Any]:
         raise ConfigError(f"--data.path {path} cannot be read as a Hugging Face data set ({type(err).__name__}: "
                           f"{' '.join(str(err).split())[:200]}).") from None  # fmt: skip
     return dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {"train": loaded}
+
+
+def _named_split(file: str) -> str | None:
+    """The split a file's name says by datasets' rule (``test-00000-of-00001.parquet``: test; eval: test), or None."""
+    words = set(re.split(r"[-._ 0-9]+", Path(file).name.lower()))
+    names = {**SPLIT_NAMES, "test": (*SPLIT_NAMES["test"], "eval", "evaluation")}
+    return next((role for role, spelled in names.items() if words & set(spelled)), None)
 
 
 def parquet_files(folder: Path) -> list[str]:
@@ -349,6 +364,12 @@ class HFDataModule(ItemTableDataModule):
         if "train" not in tables:
             raise ConfigError(f"{self.path} has the splits {', '.join(found)} but none named train; rename the "
                               f"training split to train.")  # fmt: skip
+        # A split of another name (eval, the hub's SVHN extra) is left out: said, for rows neither tested nor used.
+        others = [n for n in found if not any(n.lower() in names for names in SPLIT_NAMES.values())]
+        if others:
+            left = ", ".join(repr(shown(n)[:40]) for n in others)
+            rank_zero_info(f"vitlit: {self.path}: the split(s) {left} left out (vitlit reads train, validation and "
+                           f"test); rename one to use it")  # fmt: skip
         if len(tables["train"]) == 0:
             raise ConfigError(f"{self.path} has no training rows; give a data set with images in its train split.")
         for role, table in tables.items():
@@ -367,7 +388,7 @@ class HFDataModule(ItemTableDataModule):
         if isinstance(feature, datasets.ClassLabel):
             return list(feature.names), {i: i for i in range(feature.num_classes)} | {-1: -1}
         dtype = getattr(feature, "dtype", None)
-        if dtype == "string" or (dtype or "").startswith(("int", "uint")):
+        if dtype in ("string", "large_string") or (dtype or "").startswith(("int", "uint")):  # Polars: large_string
             labels = train[self.label_column]
             names = {value: self._name(value, "train", labels) for value in set(labels) if value != -1}
             where = f"{self.path} column {self.label_column!r}"
