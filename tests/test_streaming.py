@@ -406,3 +406,17 @@ def test_raw_chunks_refuse_another_training_size_in_one_line(tiny_chunks: Path, 
 
     with pytest.raises(ConfigError, match=r"training images resized to 16 px, but this run stores them at .* = "):
         StreamingDataModule(str(tiny_chunks), **{"img_size": 16, **options})
+
+
+def test_a_place_in_chunks_prepared_again_since_is_refused(tiny_chunks: Path) -> None:
+    """A checkpoint's place in the training stream, resumed after `prepare --overwrite` on changed data, went on in
+    the other data and said the rest of the epoch had the samples the stopped run would have had."""
+    from vitlit.data.streaming import StreamingDataModule
+    from vitlit.errors import ConfigError
+
+    data = StreamingDataModule(str(tiny_chunks), img_size=16, num_workers=0)
+    prepared = data.meta["indexes"]["train"]
+    data.load_state_dict({"train_stream": None, "epoch_done": False, "prepared": prepared})  # the same chunks
+    data.load_state_dict({"train_stream": None, "epoch_done": False})  # a checkpoint from before: taken
+    with pytest.raises(ConfigError, match="was prepared again since this checkpoint was saved"):
+        data.load_state_dict({"train_stream": None, "epoch_done": False, "prepared": "0" * 64})

@@ -611,10 +611,20 @@ class StreamingDataModule(ImageClassificationDataModule):
         loader = self._train_loader
         if loader is None:
             return {}
-        return {"train_stream": loader.state_dict(), "epoch_done": loader.epoch_done()}
+        # The split's index digest (where prepare recorded one): a place means nothing in chunks prepared again.
+        prepared = (self.meta.get("indexes") or {}).get("train")
+        return {"train_stream": loader.state_dict(), "epoch_done": loader.epoch_done(), "prepared": prepared}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Keep a checkpoint's place in the stream, and whether its epoch was done, for the next training loader."""
+        """Keep a checkpoint's place in the stream, and whether its epoch was done, for the next training loader.
+
+        A place in chunks prepared again since (another index) would go on in other data, as if it were exact.
+        """
+        prepared, now = state_dict.get("prepared"), (self.meta.get("indexes") or {}).get("train")
+        if prepared is not None and now is not None and prepared != now:
+            raise ConfigError(f"{self.input_dir} was prepared again since this checkpoint was saved, so its place in "
+                              f"the training stream is in other data; resume on the chunks it trained on, or start "
+                              f"a new run.")  # fmt: skip
         self._resume_from = state_dict.get("train_stream")
         self._resume_epoch_done = bool(state_dict.get("epoch_done", False))
 
