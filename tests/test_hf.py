@@ -264,3 +264,17 @@ def test_large_string_labels_and_an_unknown_split_are_read_and_said(
         data = HFDataModule(str(_rows(tmp_path / "saved", [d % 10 for d in range(40)], ("train", "eval"))))
         assert data.class_names == [str(d) for d in range(10)]
     assert "the split(s) 'eval' left out" in caplog.text
+
+
+def test_an_image_column_of_file_paths_is_one_line_about_the_column(tmp_path: Path) -> None:
+    # Every row was called "no image", with the advice --data.bad_images skip, which then refused every image.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from vitlit.data.hf import HFDataModule
+    from vitlit.errors import ConfigError
+
+    table = pa.table({"image": [f"img/{i}.png" for i in range(20)], "label": [i % 2 for i in range(20)]})
+    pq.write_table(table, tmp_path / "paths.parquet")
+    with pytest.raises(ConfigError, match=r"the image column 'image' holds text \(file paths\?\), not images"):
+        _ = HFDataModule(str(tmp_path / "paths.parquet")).class_names

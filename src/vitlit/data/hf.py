@@ -319,6 +319,10 @@ class HFDataModule(ItemTableDataModule):
             if column not in train.column_names:
                 raise ConfigError(f"{self.path} has no column {column!r} (it has {', '.join(train.column_names)}); "
                                   f"name yours with --data.{flag}.")  # fmt: skip
+        if getattr(train.features[self.image_column], "dtype", None) in ("string", "large_string"):  # not an Image
+            raise ConfigError(f"{self.path}: the image column {self.image_column!r} holds text (file paths?), not "
+                              f"images; cast it (data.cast_column({self.image_column!r}, datasets.Image())) and save "
+                              f"the data set again, or name the image column with --data.image_column.")  # fmt: skip
         classes, self._index = self._classes_of(train)
         rank_zero_info(f"vitlit: {self.path}: images from column {self.image_column!r}, labels from column "
                        f"{self.label_column!r} ({len(classes)} classes)")  # fmt: skip
