@@ -76,8 +76,8 @@ class RNGStateCheckpoint(Callback):
     ``last.ckpt`` at the fit's end where no checkpoint holds its last step (`on_train_end`).
     """
 
-    def __init__(self) -> None:
-        self._steps = (-1, -1)  # (the step training started at, the step of the last checkpoint saved)
+    #: The step training started at and the step of the last checkpoint saved (`on_train_end`).
+    _steps: tuple[int, int] = (-1, -1)
 
     def state_dict(self) -> dict[str, Any]:
         # Tensors, ints and tuples only: the checkpoint stays loadable with torch.load(weights_only=True).
