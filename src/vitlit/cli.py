@@ -293,6 +293,11 @@ class VitLitCLI(LightningCLI):
         config = self.config[self.config["subcommand"]]
         check_run(self.config["subcommand"], config)
         resolve_config(config)
+        model = config["model"]["init_args"]
+        if self.config["subcommand"] != "fit" and config.get("ckpt_path") and "pretrained" in model:
+            # An evaluation's weights are the checkpoint's: pretrained ones would be read (a file, the hub) for nothing,
+            # and a run copied to a machine without them was refused.
+            model["pretrained"], model["pretrained_file"] = False, None
         # Held back until the run starts (`_check_and_place_run`): given a checkpoint, LightningCLI would copy the
         # checkpoint's hyperparameters over the parsed config (flags typed on the command line could vanish silently).
         self._ckpt_path, config["ckpt_path"] = config.get("ckpt_path"), None

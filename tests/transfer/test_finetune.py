@@ -68,6 +68,22 @@ def test_linear_probe_trains_the_head_alone(digits_dir: Path, weights: Path, tmp
     assert in_optimizer == sum(p.numel() for p in cli.model.net.head.parameters())
 
 
+def test_a_fine_tuned_run_is_evaluated_without_its_pretrained_weights(
+    digits_dir: Path, weights: Path, tmp_path: Path
+) -> None:
+    """test and predict rebuilt the model from pretrained_file before the checkpoint replaced every weight: a run
+    copied to a machine without the weights file (or offline, without the hub's) was refused."""
+    import shutil
+
+    mine = shutil.copy(weights, tmp_path / "mine.pth")
+    fit = run_cli(*_finetune(digits_dir, mine, tmp_path / "runs"), "--trainer.max_epochs", "1")
+    run = Path(fit.trainer.log_dir)
+    Path(mine).unlink()  # the run moved to where the weights are not
+    test = run_cli("test", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt")
+    assert 0 <= test.trainer.callback_metrics["test/acc"] <= 1
+    assert not test.model.hparams.pretrained and test.model.hparams.pretrained_file is None
+
+
 @pytest.mark.slow  # two digits fits; exact resume is the slow tests' theme
 def test_unfreezing_schedule_survives_a_resume_exactly(digits_dir: Path, weights: Path, tmp_path: Path) -> None:
     schedule = tmp_path / "schedule.yaml"
