@@ -246,3 +246,19 @@ def test_a_training_split_smaller_than_a_batch_is_one_even_batch_under_mixup(tmp
     plain = ImageFolderDataModule(tmp_path, img_size=8, batch_size=16, num_workers=0, source=source)
     plain.setup("fit")
     assert [len(targets) for _, targets in plain.train_dataloader()] == [13]  # without Mixup every image is kept
+
+
+def test_an_odd_batch_is_refused_for_training_under_mixup_and_taken_for_evaluation(tmp_path: Path) -> None:
+    # The refusal ran when the data module was built, so test/predict/validate of the Mixup recipes refused it too.
+    from vitlit.errors import ConfigError
+
+    for split, name in (("train", "a"), ("train", "b"), ("val", "a"), ("val", "b")):
+        (tmp_path / split / name).mkdir(parents=True)
+        for i in range(4):
+            Image.new("RGB", (8, 8), (i * 30, 0, 0)).save(tmp_path / split / name / f"{i}.png")
+    data = ImageFolderDataModule(tmp_path, img_size=8, batch_size=3, num_workers=0,
+                                 batch_augment=BatchAugment(mixup_alpha=0.8))  # fmt: skip
+    data.setup("fit")
+    assert [len(targets) for _, targets in data.val_dataloader()] == [3, 3, 2]
+    with pytest.raises(ConfigError, match="batch_size=3 is odd, but Mixup/CutMix mix training images in pairs"):
+        data.train_dataloader()

@@ -216,10 +216,6 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             raise ConfigError(f"crop_scale={list(scale)} or crop_ratio={list(ratio)} is not a range [low, high] with "
                               f"0 < low <= high (<= 1 for the scale, 0.01 to 100 for the ratio); e.g. [0.08, 1.0] and "
                               f"[0.75, 1.333].")  # fmt: skip
-        if getattr(batch_augment, "mixes", False) and batch_size % 2:
-            raise ConfigError(
-                f"batch_size={batch_size} is odd, but Mixup/CutMix mix images in pairs; use an even size."
-            )
         # The images the model sees
         self.img_size, self.in_chans = as_builtin(img_size), as_builtin(in_chans)
         self._mean = None if mean is None else tuple(float(v) for v in mean)
@@ -479,7 +475,10 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         return dataset
 
     def train_dataloader(self) -> Any:
-        """Shuffled training batches."""
+        """Shuffled training batches; of an even size under Mixup/CutMix, which mix them in pairs."""
+        if getattr(self.batch_augment, "mixes", False) and self.batch_size % 2:  # evaluation never mixes: any size
+            raise ConfigError(f"batch_size={self.batch_size} is odd, but Mixup/CutMix mix training images in pairs; "
+                              f"use an even size.")  # fmt: skip
         return self._loader(self.train_set, train=True)
 
     def val_dataloader(self) -> Any:
