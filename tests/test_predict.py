@@ -83,6 +83,15 @@ def test_predictions_of_the_test_split_carry_the_true_label(digits_run: Path, tm
     assert {row["correct"] for row in rows} == {"true", "false"}  # a short run gets some right and some wrong
 
 
+def test_a_limited_prediction_names_its_files_and_labels(digits_run: Path, tmp_path: Path) -> None:
+    # --trainer.limit_predict_batches predicted the first images and blanked every source (and label) column.
+    predict = run_cli("predict", "--config", digits_run / "config.yaml", "--ckpt_path",
+                      digits_run / "checkpoints" / "last.ckpt", "--trainer.default_root_dir", tmp_path,
+                      "--trainer.limit_predict_batches", "1", "--data.batch_size", "8")  # fmt: skip
+    rows = list(csv.DictReader((Path(predict.trainer.log_dir) / "predictions.csv").open()))
+    assert len(rows) == 8 and all(row["label"] == Path(row["source"]).parent.name for row in rows)
+
+
 def test_an_evaluation_that_prepares_images_otherwise_than_its_checkpoint_says_so(
     digits_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

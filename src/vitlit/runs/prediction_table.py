@@ -68,10 +68,11 @@ def write_predictions(
         return
     data = trainer.datamodule
     files, labels = _files(data), _true_labels(data)
-    sources = files if files is not None and len(files) == len(probs) else [""] * len(probs)
+    # Items are predicted in order: under --trainer.limit_predict_batches the rows are the files' first ones.
+    sources = files[: len(probs)] if files is not None and len(files) >= len(probs) else [""] * len(probs)
     if stored is not None:  # a stream keeps no file names: each row names its item's stored position
         sources = [str(i) for i in stored_order]
-    labels = labels if labels is not None and len(labels) == len(probs) else None
+    labels = labels[: len(probs)] if labels is not None and len(labels) >= len(probs) else None
     write_table(path, probs, _class_names(trainer, pl_module, probs.shape[1]), sources, top_k, probabilities, labels)
     rank_zero_info(f"vitlit: wrote {len(probs)} predictions to {path}")
 
