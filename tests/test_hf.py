@@ -242,6 +242,8 @@ def test_a_glob_over_a_test_splits_shards_is_refused_not_trained_on(
 
     train_only = HFDataModule(f"{folder}/train-*.parquet", img_size=16, num_workers=0)
     assert len(train_only.class_names) == 10  # a glob of the training files alone is read
+    named = HFDataModule(str(next(folder.glob("test-*.parquet"))), img_size=16, num_workers=0)
+    assert len(named.class_names) == 10  # a file given by its name is read as given, whatever the name says
 
 
 def test_large_string_labels_and_an_unknown_split_are_read_and_said(

@@ -240,6 +240,8 @@ def test_two_snapshots_by_steps_into_their_own_folders_are_two_states() -> None:
 def test_two_snapshots_writing_one_name_into_one_folder_are_refused() -> None:
     """A frequent Snapshots by fraction that keeps 2 and a rare one that keeps all, both in the run's folder, wrote
     snapshot-step{step}: the frequent one's pruning deleted the snapshots the rare one kept."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
     from vitlit.checks import check_built_callbacks
     from vitlit.errors import ConfigError
     from vitlit.runs.snapshots import Snapshots
@@ -252,6 +254,8 @@ def test_two_snapshots_writing_one_name_into_one_folder_are_refused() -> None:
         [Snapshots(every_fraction=0.1, keep=2), Snapshots(every_fraction=0.5, keep=-1, dirpath="rare")]
     )
     check_built_callbacks([Snapshots(every_fraction=0.1), Snapshots(every_fraction=0.5, filename="rare-{step}")])
+    # Lightning's pattern: the best k, and a second one that keeps only last.ckpt (save_top_k 0: no named file).
+    check_built_callbacks([ModelCheckpoint(monitor="val/acc"), ModelCheckpoint(save_last=True, save_top_k=0)])
 
 
 @pytest.mark.slow  # three fits; with the other exact-resume runs

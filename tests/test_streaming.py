@@ -411,12 +411,17 @@ def test_raw_chunks_refuse_another_training_size_in_one_line(tiny_chunks: Path, 
 def test_a_place_in_chunks_prepared_again_since_is_refused(tiny_chunks: Path) -> None:
     """A checkpoint's place in the training stream, resumed after `prepare --overwrite` on changed data, went on in
     the other data and said the rest of the epoch had the samples the stopped run would have had."""
+    from types import SimpleNamespace
+
     from vitlit.data.streaming import StreamingDataModule
     from vitlit.errors import ConfigError
 
     data = StreamingDataModule(str(tiny_chunks), img_size=16, num_workers=0)
-    prepared = data.meta["indexes"]["train"]
+    prepared, other = data.meta["indexes"]["train"], "0" * 64
+    data.trainer = SimpleNamespace(state=SimpleNamespace(fn="test"))  # an evaluation takes the weights only
+    data.load_state_dict({"train_stream": None, "epoch_done": False, "prepared": other})
+    data.trainer.state.fn = "fit"
     data.load_state_dict({"train_stream": None, "epoch_done": False, "prepared": prepared})  # the same chunks
     data.load_state_dict({"train_stream": None, "epoch_done": False})  # a checkpoint from before: taken
     with pytest.raises(ConfigError, match="was prepared again since this checkpoint was saved"):
-        data.load_state_dict({"train_stream": None, "epoch_done": False, "prepared": "0" * 64})
+        data.load_state_dict({"train_stream": None, "epoch_done": False, "prepared": other})

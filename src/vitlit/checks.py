@@ -213,12 +213,13 @@ def check_built_callbacks(callbacks: Sequence[Callback]) -> None:
         )
     # Two checkpoint callbacks writing files of one name into one folder prune each other's (two Snapshots by
     # fraction, a frequent one that keeps 2 and a rare one that keeps all, wrote snapshot-step{step}).
-    writes = [(cb.dirpath, cb.filename) for cb in callbacks if isinstance(cb, Checkpoint) and hasattr(cb, "filename")]
+    # One with save_top_k 0 writes no named file (save_last=True alone).
+    writes = [(cb.dirpath, cb.filename) for cb in callbacks if getattr(cb, "save_top_k", 0) != 0]
     same = next((w for w in writes if writes.count(w) > 1), None)
     if same is not None:
-        folder = same[0] or "the run's checkpoints/"
-        raise ConfigError(f"two checkpoint callbacks write files named {same[1]!r} into {folder}, so each deletes "
-                          f"the other's; give one of them another filename or dirpath.")  # fmt: skip
+        folder, names = same[0] or "the run's checkpoints/", repr(same[1]) if same[1] else "by Lightning's default"
+        raise ConfigError(f"two checkpoint callbacks write files named {names} into {folder}, so each deletes the "
+                          f"other's; give one of them another filename or dirpath.")  # fmt: skip
     keys = [cb.state_key for cb in callbacks if type(cb).state_dict is not Callback.state_dict]
     twice = next((cb for cb in callbacks if keys.count(cb.state_key) > 1), None)
     if twice is not None:

@@ -561,7 +561,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             sampler = DistributedSampler(split, **shard)
         # Lightning makes the first loader's iterator before it sets the epoch, and workers draw their first batches
         # then: a resumed run would start with epoch 0's order. It starts with the epoch it resumes instead.
-        current = self.trainer.current_epoch if self.trainer is not None else 0
+        current = getattr(self.trainer, "current_epoch", 0)  # no trainer, or a benchmark's stand-in: 0
         sampler.set_epoch(max(self._resumed_epoch, current))
         return sampler
 

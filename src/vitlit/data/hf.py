@@ -84,7 +84,7 @@ def load_splits(path: str) -> dict[str, Any]:
                 raise ConfigError(f"--data.path {path} matches {shown(other)}, which is no Parquet file; give a glob "
                                   f"of *.parquet files.")  # fmt: skip
             # A glob is read as one training split: a file whose name says another split would be trained on.
-            matched = [] if files else glob.glob(str(local))
+            matched = glob.glob(str(local)) if glob.has_magic(path) else []  # a file given by name is read as named
             named = next((f for f in matched if _named_split(f) not in (None, "train")), None)
             if named is not None:
                 raise ConfigError(f"--data.path {path} matches {shown(named)}, a {_named_split(named)} split's file by "

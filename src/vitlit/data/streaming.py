@@ -621,7 +621,9 @@ class StreamingDataModule(ImageClassificationDataModule):
         A place in chunks prepared again since (another index) would go on in other data, as if it were exact.
         """
         prepared, now = state_dict.get("prepared"), (self.meta.get("indexes") or {}).get("train")
-        if prepared is not None and now is not None and prepared != now:
+        # An evaluation takes the weights only; without a Trainer (or with a stand-in) it is taken as a fit.
+        fitting = getattr(getattr(self.trainer, "state", None), "fn", "fit") == "fit"
+        if fitting and prepared is not None and now is not None and prepared != now:
             raise ConfigError(f"{self.input_dir} was prepared again since this checkpoint was saved, so its place in "
                               f"the training stream is in other data; resume on the chunks it trained on, or start "
                               f"a new run.")  # fmt: skip

@@ -15,6 +15,7 @@ the run it continues. With the generators' state in every checkpoint, a run resu
 
 from __future__ import annotations
 
+import math
 import os
 import random
 from collections.abc import Callable
@@ -73,10 +74,10 @@ class RNGStateCheckpoint(Callback):
     generator there, which is saved), and the loaders' shuffle follows the run's seed and the epoch
     (`vitlit.data.base.ImageClassificationDataModule.sampler`), so both sources resume alike. It also says so when
     a resumed run keeps the learning-rate schedule of a run of another length (the checkpoint's), and saves
-    ``last.ckpt`` at the fit's end where no checkpoint holds its last step (`on_train_end`).
+    ``last.ckpt`` at the fit's end where no checkpoint holds its last step (`on_train_epoch_end`).
     """
 
-    #: The step training started at and the step of the last checkpoint saved (`on_train_end`).
+    #: The step training started at and the step of the last checkpoint saved (`on_train_epoch_end`).
     _steps: tuple[int, int] = (-1, -1)
 
     def state_dict(self) -> dict[str, Any]:
@@ -125,16 +126,23 @@ class RNGStateCheckpoint(Callback):
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
         self._steps = (self._steps[0], trainer.global_step)
 
-    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Save ``last.ckpt`` where the fit's last steps were never saved.
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Save ``last.ckpt`` where the fit ends with this epoch and its last steps were never saved.
 
         The shared ``last`` ModelCheckpoint saves after each validation (or at an epoch's end). With
         ``check_val_every_n_epoch`` over 1 or ``val_check_interval`` under 1, a fit that ``max_steps`` or
-        ``max_time`` ends between two validations exited 0 with an older ``last.ckpt``, or none.
+        ``max_time`` ends between two validations exited 0 with an older ``last.ckpt``, or none. Saved here, where
+        Lightning's own epoch-end checkpoints are (the epoch not yet counted as completed), so it resumes as they do.
         """
         started, saved = self._steps
-        last = [cb for cb in trainer.checkpoint_callbacks if getattr(cb, "filename", None) == "last" and cb.dirpath]
-        if last and trainer.global_step not in (started, saved):  # steps were trained, and none saved at the last
+        last = [cb for cb in trainer.checkpoint_callbacks  # a last-only one, not a best one named "last"
+                if getattr(cb, "filename", None) == "last" and getattr(cb, "monitor", "") is None
+                and cb.dirpath]  # fmt: skip
+        epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else math.inf
+        steps_done = 0 < trainer.max_steps <= trainer.global_step
+        ending = steps_done or trainer.current_epoch + 1 >= epochs or trainer.should_stop
+        # Steps trained, none saved at the last; a fast_dev_run's checkpoints Lightning never saves.
+        if last and ending and not trainer.fast_dev_run and trainer.global_step not in (started, saved):
             trainer.save_checkpoint(last[0].format_checkpoint_name({}))
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
