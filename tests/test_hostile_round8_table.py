@@ -171,6 +171,11 @@ def test_number_like_labels_are_ordered_as_numbers_and_said(
     with caplog.at_level("INFO"):
         assert HostileFork(images).class_names == ["cat", "dog"]  # text: sorted, as before, and nothing said
     assert "order" not in caplog.text
+    # '1' and '01' were two classes, ordered side by side: one number, refused naming both.
+    (tmp_path / "folders" / "01").mkdir()
+    shutil.copy(next((tmp_path / "folders" / "1").iterdir()), tmp_path / "folders" / "01")
+    with pytest.raises(ConfigError, match="the labels '01' and '1' are one number but two classes"):
+        _ = ImageFolderDataModule(root=tmp_path / "folders").class_names
 
 
 # -- class 5: whatever scan() raises is one line naming the format's code

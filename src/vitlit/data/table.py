@@ -17,6 +17,7 @@ test images that are byte copies of training images, counted in one line.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import numbers
 import os
@@ -97,6 +98,10 @@ def class_order(labels: Iterable[str], where: str, said: bool = False) -> list[s
     names = sorted(set(labels))
     numeric = bool(names) and all(_INTEGER.fullmatch(name) for name in names)
     ordered = sorted(names, key=lambda name: (int(name), name)) if numeric else names
+    twins = next(((a, b) for a, b in itertools.pairwise(ordered) if numeric and int(a) == int(b)), None)
+    if twins is not None:  # '1' and '01': two spellings of one class, or a typo; either way not two classes
+        raise ConfigError(f"{where}: the labels '{shown(twins[0])}' and '{shown(twins[1])}' are one number but two "
+                          f"classes; give each class one spelling in the data.")  # fmt: skip
     if (said or ordered != names) and len(ordered) > 1:  # fewer are refused
         first = ", ".join(shown(name) for name in ordered[:10]) + (" ..." if len(ordered) > 10 else "")
         rank_zero_info(f"vitlit: {where}: the {len(ordered)} labels are the classes, in "
