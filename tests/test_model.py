@@ -40,6 +40,30 @@ def test_pretrained_file_loads_through_timm_and_adapts_to_32px(
     assert not torch.equal(fresh.net.blocks[3].mlp.fc1.weight, net.blocks[3].mlp.fc1.weight)
 
 
+def test_a_pretrained_file_with_this_datas_head_keeps_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A file whose head has the run's class count (a model fine-tuned on this data) is loaded whole.
+
+    timm keeps a pretrained head only where the class count is its pretrained config's (1000), so the head trained on
+    these classes was replaced by a new one, and the log said it was new from 1000 rows.
+    """
+    source = timm.create_model("test_vit", num_classes=7, img_size=32, patch_size=4)
+    torch.save(source.state_dict(), tmp_path / "tuned.pth")
+    with caplog.at_level(logging.INFO):
+        model = ViTClassifier(
+            "test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "tuned.pth")
+        )
+    for name, value in source.state_dict().items():
+        torch.testing.assert_close(model.net.state_dict()[name], value, rtol=0, atol=0)
+    said_with(caplog.text, "tuned.pth", "adapted: nothing")
+    caplog.clear()
+    with caplog.at_level(logging.INFO):  # another class count: a new head, said against the file's own rows
+        other = ViTClassifier(
+            "test_vit", num_classes=3, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "tuned.pth")
+        )
+    said_with(caplog.text, "head.weight (7, 64) -> (3, 64) (new)")
+    torch.testing.assert_close(other.net.blocks[1].attn.qkv.weight, source.blocks[1].attn.qkv.weight)
+
+
 def test_gradient_checkpointing_gives_the_same_gradients() -> None:
     torch.manual_seed(0)
     plain = ViTClassifier("test_vit", img_size=32, patch_size=4, drop_path_rate=0.0)

@@ -294,10 +294,13 @@ class VitLitCLI(LightningCLI):
         check_run(self.config["subcommand"], config)
         resolve_config(config)
         model = config["model"]["init_args"]
-        if self.config["subcommand"] != "fit" and config.get("ckpt_path") and "pretrained" in model:
-            # An evaluation's weights are the checkpoint's: pretrained ones would be read (a file, the hub) for nothing,
-            # and a run copied to a machine without them was refused.
-            model["pretrained"], model["pretrained_file"] = False, None
+        if self.config["subcommand"] != "fit" and config.get("ckpt_path"):
+            # An evaluation's weights are the checkpoint's: pretrained ones and a distilled student's teacher would be
+            # read (a file, the hub) for nothing, and a run copied to a machine without them was refused.
+            if "pretrained" in model:
+                model["pretrained"], model["pretrained_file"] = False, None
+            if "distillation" in model:
+                model["distillation"] = None
         # Held back until the run starts (`_check_and_place_run`): given a checkpoint, LightningCLI would copy the
         # checkpoint's hyperparameters over the parsed config (flags typed on the command line could vanish silently).
         self._ckpt_path, config["ckpt_path"] = config.get("ckpt_path"), None

@@ -70,14 +70,57 @@ def fill_pretrained_inputs(model: MutableMapping[str, Any], data: MutableMapping
             data[key] = value
 
 
-def say_adapted(model_name: str, net: nn.Module, source: str) -> None:
-    """Say in one line which pretrained tensors timm adapted to this run's geometry (and which it left new)."""
-    with torch.device("meta"):  # the weights' own geometry: the model with its pretrained defaults
-        original = timm.create_model(model_name, pretrained=False).state_dict()
+def say_adapted(model_name: str, net: nn.Module, source: str, original: dict[str, Any] | None = None) -> None:
+    """Say in one line which pretrained tensors timm adapted to this run's geometry (and which it left new).
+
+    ``original``: the weights' own tensors (a file's); timm's pretrained weights have the model's default geometry.
+    """
+    if original is None:
+        with torch.device("meta"):  # the weights' own geometry: the model with its pretrained defaults
+            original = timm.create_model(model_name, pretrained=False).state_dict()
     changed = [(k, tuple(original[k].shape), tuple(v.shape)) for k, v in net.state_dict().items()
                if k in original and original[k].shape != v.shape]  # fmt: skip
     said = [f"{k} {a} -> {b} ({'new' if k.startswith('head') else 'resampled'})" for k, a, b in changed]
     rank_zero_info(f"vitlit: loaded {source} into {model_name}; adapted: {', '.join(said) or 'nothing'}")
+
+
+def _file_classes(weights: dict[str, Any], probe: nn.Module) -> dict[str, Any]:
+    """The pretrained config's class count for a weights file: its classifier's rows, where it has one.
+
+    timm keeps pretrained classifier weights only where the run's class count is the pretrained config's (1000 for
+    ImageNet names), so a file whose head already predicts this data's classes was given a new head.
+    """
+    names = probe.pretrained_cfg.get("classifier") if isinstance(probe.pretrained_cfg, dict) else None
+    first = names if isinstance(names, str) else (names or (None,))[0]
+    head = weights.get(f"{first}.weight")
+    return {} if head is None else {"num_classes": head.shape[0], "label_offset": 0}
+
+
+def hub_or_cache(model_name: str, fix: str) -> dict[str, Any]:
+    """``timm.create_model``'s keyword to read ``model_name``'s pretrained weights from the local cache, if it must.
+
+    The hub is asked once: without the network huggingface_hub would retry for most of a minute.
+
+    Args:
+        model_name: A timm model name.
+        fix: What to do instead, the end of the refusal.
+
+    Returns:
+        ``{}`` where the hub answers (or the weights come from elsewhere), else ``pretrained_cfg_overlay`` naming
+        the weights an earlier download left in the cache.
+
+    Raises:
+        ConfigError: If the hub cannot be reached and the weights are not in its cache.
+    """
+    hub_id = getattr(get_pretrained_cfg(model_name), "hf_hub_id", None)
+    why = hub_unreachable() if hub_id else None
+    if why is None:
+        return {}
+    cached = cached_weights(hub_id)
+    if cached is None:
+        raise ConfigError(f"timm's pretrained weights of {model_name} come from the Hugging Face hub ({why}) and are "
+                          f"not in its local cache; {fix}.")  # fmt: skip
+    return {"pretrained_cfg_overlay": {"file": cached}}
 
 
 def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.Module:
@@ -97,14 +140,15 @@ def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.M
             raise ConfigError(
                 f"pretrained_file={hp.pretrained_file!r} does not exist; give the path of a weights file."
             )
-        kwargs = {**kwargs, "pretrained_cfg_overlay": {"file": str(path)}}
         refuse_compressed(path, "pretrained_file")
         try:  # timm reads the file with torch.load(weights_only=True), or safetensors: no code runs from it
             # timm loads non-strictly when the class count changes, so a file of another model would be skipped
             # without a word and training would start from random weights: check the names first.
-            if not set(timm.models.load_state_dict(str(path))) & set(probe.state_dict()):
+            weights = timm.models.load_state_dict(str(path))
+            if not set(weights) & set(probe.state_dict()):
                 raise KeyError("it shares no parameter name with the model")
-            net = timm.create_model(hp.model_name, pretrained=True, **kwargs)
+            overlay = {"file": str(path), **_file_classes(weights, probe)}
+            net = timm.create_model(hp.model_name, pretrained=True, **{**kwargs, "pretrained_cfg_overlay": overlay})
         except (*UNREADABLE, KeyError) as err:
             # torch's report starts "Error(s) in loading state_dict for ...:"; the line after it names the key.
             lines = [line.strip() for line in str(err).strip("'\" \n").splitlines() if line.strip()]
@@ -114,19 +158,11 @@ def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.M
                 f"pretrained_file={hp.pretrained_file!r} is not a readable state dict of {hp.model_name} "
                 f"({first_line[:200]}); give a .pth/.safetensors file of that timm model's weights."
             ) from None
-        say_adapted(hp.model_name, probe, str(path))
+        say_adapted(hp.model_name, probe, str(path), weights)
         return net
     offline = ("give them as a file (--model.pretrained_file <weights>), or train from scratch "
                "(configs/own_images_scratch.yaml for your own images)")  # fmt: skip
-    hub_id = getattr(get_pretrained_cfg(hp.model_name), "hf_hub_id", None)
-    if hub_id:  # asked once: huggingface_hub would retry for most of a minute without the network
-        why = hub_unreachable()
-        cached = cached_weights(hub_id) if why is not None else None
-        if why is not None and cached is None:
-            raise ConfigError(f"timm's pretrained weights of {hp.model_name} come from the Hugging Face hub ({why}) "
-                              f"and are not in its local cache; {offline}.")  # fmt: skip
-        if cached is not None:  # downloaded earlier: read from the cache, without asking the hub again
-            kwargs = {**kwargs, "pretrained_cfg_overlay": {"file": cached}}
+    kwargs = {**kwargs, **hub_or_cache(hp.model_name, offline)}
     try:
         net = timm.create_model(hp.model_name, pretrained=True, **kwargs)
     except (OSError, RuntimeError, ValueError) as err:  # no network (the hub's errors are OSErrors), no weights

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -63,6 +64,15 @@ def test_the_teacher_gets_its_own_normalisation_and_size(teacher_ckpt: Path) -> 
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
+def test_a_vit_teacher_takes_the_teacher_img_size_asked_for(tmp_path: Path) -> None:
+    """A ViT teacher's position embeddings fix its input size: another teacher_img_size was timm's AssertionError."""
+    torch.save(timm.create_model("vit_tiny_patch16_224", num_classes=10).state_dict(), tmp_path / "teacher.pth")
+    distillation = Distillation("vit_tiny_patch16_224", teacher_file=str(tmp_path / "teacher.pth"), teacher_img_size=64)
+    distillation.build(10, None, [0.5] * 3, [0.5] * 3)
+    assert distillation.teacher.pos_embed.shape[1] == (64 // 16) ** 2 + 1
+    assert distillation.teacher_logits(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+
+
 def test_the_teacher_follows_the_batch_to_its_device_and_an_average_shares_it(teacher_ckpt: Path) -> None:
     """The teacher was moved in the module's on_fit_start, after BatchSizeSearch's trial steps had called it (a
     device mismatch on a GPU); and an EMA's deep copy of the student held a second teacher (fifteenth session's
@@ -80,10 +90,12 @@ def test_the_teacher_follows_the_batch_to_its_device_and_an_average_shares_it(te
 def test_distillation_trains_the_student_only_and_never_saves_the_teacher(
     teacher_ckpt: Path, digits: Path, tmp_path: Path
 ) -> None:
+    own_teacher = tmp_path / "teacher.ckpt"
+    shutil.copy(teacher_ckpt, own_teacher)
     student = run_cli(
         "fit", "--config", DIGITS_CONFIG, "--config", ROOT / "configs" / "addons" / "distill.yaml",
         "--data.root", digits, "--trainer.default_root_dir", tmp_path, *QUICK,
-        "--trainer.precision", "bf16-mixed", "--model.patch_size", "4", "--model.distillation.teacher", teacher_ckpt,
+        "--trainer.precision", "bf16-mixed", "--model.patch_size", "4", "--model.distillation.teacher", own_teacher,
     )  # fmt: skip
     model = student.model
     teacher = model.distillation.teacher
@@ -98,6 +110,11 @@ def test_distillation_trains_the_student_only_and_never_saves_the_teacher(
     assert len(checkpoint["state_dict"]) == len(model.net.state_dict())
     assert checkpoint["hyper_parameters"]["distillation"]["alpha"] == 0.7
     assert checkpoint["hyper_parameters"]["patch_size"] == 4  # the student is not the teacher (patch 8)
+    # The student is evaluated without its teacher: a run copied to a machine without the teacher's file tests.
+    own_teacher.unlink()
+    run = Path(student.trainer.log_dir)
+    tested = run_cli("test", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt")
+    assert tested.model.distillation is None and 0 <= tested.trainer.callback_metrics["test/acc"] <= 1
 
 
 def test_a_distilled_deit_student_trains_its_distillation_head(teacher_ckpt: Path) -> None:
@@ -151,12 +168,31 @@ def test_bad_teachers_are_one_line(
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_timm_teacher_from_an_unreachable_hub_is_asked_for_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Offline, a timm teacher's weights were retried for about a minute before the refusal; now one probe."""
+    import socket
+
+    from helpers.counting import calls_to
+
+    from vitlit.errors import ConfigError
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with socket.socket() as closed:  # a port of this machine where nothing listens: the hub, unreachable
+        closed.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed.getsockname()[1]}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    with calls_to(monkeypatch, socket, "create_connection") as attempts, pytest.raises(ConfigError) as refused:
+        Distillation("test_vit").build(1000, None, [0.5] * 3, [0.5] * 3)
+    assert len(attempts) == 1, attempts
+    assert "cannot be reached" in str(refused.value) and "--model.distillation.teacher_file" in str(refused.value)
+
+
 def test_a_teacher_named_by_a_relative_path_is_saved_absolute(
     teacher_ckpt: Path, digits: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The saved config must resume from any folder: a relative teacher path was saved relative."""
-    import shutil
-
     import yaml
 
     shutil.copy(teacher_ckpt, tmp_path / "teacher.ckpt")

@@ -31,6 +31,7 @@ from torchvision.transforms.v2.functional import resize
 from vitlit.checkpoints import UNREADABLE, refuse_compressed
 from vitlit.errors import ConfigError
 from vitlit.model import ViTClassifier
+from vitlit.pretrained import hub_or_cache
 from vitlit.trained import load_classifier
 from vitlit.types import PositiveFloat, PositiveInt, Probability
 
@@ -128,6 +129,9 @@ class Distillation:
                 f"the teacher {self.teacher_name} predicts {classes} classes, this data has {num_classes}; give a "
                 f"teacher trained on these classes (a vitlit checkpoint, or --model.distillation.teacher_file)."
             )
+        if self.teacher_img_size is not None and hasattr(net, "set_input_size"):
+            # A ViT's position embeddings fix its input size: timm resamples them to the size asked for.
+            net.set_input_size(img_size=self.teacher_img_size)
         net.eval().requires_grad_(False)
         self._teacher[:] = [net]
         # One multiply-add per batch takes the student's input to the teacher's: back to pixels in [0, 1] with the
@@ -145,12 +149,14 @@ class Distillation:
                 f"<run>/checkpoints/last.ckpt."
             )
         if self.teacher_file is None:  # timm's pretrained weights, with their own class count
+            fix = "give the teacher's weights as --model.distillation.teacher_file"
+            cached = hub_or_cache(self.teacher_name, fix)
             try:
-                return timm.create_model(self.teacher_name, pretrained=True)
-            except (OSError, RuntimeError, ValueError) as err:  # no network, no such weights on the hub
+                return timm.create_model(self.teacher_name, pretrained=True, **cached)
+            except (OSError, RuntimeError, ValueError) as err:  # no such weights on the hub
                 raise ConfigError(
                     f"timm's pretrained weights of the teacher {self.teacher_name} could not be loaded "
-                    f"({type(err).__name__}); give them as --model.distillation.teacher_file."
+                    f"({type(err).__name__}); {fix}."
                 ) from None
         path = Path(self.teacher_file).expanduser()
         if not path.is_file():
@@ -220,12 +226,17 @@ class DistilledViTClassifier(ViTClassifier):
     Args:
         distillation: The teacher and the loss (`Distillation`: ``--model.distillation.teacher <timm name or vitlit
             .ckpt>``, ``kind`` soft or hard, ``alpha``, ``temperature``). The teacher is never saved with the student.
+            ``None`` trains on the labels alone; the CLI gives it to a ``validate``/``test``/``predict`` from a
+            checkpoint, which never reads the teacher.
         **kwargs: ViTClassifier's arguments.
     """
 
-    def __init__(self, distillation: Distillation, **kwargs: Any) -> None:
+    def __init__(self, distillation: Distillation | None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.hparams["distillation"] = distillation.hparams()
+        self.hparams["distillation"] = None if distillation is None else distillation.hparams()
+        self.distillation = distillation
+        if distillation is None:
+            return
         if self.hparams.input_mean is None or self.hparams.input_std is None:
             raise ConfigError(
                 "distillation needs the input normalisation (input_mean, input_std) to feed the teacher; the CLI "
@@ -233,11 +244,12 @@ class DistilledViTClassifier(ViTClassifier):
             )
         hp = self.hparams
         distillation.build(hp.num_classes, hp.class_names, hp.input_mean, hp.input_std)
-        self.distillation = distillation
         if hasattr(self.net, "set_distilled_training"):  # DeiT's distillation token learns from the teacher
             self.net.set_distilled_training(True)
 
     def training_loss(self, output: Any, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """The labels' loss and the teacher's term (`Distillation.loss`)."""
+        if self.distillation is None:
+            return super().training_loss(output, images, targets)
         teacher = self.distillation.teacher_logits(images)
         return self.distillation.loss(output, teacher, targets, self.criterion)
