@@ -219,6 +219,15 @@ def steps_per_epoch(trainer: Trainer) -> int | None:
     return None if math.isinf(batches) else max(1, math.ceil(int(batches) / max(1, trainer.accumulate_grad_batches)))
 
 
+def length_reached(trainer: Trainer, epochs_done: int) -> bool:
+    """Whether ``--trainer.max_epochs`` or ``--trainer.max_steps`` ends the fit after ``epochs_done`` whole epochs.
+
+    The steps are those taken so far; -1 means no limit for either.
+    """
+    by_epochs = trainer.max_epochs not in (None, -1) and epochs_done >= trainer.max_epochs
+    return by_epochs or (trainer.max_steps not in (None, -1) and trainer.global_step >= trainer.max_steps)
+
+
 def training_progress(trainer: Trainer) -> float:
     """Fraction of the run's planned optimizer steps done (`planned_steps`), in [0, 1]; 0 for a run without a length."""
     total = planned_steps(trainer)

@@ -476,9 +476,6 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
 
     def train_dataloader(self) -> Any:
         """Shuffled training batches; of an even size under Mixup/CutMix, which mix them in pairs."""
-        if getattr(self.batch_augment, "mixes", False) and self.batch_size % 2:  # evaluation never mixes: any size
-            raise ConfigError(f"batch_size={self.batch_size} is odd, but Mixup/CutMix mix training images in pairs; "
-                              f"use an even size.")  # fmt: skip
         return self._loader(self.train_set, train=True)
 
     def val_dataloader(self) -> Any:
@@ -497,6 +494,19 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         """A DataLoader of ``split``'s uint8 batches from the `source` taken, in the sampler's order."""
         if split is None:
             raise RuntimeError("setup() must run before the loaders are requested; the Trainer does this for you.")
+        sampler = self.sampler(split, train)
+        # Full training batches only: Mixup pairs images, and one odd-sized step would recompile a compiled model.
+        # A split smaller than one batch is one partial batch, of an even size under Mixup (its odd image left out).
+        # Evaluation never mixes: any size.
+        batch_size = self.batch_size
+        if train and getattr(self.batch_augment, "mixes", False):
+            if batch_size % 2:
+                raise ConfigError(f"batch_size={batch_size} is odd, but Mixup/CutMix mix training images in pairs; "
+                                  f"use an even size.")  # fmt: skip
+            if len(sampler) < 2:
+                raise ConfigError(f"the training split has {len(sampler)} image per process, but Mixup/CutMix mix "
+                                  f"images in pairs; add images, or pass --data.batch_augment null.")  # fmt: skip
+            batch_size = min(batch_size, len(sampler) // 2 * 2)
         device = None  # where in-memory images are held: the training device (the CPU outside a Trainer)
         if self.source != "workers":
             device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
@@ -505,7 +515,6 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             self._in_memory = self.source != "workers" and pipeline.keep_in_memory(
                 splits, self.native_size, self.source == "memory", device, self.trainer
             )
-        sampler = self.sampler(split, train)
         if self._in_memory:
             if id(split) not in self._held:  # decoded once per split: a batch size search rebuilds the loaders
                 images = None if self.is_predict_dir_images(split.dataset) else self.uint8_images_of(split.dataset)
@@ -514,14 +523,6 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
             dataset, workers, collate = self._held[id(split)], 0, pipeline.whole_batch
         else:
             dataset, workers, collate = split, self.workers, None
-        # Full training batches only: Mixup pairs images, and one odd-sized step would recompile a compiled model.
-        # A split smaller than one batch is one partial batch, of an even size under Mixup (its odd image left out).
-        batch_size = self.batch_size
-        if train and len(sampler) < batch_size and getattr(self.batch_augment, "mixes", False):
-            if len(sampler) < 2:
-                raise ConfigError(f"the training split has {len(sampler)} image per process, but Mixup/CutMix mix "
-                                  f"images in pairs; add images, or pass --data.batch_augment null.")  # fmt: skip
-            batch_size = len(sampler) // 2 * 2
         return DataLoader(
             dataset,
             batch_size=batch_size,

@@ -110,11 +110,14 @@ def load_splits(path: str) -> dict[str, Any]:
     return dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {"train": loaded}
 
 
+#: The words of a file's name that datasets reads as its split: vitlit's names, and "eval" for a test file.
+FILE_SPLIT_NAMES = {**SPLIT_NAMES, "test": (*SPLIT_NAMES["test"], "eval", "evaluation")}
+
+
 def _named_split(file: str) -> str | None:
     """The split a file's name says by datasets' rule (``test-00000-of-00001.parquet``: test; eval: test), or None."""
     words = set(re.split(r"[-._ 0-9]+", Path(file).name.lower()))
-    names = {**SPLIT_NAMES, "test": (*SPLIT_NAMES["test"], "eval", "evaluation")}
-    return next((role for role, spelled in names.items() if words & set(spelled)), None)
+    return next((role for role, spelled in FILE_SPLIT_NAMES.items() if words & set(spelled)), None)
 
 
 def parquet_files(folder: Path) -> list[str]:

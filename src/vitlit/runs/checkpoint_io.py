@@ -15,7 +15,6 @@ the run it continues. With the generators' state in every checkpoint, a run resu
 
 from __future__ import annotations
 
-import math
 import os
 import random
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 from vitlit.atomic import replacing
 from vitlit.exits import save_failed
-from vitlit.optim import steps_per_epoch, total_steps
+from vitlit.optim import length_reached, steps_per_epoch, total_steps
 from vitlit.text import say
 
 
@@ -138,9 +137,7 @@ class RNGStateCheckpoint(Callback):
         last = [cb for cb in trainer.checkpoint_callbacks  # a last-only one, not a best one named "last"
                 if getattr(cb, "filename", None) == "last" and getattr(cb, "monitor", "") is None
                 and cb.dirpath]  # fmt: skip
-        epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else math.inf
-        steps_done = 0 < trainer.max_steps <= trainer.global_step
-        ending = steps_done or trainer.current_epoch + 1 >= epochs or trainer.should_stop
+        ending = length_reached(trainer, trainer.current_epoch + 1) or trainer.should_stop
         # Steps trained, none saved at the last; a fast_dev_run's checkpoints Lightning never saves.
         if last and ending and not trainer.fast_dev_run and trainer.global_step not in (started, saved):
             trainer.save_checkpoint(last[0].format_checkpoint_name({}))

@@ -122,6 +122,7 @@ class SpeedMonitor(Callback):
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._t0 = None  # the clock starts after the epoch's first batch
 
+    @rank_zero_only
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._t0 = None  # a validation inside an epoch is not training time: the clock starts again after it
 

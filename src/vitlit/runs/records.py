@@ -38,7 +38,7 @@ import vitlit
 from vitlit.atomic import write_atomically
 from vitlit.cli import TOOLS
 from vitlit.exits import STOP
-from vitlit.optim import planned_steps, schedule_of
+from vitlit.optim import length_reached, planned_steps, schedule_of
 from vitlit.run_dir import CARD, read_card, saved_config
 from vitlit.text import markdown, redacted, shown, tell
 from vitlit.types import PositiveInt
@@ -272,11 +272,7 @@ def _why_stopped(trainer: Trainer) -> str:
     timer = next((cb for cb in trainer.callbacks if isinstance(cb, Timer)), None)
     if timer is not None and timer.time_remaining() is not None and timer.time_remaining() <= 0:
         return "time budget"
-    max_epochs, max_steps = trainer.max_epochs, trainer.max_steps
-    done = (max_epochs not in (None, -1) and trainer.current_epoch >= max_epochs) or (
-        max_steps not in (None, -1) and trainer.global_step >= max_steps
-    )
-    return "finished" if done else "stopped"
+    return "finished" if length_reached(trainer, trainer.current_epoch) else "stopped"
 
 
 class SkippedImages(Callback):
