@@ -331,6 +331,11 @@ CASES = [
     ),
     ("validation never", lambda tmp, run: ["--trainer.check_val_every_n_epoch", "0"], ["check_val_every_n_epoch=0"]),
     ("validation interval zero", lambda tmp, run: ["--trainer.val_check_interval", "0"], ["val_check_interval=0"]),
+    (  # Lightning's ValueError once the data is read (8 batches here): a traceback before
+        "validation interval past the data's epoch",
+        lambda tmp, run: ["--trainer.val_check_interval", "500"],
+        ["`val_check_interval` (500)", "training batches (8)", "--trainer.check_val_every_n_epoch"],
+    ),
     ("negative workers", lambda tmp, run: ["--data.num_workers", "-1"], ["num_workers", "-1"]),
     ("negative crop padding", lambda tmp, run: ["--data.crop_padding", "-5"], ["crop_padding", "-5"]),
     (

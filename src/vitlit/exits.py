@@ -6,7 +6,7 @@ A `ConfigError` is printed as it is; a jsonargparse report is condensed into one
 value); a full disk, a file-size limit or a path the system refuses is named with the path; a configured class whose
 constructor refused its arguments is named with its error. Anything else is a bug, whose traceback is wanted.
 
-Four places here read what another library offers only as text or frames; each stays, and why:
+Five places here read what another library offers only as text or frames; each stays, and why:
 
 - `one_line` reads jsonargparse's report: its ``ArgumentError`` carries the message alone (no key, value or cause
   as attributes), and its wording is what names the key and the value. Where the wording changes, the report is
@@ -17,6 +17,9 @@ Four places here read what another library offers only as text or frames; each s
   constructor's error in its own without saying which class it was building.
 - `failed_logger` walks the traceback to find the logger whose method raised: Lightning calls the loggers without
   marking which one failed, and a logger's service going away must not read as a bug.
+- `epoch_refused` reads the frame that raised a ValueError: Lightning refuses a ``val_check_interval`` of more
+  batches than the epoch has with a plain ValueError from its fit loop's ``setup_data`` (which raises no other), once
+  the data is read; where ``limit_train_batches`` bounds the epoch, `vitlit.checks` refuses it before the run.
 """
 
 from __future__ import annotations
@@ -78,6 +81,9 @@ def one_line_error(err: BaseException) -> str | None:
     if cause is not None:
         text = str(cause)  # one raised in a DataLoader worker arrives wrapped in its traceback: its last line
         return text.strip().splitlines()[-1].split(": ", 1)[-1] if "Original Traceback" in text else text
+    if epoch_refused(err):  # Lightning's words name its arguments: the flags that set them follow
+        return (f"{' '.join(str(err).split())} (--trainer.val_check_interval, --trainer.limit_val_batches, "
+                f"--trainer.check_val_every_n_epoch)")  # fmt: skip
     full = disk_full(err)
     if full is not None:
         return f"{full[0]}: {str(err).splitlines()[0][:160]}; {full[1]}, and run it again."
@@ -89,6 +95,18 @@ def one_line_error(err: BaseException) -> str | None:
             return f"{name if len(name) <= 300 else f'{name[:140]}...{name[-140:]}'} {PATH_REFUSED[err.errno]}."
         err = err.__cause__ or err.__context__
     return None
+
+
+def epoch_refused(err: BaseException) -> bool:
+    """Whether ``err`` is Lightning's refusal of a ``val_check_interval`` longer than the training epoch.
+
+    A ValueError raised by its fit loop's ``setup_data``, which raises no other, once the data's length is known.
+    """
+    frames = [frame for frame, _ in traceback.walk_tb(err.__traceback__)]
+    if not isinstance(err, ValueError) or not frames:
+        return False
+    code = frames[-1].f_code
+    return code.co_name == "setup_data" and Path(code.co_filename).as_posix().endswith("pytorch/loops/fit_loop.py")
 
 
 def disk_full(err: BaseException | None) -> tuple[str, str] | None:
