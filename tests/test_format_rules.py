@@ -176,6 +176,28 @@ def test_targets_that_are_no_integers_are_refused(targets: torch.Tensor, said: s
         assert data._check_labels(whole) is whole and data.targets_of(whole) == [0, 1] * 4
 
 
+class _UnlabelledTestFork(_TensorFork):
+    """A fork with its own test split, given as a TensorDataset whose labels are ``test_labels``."""
+
+    test_labels = torch.tensor([-1, -1, -1])
+
+    def test_dataset(self) -> TensorDataset:
+        return TensorDataset(torch.zeros(len(self.test_labels), 3, 8, 8, dtype=torch.uint8), self.test_labels)
+
+
+def test_a_forks_unlabelled_test_split_is_refused_for_test_and_read_by_predict() -> None:
+    """-1 (the hub's unlabelled row) in a test split: the item table's rule, now the base class's for every format."""
+    data = _UnlabelledTestFork(torch.tensor([0, 1] * 4), num_workers=0)
+    with pytest.raises(ConfigError, match=r"_UnlabelledTestFork: the test split has no labels .*3 rows.* predict"):
+        data.setup("test")
+    data.setup("predict")  # predict classifies it
+    assert len(data.predict_set) == 3
+    data = _UnlabelledTestFork(torch.tensor([0, 1] * 4), num_workers=0)
+    data.test_labels = torch.tensor([1, -1, -1])
+    with pytest.raises(ConfigError, match=r"item 1 of the test split has no label \(-1\), as 2 of its 3 rows"):
+        data.setup("test")
+
+
 def test_a_csv_error_names_the_line_an_editor_shows(tmp_path: Path) -> None:
     root = tmp_path / "data"
     (root / "img").mkdir(parents=True)

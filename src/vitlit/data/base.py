@@ -48,6 +48,7 @@ from vitlit.data.pipeline import (
 )
 from vitlit.errors import ConfigError
 from vitlit.optim import training_progress
+from vitlit.text import shown
 from vitlit.types import Fraction, NonNegativeInt, PositiveFloat, PositiveInt, as_builtin
 
 #: Normalisation statistics of ImageNet, the default of data modules that name none of their own.
@@ -465,8 +466,19 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         own = type(self).targets_of is not ImageClassificationDataModule.targets_of
         if getattr(dataset, "targets", None) is None and not isinstance(dataset, TensorDataset) and not own:
             return dataset
-        n = self.num_classes  # once: a table's class list is read from its scan
-        bad = next(((i, t) for i, t in enumerate(self.targets_of(dataset)) if not 0 <= t < n), None)
+        n, targets = self.num_classes, self.targets_of(dataset)  # once: a table's class list is read from its scan
+        bad = next(((i, t) for i, t in enumerate(targets) if not 0 <= t < n), None)
+        if bad is not None and bad[1] == -1 and split == "test":  # -1: an unlabelled row, the Hugging Face hub's mark
+            # A test split may be unlabelled: fit never reads it, and predict classifies it; test has nothing to score.
+            unlabelled, files = sum(t == -1 for t in targets), self.files_of(dataset)
+            if unlabelled == len(targets):
+                raise ConfigError(f"{type(self).__name__}: the test split has no labels (its {len(targets):,} rows "
+                                  f"are unlabelled, -1); test scores labelled images: label them, or classify them "
+                                  f"with predict, which reads this split.")  # fmt: skip
+            raise ConfigError(f"{type(self).__name__}: {shown(files[bad[0]]) if files else f'item {bad[0]}'} of the "
+                              f"test split has no label (-1), as {unlabelled:,} of its {len(targets):,} rows; test "
+                              f"scores labelled images: label them or leave them out (predict reads the split as it "
+                              f"is).")  # fmt: skip
         if bad is not None:
             item, label = bad
             raise ConfigError(f"{split} item {item} of {type(self).__name__} has the label {label}, but its {n} "

@@ -466,26 +466,6 @@ class ItemTableDataModule(ImageClassificationDataModule):
             raise ConfigError(self.no_test_split())
         return self._checked_split("test")
 
-    def setup(self, stage: str) -> None:
-        """The base class's `setup`; ``test`` refuses a test split without labels first (``predict`` reads it).
-
-        A data set's test split may be unlabelled (-1, the Hugging Face hub's mark): ``fit`` never reads it, and
-        ``predict`` classifies it, but ``test`` has nothing to score.
-        """
-        if stage == "test" and self.has_test_split:
-            test = self._scanned()[0]["test"]
-            unlabelled = [i for i, target in enumerate(getattr(test, "targets", ())) if target == -1]
-            if unlabelled and len(unlabelled) == len(test):
-                raise ConfigError(f"{type(self).__name__}: the test split has no labels (its {len(test):,} rows are "
-                                  f"unlabelled, -1); test scores labelled images: label them, or classify them with "
-                                  f"predict, which reads this split.")  # fmt: skip
-            if unlabelled:
-                raise ConfigError(f"{type(self).__name__}: {shown(test.samples[unlabelled[0]][0])} of the test split "
-                                  f"has no label (-1), as {len(unlabelled):,} of its {len(test):,} rows; test scores "
-                                  f"labelled images: label them or leave them out (predict reads the split as it "
-                                  f"is).")  # fmt: skip
-        super().setup(stage)
-
 
 def _content(items: Any, i: int) -> bytes:
     """Item ``i``'s bytes as stored: a data set's embedded bytes (``encoded``), else its file's."""
