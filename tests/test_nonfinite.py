@@ -103,3 +103,19 @@ def test_the_stop_suggests_bf16_only_to_a_run_not_in_bf16(precision: str, sugges
         guard._check(trainer)
     assert "step 3" in str(halted.value) and "--model.optimizer.init_args.lr" in str(halted.value)
     assert ("--trainer.precision bf16-mixed" in str(halted.value)) == suggested
+
+
+def test_under_accumulation_the_flags_are_read_once_per_check_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step count stays put for the micro-batches of the next step: each one read the flags (a host sync)."""
+    from types import SimpleNamespace
+
+    from helpers.counting import calls_to
+
+    guard = NonFiniteGuard(check_every_n_steps=2)
+    guard._counts = torch.tensor([0, -1, 0, 0])  # on_train_start's, on the CPU
+    module = SimpleNamespace(log=lambda *args, **kwargs: None)
+    with calls_to(monkeypatch, guard, "_check") as checks:
+        for micro_batch in range(12):  # accumulate_grad_batches 4: the step count after each micro-batch
+            trainer = SimpleNamespace(optimizers=[], global_step=(micro_batch + 1) // 4, log_every_n_steps=50)
+            guard.on_train_batch_end(trainer, module)
+    assert [args[0].global_step for args, _ in checks] == [2]  # not before the first step; once at step 2

@@ -61,6 +61,7 @@ class NonFiniteGuard(Callback):
         self.check_every_n_steps = int(check_every_n_steps)
         self.skipped = 0  # skipped steps over the whole run (restored on resume), as of the last check
         self._reported = 0
+        self._checked_at = 0  # the step of the last check: none is needed before the first step
         self._pending: torch.Tensor | None = None  # bad micro-batches of the step being accumulated
         self._deferred = False  # this step's flag is completed by the model's clipping and counted after the step
         self._counts: torch.Tensor | None = None  # on the device: [skipped, first bad step, run of bad steps, longest]
@@ -137,7 +138,9 @@ class NonFiniteGuard(Callback):
         self._deferred = False
         if is_logged_step(trainer):  # a device tensor, read by Lightning when it writes the logs
             pl_module.log("train/nonfinite_steps", self._counts[0].float(), on_step=True, on_epoch=False)
-        if trainer.global_step % self.check_every_n_steps == 0:
+        # Once per check step: under accumulation the step count stays put for the micro-batches of the next step.
+        if trainer.global_step % self.check_every_n_steps == 0 and trainer.global_step != self._checked_at:
+            self._checked_at = trainer.global_step
             self._check(trainer)
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
