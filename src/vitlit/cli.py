@@ -283,6 +283,7 @@ class VitLitCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # The data decides what it delivers; the model adapts (these --model.* flags disappear). The input_* are
         # recorded in checkpoints, so that exports and servers prepare new images as the data module did.
+        # Reading data.num_classes lists the data (a folder's files are found and admitted): the first look at it.
         for key, target in (*((k, k) for k in ("num_classes", "class_names", "img_size", "in_chans")),
                             *((k, f"input_{k}") for k in ("mean", "std", "crop_pct", "interpolation"))):  # fmt: skip
             parser.link_arguments(f"data.{key}", f"model.init_args.{target}", apply_on="instantiate")

@@ -215,7 +215,9 @@ class ViTClassifier(LightningModule):
         for group in optimizer.param_groups:  # layer decay's factor per group, before the scheduler records the rates
             group["lr"] *= group.get("lr_scale", 1.0)
         scheduler = self.scheduler_factory(optimizer)
-        fit_to_run(scheduler, self.trainer)  # a schedule of the run's length (`vitlit.optim`)
+        # A schedule of the run's length (`vitlit.optim`). Lightning counts it by building the training loader, so
+        # the images are decoded into memory here (`ImageClassificationDataModule._loader`), not in setup.
+        fit_to_run(scheduler, self.trainer)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:

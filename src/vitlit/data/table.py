@@ -292,7 +292,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
             given: The class order a `Scan` gives, or ``None`` (the training labels, sorted).
             hold_out_test: `Scan.hold_out_test`, for the words of an empty test split's refusal.
         """
-        name, splits = type(self).__name__, {split: given for split, given in listed.items() if given is not None}
+        name, splits = type(self).__name__, {split: rows for split, rows in listed.items() if rows is not None}
         unknown = next((split for split in splits if split not in SPLITS), None)
         if unknown is not None:
             raise ConfigError(f"{name} has the split {shown(str(unknown)[:40])!r}; splits are {', '.join(SPLITS)} (a "
