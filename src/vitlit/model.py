@@ -216,7 +216,7 @@ class ViTClassifier(LightningModule):
             group["lr"] *= group.get("lr_scale", 1.0)
         scheduler = self.scheduler_factory(optimizer)
         # A schedule of the run's length (`vitlit.optim`). Lightning counts it by building the training loader, so
-        # the images are decoded into memory here (`ImageClassificationDataModule._loader`), not in setup.
+        # images held in memory are decoded here (`ImageClassificationDataModule._loader`), not in setup.
         fit_to_run(scheduler, self.trainer)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
