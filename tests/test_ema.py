@@ -50,6 +50,25 @@ def test_the_average_is_lightnings(every: int) -> None:
     assert not torch.allclose(ours["layer.weight"], steps[-1]["layer.weight"])
 
 
+def test_before_its_first_update_the_average_is_the_training_weights() -> None:
+    """An update_starting_at_step the run never reached: Lightning's average stayed the starting weights, which were
+    validated, saved in every checkpoint and copied into the model at the end (the training discarded)."""
+    torch.manual_seed(0)
+    module = Tiny()
+    start = copy.deepcopy(module.state_dict())
+    trained = [{k: v + 1 for k, v in start.items()} for _ in range(3)]
+    ema = EMA(decay=0.8, update_starting_at_step=100)
+    final = _averaged(ema, module, trained)  # three steps, no update
+    for name, value in trained[-1].items():
+        torch.testing.assert_close(final[name], value, rtol=0, atol=0, msg=name)
+    module.load_state_dict({k: v + 1 for k, v in trained[-1].items()})  # a step later, a checkpoint
+    checkpoint = {"state_dict": module.state_dict()}
+    ema.on_save_checkpoint(SimpleNamespace(), module, checkpoint)
+    torch.testing.assert_close(checkpoint["state_dict"]["layer.weight"], module.layer.weight, rtol=0, atol=0)
+    ema.on_validation_epoch_start(SimpleNamespace(), module)  # validated: the training weights
+    torch.testing.assert_close(module.layer.weight, trained[-1]["layer.weight"] + 1, rtol=0, atol=0)
+
+
 def test_an_update_is_a_few_kernels_whatever_the_weights() -> None:
     """What benchmarks/ema.py times, counted: one foreach lerp for every weight, where Lightning's runs three kernels
     per weight tensor (12x faster for ViT-S/16's 152 tensors on two cores, RESULTS.md: "Weight EMA")."""

@@ -62,13 +62,36 @@ class EMA(EMAWeightAveraging):
         if trainer.is_last_batch:
             super().on_train_epoch_end(trainer, pl_module)
 
+    def _follow_until_first_update(self, pl_module: LightningModule) -> None:
+        """Before its first update the average is the training weights, as timm's ModelEmaV3 keeps it.
+
+        Lightning's copy is the weights the run started from until then: validated, saved in every checkpoint and
+        copied into the model at the end, an ``update_starting_at_step`` the run never reached discarded its training.
+        """
+        average = self._average_model
+        if average is None or int(average.n_averaged) > 0:
+            return
+        for mine, theirs in zip([*average.module.parameters(), *average.module.buffers()],
+                                [*pl_module.parameters(), *pl_module.buffers()], strict=True):  # fmt: skip
+            mine.detach().copy_(theirs.detach())
+
     def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._follow_until_first_update(pl_module)
         super().on_validation_epoch_start(trainer, pl_module)
         self._swapped = self._average_model is not None
 
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         super().on_validation_epoch_end(trainer, pl_module)
         self._swapped = False
+
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        if not self._swapped:  # during validation the model holds the average: the training weights are in it
+            self._follow_until_first_update(pl_module)
+        super().on_save_checkpoint(trainer, pl_module, checkpoint)
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._follow_until_first_update(pl_module)
+        super().on_train_end(trainer, pl_module)
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         # ModelCheckpoint saves last.ckpt on the way out after this hook (Lightning calls checkpoint callbacks last).
