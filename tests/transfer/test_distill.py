@@ -73,6 +73,39 @@ def test_a_vit_teacher_takes_the_teacher_img_size_asked_for(tmp_path: Path) -> N
     assert distillation.teacher_logits(torch.randn(2, 3, 32, 32)).shape == (2, 10)
 
 
+def test_a_teacher_that_cannot_take_the_students_images_is_refused_in_one_line(
+    teacher_ckpt: Path, tmp_path: Path
+) -> None:
+    """A grey teacher for colour images, and a teacher_img_size between a ViT teacher's patches: tracebacks at the
+    first step, with the run's folder left behind (a review's scripts)."""
+    from vitlit.errors import ConfigError
+
+    checkpoint = torch.load(teacher_ckpt, map_location="cpu", weights_only=True)  # the teacher, made grey
+    hp, weights = checkpoint["hyper_parameters"], checkpoint["state_dict"]
+    hp["in_chans"], hp["input_mean"], hp["input_std"] = 1, hp["input_mean"][:1], hp["input_std"][:1]
+    weights["net.patch_embed.proj.weight"] = weights["net.patch_embed.proj.weight"].sum(1, keepdim=True)
+    torch.save(checkpoint, tmp_path / "grey.ckpt")
+    grey = Distillation(str(tmp_path / "grey.ckpt"))
+    with pytest.raises(ConfigError, match=r"takes images of 1 channel\(s\), but this data's have 3"):
+        grey.build(10, [str(d) for d in range(10)], [0.5] * 3, [0.5] * 3)
+    torch.save(timm.create_model("test_vit", num_classes=10).state_dict(), tmp_path / "colour.pth")
+    colour = Distillation("test_vit", teacher_file=str(tmp_path / "colour.pth"))
+    colour.build(10, None, [0.5], [0.5])  # a grey student's channel is repeated for a colour teacher
+    assert colour.teacher_logits(torch.randn(2, 1, 32, 32)).shape == (2, 10)
+    between = Distillation("test_vit", teacher_file=str(tmp_path / "colour.pth"), teacher_img_size=36)
+    with pytest.raises(ConfigError, match="teacher_img_size=36 is not a multiple of the teacher's 16-pixel patches"):
+        between.build(10, None, [0.5] * 3, [0.5] * 3)
+
+
+def test_the_teacher_follows_a_true_precisions_dtype(tmp_path: Path) -> None:
+    """bf16-true casts the student and its batches; the teacher (no submodule) stayed fp32: a dtype error."""
+    torch.save(timm.create_model("test_vit", num_classes=10).state_dict(), tmp_path / "teacher.pth")
+    distillation = Distillation("test_vit", teacher_file=str(tmp_path / "teacher.pth"))
+    distillation.build(10, None, [0.5] * 3, [0.5] * 3)
+    logits = distillation.teacher_logits(torch.randn(2, 3, 32, 32, dtype=torch.bfloat16))
+    assert logits.dtype == torch.bfloat16 and logits.shape == (2, 10)
+
+
 def test_the_teacher_follows_the_batch_to_its_device_and_an_average_shares_it(teacher_ckpt: Path) -> None:
     """The teacher was moved in the module's on_fit_start, after BatchSizeSearch's trial steps had called it (a
     device mismatch on a GPU); and an EMA's deep copy of the student held a second teacher (fifteenth session's

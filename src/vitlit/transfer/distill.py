@@ -129,6 +129,16 @@ class Distillation:
                 f"the teacher {self.teacher_name} predicts {classes} classes, this data has {num_classes}; give a "
                 f"teacher trained on these classes (a vitlit checkpoint, or --model.distillation.teacher_file)."
             )
+        conv = next((m for m in net.modules() if isinstance(m, nn.Conv2d)), None)  # its input: a stem or patches
+        channels = len(input_mean)  # a grey student's one channel is repeated for a colour teacher (broadcast)
+        if conv is not None and channels not in (1, conv.in_channels):
+            raise ConfigError(f"the teacher {self.teacher_name} takes images of {conv.in_channels} channel(s), but "
+                              f"this data's have {channels}; give a teacher trained on images of {channels} "
+                              f"channel(s).")  # fmt: skip
+        patch = getattr(getattr(net, "patch_embed", None), "patch_size", None)
+        if self.teacher_img_size is not None and patch is not None and self.teacher_img_size % patch[0]:
+            raise ConfigError(f"teacher_img_size={self.teacher_img_size} is not a multiple of the teacher's "
+                              f"{patch[0]}-pixel patches; give a multiple of {patch[0]}, or leave it out.")  # fmt: skip
         if self.teacher_img_size is not None and hasattr(net, "set_input_size"):
             # A ViT's position embeddings fix its input size: timm resamples them to the size asked for.
             net.set_input_size(img_size=self.teacher_img_size)
@@ -193,6 +203,9 @@ class Distillation:
         # Moved with the first batch: BatchSizeSearch's trial steps run before the module's own fit hooks.
         if self._scale.device != images.device:
             self.to(images.device)
+        weight = next(self.teacher.parameters(), None)
+        if weight is not None and images.is_floating_point() and weight.dtype != images.dtype:
+            self.teacher.to(images.dtype)  # a "true" precision (bf16-true) casts the student and its batches
         x = images * self._scale.to(images.dtype) + self._shift.to(images.dtype)
         if x.shape[-1] != self.img_size or x.shape[-2] != self.img_size:
             x = resize(x, [self.img_size, self.img_size], antialias=True)  # the image pipeline's resize, on floats
