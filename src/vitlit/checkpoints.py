@@ -63,6 +63,20 @@ def read_checkpoint(path: str | Path, weights_only: bool | None = True, mmap: bo
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), Mapping):
         raise ConfigError(f"checkpoint {path} is not a Lightning checkpoint (no state_dict); for plain timm weights "
                           f"use --model.pretrained_file instead.")  # fmt: skip
+    # What every reader of it takes for granted: the weights are tensors with data, the hyperparameters a mapping.
+    odd = next(
+        (
+            k
+            for k, v in checkpoint["state_dict"].items()  # a module's own extra state may be any object
+            if not str(k).endswith("_extra_state") and (not isinstance(v, torch.Tensor) or v.is_meta)
+        ),
+        None,
+    )
+    if odd is not None or not isinstance(checkpoint.get("hyper_parameters") or {}, Mapping):
+        what = f"its state_dict's {str(odd)[:80]!r} is no tensor of data" if odd is not None else (
+            "its hyper_parameters are no mapping")  # fmt: skip
+        raise ConfigError(f"checkpoint {path} is not one that Lightning wrote ({what}); give a .ckpt file that vitlit "
+                          f"or Lightning saved.")  # fmt: skip
     return checkpoint
 
 

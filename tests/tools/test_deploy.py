@@ -580,15 +580,26 @@ def _edited(trained_ckpt: Path, path: Path, case: str) -> Path:
         del checkpoint["optimizer_states"], checkpoint["lr_schedulers"]
     elif case == "old-layout":  # no Lightning version: Lightning's restore stopped with KeyError
         del checkpoint["pytorch-lightning_version"]
+    elif case == "no-tensor":  # crafted: a value no module's state holds
+        weights["net.extra_note"] = 5
+    elif case == "meta-tensor":  # crafted: a tensor without data
+        weights["net.head.bias"] = torch.empty(10, device="meta")
+    elif case == "hyperparameters-list":
+        checkpoint["hyper_parameters"] = [1, 2]
     torch.save(checkpoint, path)
     return path
 
 
-@pytest.mark.parametrize("case", ["missing-key", "extra-key", "wrong-shape", "other-project", "old-layout"])
+@pytest.mark.parametrize("case", ["missing-key", "extra-key", "wrong-shape", "other-project", "old-layout",
+                                  "no-tensor", "meta-tensor", "hyperparameters-list"])  # fmt: skip
 def test_a_checkpoint_that_does_not_fit_is_one_line_in_every_subcommand(
     case: str, trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 36, class 6: export refused these in one line; fit, validate, test and predict ended in tracebacks."""
+    """Issue 36, class 6: export refused these in one line; fit, validate, test and predict ended in tracebacks.
+
+    The crafted ones (a value that is no tensor, a tensor without data, hyperparameters that are no mapping) were
+    tracebacks in every subcommand, export's and the server's loader too, and predict left its folder.
+    """
     ckpt = _edited(trained[0], tmp_path / "odd.ckpt", case)
     config = trained[0].parent.parent / "config.yaml"
     for subcommand in ("fit", "validate", "test", "predict"):
@@ -596,6 +607,8 @@ def test_a_checkpoint_that_does_not_fit_is_one_line_in_every_subcommand(
                         "--trainer.default_root_dir", tmp_path / "out")  # fmt: skip
         assert "odd.ckpt" in line, (subcommand, line)
     assert not (tmp_path / "out").exists()
+    if case != "old-layout":  # the weights and their card are all an export reads
+        assert "odd.ckpt" in refused(capsys, "export", "--ckpt_path", ckpt, "--output", tmp_path / "odd.onnx")
 
 
 def test_a_weights_only_checkpoint_is_refused_for_a_resume_in_one_line(
