@@ -78,6 +78,9 @@ def test_a_fit_writes_its_card_and_a_test_of_its_checkpoint_completes_it(digits_
     other = shutil.copytree(digits_dir, tmp_path / "other")
     run_cli("test", "--config", run / "config.yaml", "--ckpt_path", best, "--data.root", other)
     assert _card(run) == after
+    # Nor is a test that prepares its images otherwise (a review's: the timm model card published it).
+    run_cli("test", "--config", run / "config.yaml", "--ckpt_path", best, "--data.crop_pct", "0.5")
+    assert _card(run) == after
 
 
 def test_a_card_has_the_speed_monitors_figure_and_the_files_modes_of_any_file(digits_dir: Path, tmp_path: Path) -> None:

@@ -154,18 +154,25 @@ class RunCard(Callback):
     def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Put ``test/acc`` on the card of the run whose checkpoint was tested (``<run>/checkpoints/*.ckpt``).
 
-        Only a test of the whole test split, of the data module the run trained on (its ``data`` on the card), is its
+        Only a test of the whole test split, of the data module the run trained on (its ``data`` on the card), its
+        images prepared as the run prepared them (its ``resolved`` inputs, which exports and model cards use), is its
         test accuracy; another is said not recorded.
         """
         if not trainer.ckpt_path or "test/acc" not in trainer.callback_metrics:
             return
         ckpt, limit, data = Path(trainer.ckpt_path), trainer.limit_test_batches, trainer.datamodule
-        ran = read_card(ckpt.resolve().parent.parent).get("data")  # as on_fit_start wrote it
+        card = read_card(ckpt.resolve().parent.parent)  # as on_fit_start wrote it
+        ran, trained, now = card.get("data"), card.get("resolved") or {}, getattr(data, "resolved", dict)()
+        other = next((key for key in ("mean", "std", "crop_pct", "interpolation")
+                      if key in trained and key in now and trained[key] != now[key]), None)  # fmt: skip
         if not (isinstance(limit, float) and limit == 1.0):  # an int is a number of batches
             rank_zero_info(f"vitlit: test/acc not recorded on the run card: --trainer.limit_test_batches {limit} "
                            f"tests a part of the split")  # fmt: skip
         elif ran and ran not in (getattr(data, "description", None), type(data).__name__):  # older cards: the class
             rank_zero_info(f"vitlit: test/acc not recorded on the run card: the run trained on {shown(ran)}")
+        elif other is not None:
+            rank_zero_info(f"vitlit: test/acc not recorded on the run card: this test prepares images with {other} "
+                           f"{now[other]!r}, the run with {trained[other]!r}")  # fmt: skip
         else:
             record_test(ckpt, float(trainer.callback_metrics["test/acc"]))
 
