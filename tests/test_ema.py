@@ -138,3 +138,21 @@ def test_epoch_updates_are_validated_as_saved_and_a_stop_in_validation_saves_the
     assert last["epoch"] == 1 and 1 in weights.validated
     assert all(torch.equal(last["current_model_state"][k], v) for k, v in weights.trained.items())
     assert not all(torch.equal(last["state_dict"][k], v) for k, v in weights.trained.items())
+
+
+def test_a_run_without_the_ema_never_continues_one_with_it(
+    digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An EMA run's checkpoint holds the average as its weights: a resume without the callback trained on from the
+    average (and `auto` took such a run), while restoring the optimizer state of the training weights (a review's)."""
+    from helpers.cli import refused, run_cli
+
+    short = ["fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path,
+             "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]  # fmt: skip
+    first = run_cli(*short, "--trainer.max_epochs", "1", "--trainer.callbacks+=vitlit.runs.ema.EMA")
+    capsys.readouterr()
+    fresh = run_cli(*short, "--trainer.max_epochs", "2", "--ckpt_path", "auto")  # the same run, without the EMA
+    assert fresh.trainer.ckpt_path is None and "vitlit.runs.ema.EMA" in capsys.readouterr().err
+    last = Path(first.trainer.log_dir) / "checkpoints" / "last.ckpt"
+    line = refused(capsys, *short, "--trainer.max_epochs", "2", "--ckpt_path", last)
+    assert "weight average (EMA)" in line and str(last) in line

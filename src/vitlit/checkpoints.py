@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 import yaml
+from lightning.pytorch.callbacks import WeightAveraging
 from torch import nn
 
 from vitlit.errors import ConfigError
@@ -217,6 +218,13 @@ def start_from(
     check_weights(checkpoint["state_dict"], model.state_dict(), ckpt)
     if run is not None and subcommand == "fit":  # a resume restores the optimizer and schedule as saved
         check_resumed_settings(str(ckpt_path), run, config)
+    # Lightning's weight averaging saves the average as the weights and the training weights beside them
+    # (``current_model_state``): without the callback a resume would train on from the average.
+    averaging = any(isinstance(cb, WeightAveraging) for cb in trainer.callbacks)
+    if subcommand == "fit" and "current_model_state" in checkpoint and not averaging:
+        raise ConfigError(f"checkpoint {ckpt} was saved by a run with a weight average (EMA): its weights are the "
+                          f"average, so a fit without the callback would continue from them; resume with the "
+                          f"callbacks it trained with ({options or 'its config.yaml'}), or evaluate it.")  # fmt: skip
     if subcommand != "fit" and trainer.is_global_zero:
         say_other_inputs(checkpoint, model, subcommand, options)
     return ckpt, run
@@ -256,7 +264,7 @@ def resolve_checkpoint(
         return Path(ckpt_path).expanduser().absolute()
     if ckpt_path == "auto" and subcommand != "fit":
         raise ConfigError(f"--ckpt_path auto is for fit only; {subcommand} takes last or a checkpoint path.")
-    return newest_checkpoint(ckpt_path, root, config)
+    return newest_checkpoint(ckpt_path, root, config, fit=subcommand == "fit")
 
 
 #: Keys that do not make a run another experiment: the optimizer and the schedule, which a resume restores from the
@@ -279,25 +287,32 @@ RESTORED = ("model.init_args.optimizer", "model.init_args.scheduler")
 EXPERIMENT_TRAINER = ("accumulate_grad_batches", "precision", "gradient_clip_val", "gradient_clip_algorithm")
 
 
-def _experiment(config: Mapping[str, Any]) -> dict[str, Any]:
+def _experiment(config: Mapping[str, Any], callbacks: bool = False) -> dict[str, Any]:
     """What tells one experiment from another in a run config: model, data, seed, the trainer's `EXPERIMENT_TRAINER`.
 
-    A seed drawn at random (``seed_everything: true``) tells nothing: left out.
+    A seed drawn at random (``seed_everything: true``) tells nothing: left out. ``callbacks``: the trainer's callbacks
+    too, for a fit, which restores their states (an EMA's average, a freeze schedule's groups) with the checkpoint.
     """
     plain = lambda v: v.as_dict() if hasattr(v, "as_dict") else v  # noqa: E731 (a parsed Namespace, or YAML's dict)
     trainer, seed = plain(config.get("trainer")) or {}, config.get("seed_everything")
-    return json.loads(json.dumps({"model": plain(config.get("model")), "data": plain(config.get("data")),
-                                  "seed_everything": seed if type(seed) is int else None,
-                                  "trainer": {key: trainer.get(key) for key in EXPERIMENT_TRAINER}},
-                                 default=str))  # fmt: skip
+    experiment = {"model": plain(config.get("model")), "data": plain(config.get("data")),
+                  "seed_everything": seed if type(seed) is int else None,
+                  "trainer": {key: trainer.get(key) for key in EXPERIMENT_TRAINER}}  # fmt: skip
+    if callbacks:
+        listed = trainer.get("callbacks") or []
+        listed = [plain(cb) for cb in (listed if isinstance(listed, list) else [listed])]
+        experiment["callbacks"] = {f"{i}: {cb.get('class_path') if isinstance(cb, dict) else cb}":
+                                   cb.get("init_args") if isinstance(cb, dict) else None
+                                   for i, cb in enumerate(listed)}  # fmt: skip
+    return json.loads(json.dumps(experiment, default=str))
 
 
-def differs(saved: Path, config: Mapping[str, Any], only: tuple[str, ...] = ()) -> str | None:
+def differs(saved: Path, config: Mapping[str, Any], only: tuple[str, ...] = (), callbacks: bool = False) -> str | None:
     """The first setting of the experiment where the run config ``saved`` is not ``config``; ``None`` if none.
 
     What ``--ckpt_path last`` and ``auto`` compare before they take a run's checkpoint: another experiment under the
     same root (another data set, model, recipe or seed, `_experiment`) is never continued. ``only`` compares those
-    keys alone (their prefixes), `REWRITTEN` left out of them too.
+    keys alone (their prefixes), `REWRITTEN` left out of them too; ``callbacks`` compares the callbacks too (a fit).
     """
     try:
         theirs = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
@@ -309,7 +324,7 @@ def differs(saved: Path, config: Mapping[str, Any], only: tuple[str, ...] = ()) 
     if only:  # BatchSizeSearch's rewrite of the batch and the rate is the run's own
         searched = "BatchSizeSearch" in str((theirs.get("trainer") or {}).get("callbacks"))
         skip = ("data.init_args.batch_size", "model.init_args.optimizer.init_args.lr") if searched else ()
-    ours, theirs = _experiment(config), _experiment(theirs)
+    ours, theirs = _experiment(config, callbacks), _experiment(theirs, callbacks)
     if ours["seed_everything"] is None or theirs["seed_everything"] is None:  # a random seed matches any
         ours["seed_everything"] = theirs["seed_everything"] = None
     return _first_difference(ours, theirs, "", skip, only)
@@ -352,20 +367,20 @@ def _restored_differ(run: Path, config: Mapping[str, Any]) -> str | None:
     return differs(saved, config, only=RESTORED) if saved.is_file() else None
 
 
-def newest_checkpoint(ckpt_path: str, root: Path, config: Mapping[str, Any] | None) -> Path | None:
+def newest_checkpoint(ckpt_path: str, root: Path, config: Mapping[str, Any] | None, fit: bool = False) -> Path | None:
     """``--ckpt_path last`` or ``auto``: the newest ``last.ckpt`` under ``root`` of a run of this config, or ``None``.
 
     A run of this config has ``config``'s model, data, seed and trainer recipe (`differs`), and the optimizer and
-    schedule it last trained with (a resume would refuse others); ``auto`` starts afresh where there is none, said in
-    one line where other runs are there.
+    schedule it last trained with (a resume would refuse others), and for a ``fit`` its callbacks, whose states the
+    checkpoint restores; ``auto`` starts afresh where there is none, said in one line where other runs are there.
 
     Raises:
         ConfigError: For ``last`` where no run of this config has a ``last.ckpt``.
     """
     found = sorted((p for p in root.glob("*/checkpoints/last.ckpt") if p.is_file()), key=lambda p: -p.stat().st_mtime)
     if found and config is not None:  # only this experiment's runs
-        other = {p: differs(p.parent.parent / "config.yaml", config) or _restored_differ(p.parent.parent, config)
-                 for p in found}  # fmt: skip
+        other = {p: differs(p.parent.parent / "config.yaml", config, callbacks=fit)
+                 or _restored_differ(p.parent.parent, config) for p in found}  # fmt: skip
         if all(other.values()):  # every run here is another experiment's
             newest = found[0].parent.parent
             if ckpt_path == "last":
