@@ -64,6 +64,19 @@ def test_a_pretrained_file_with_this_datas_head_keeps_it(tmp_path: Path, caplog:
     torch.testing.assert_close(other.net.blocks[1].attn.qkv.weight, source.blocks[1].attn.qkv.weight)
 
 
+def test_a_pretrained_file_of_another_model_is_refused_naming_what_it_lacks(tmp_path: Path) -> None:
+    """A file sharing a few names with the model (another depth): timm loaded those non-strictly and left every block
+    random, and the log said only the head was new (a review's)."""
+    weights = {k: v for k, v in timm.create_model("test_vit").state_dict().items() if not k.startswith("blocks.1.")}
+    torch.save(weights, tmp_path / "shallower.pth")
+    with pytest.raises(
+        ConfigError, match=r"lacks \d+ of the model's \d+ tensors besides the head, the first blocks\.1\."
+    ):
+        ViTClassifier(
+            "test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "shallower.pth")
+        )
+
+
 def test_gradient_checkpointing_gives_the_same_gradients() -> None:
     torch.manual_seed(0)
     plain = ViTClassifier("test_vit", img_size=32, patch_size=4, drop_path_rate=0.0)

@@ -84,15 +84,19 @@ def say_adapted(model_name: str, net: nn.Module, source: str, original: dict[str
     rank_zero_info(f"vitlit: loaded {source} into {model_name}; adapted: {', '.join(said) or 'nothing'}")
 
 
+def _classifiers(probe: nn.Module) -> tuple[str, ...]:
+    """The names of the model's classifier layers (``head``; a distilled DeiT's ``head_dist`` too), as timm's config."""
+    names = probe.pretrained_cfg.get("classifier") if isinstance(probe.pretrained_cfg, dict) else None
+    return (names,) if isinstance(names, str) else tuple(names or ())
+
+
 def _file_classes(weights: dict[str, Any], probe: nn.Module) -> dict[str, Any]:
     """The pretrained config's class count for a weights file: its classifier's rows, where it has one.
 
     timm keeps pretrained classifier weights only where the run's class count is the pretrained config's (1000 for
     ImageNet names), so a file whose head already predicts this data's classes was given a new head.
     """
-    names = probe.pretrained_cfg.get("classifier") if isinstance(probe.pretrained_cfg, dict) else None
-    first = names if isinstance(names, str) else (names or (None,))[0]
-    head = weights.get(f"{first}.weight")
+    head = weights.get(f"{(_classifiers(probe) or ('',))[0]}.weight")
     return {} if head is None else {"num_classes": head.shape[0], "label_offset": 0}
 
 
@@ -145,8 +149,12 @@ def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.M
             # timm loads non-strictly when the class count changes, so a file of another model would be skipped
             # without a word and training would start from random weights: check the names first.
             weights = timm.models.load_state_dict(str(path))
-            if not set(weights) & set(probe.state_dict()):
-                raise KeyError("it shares no parameter name with the model")
+            heads = tuple(f"{name}." for name in _classifiers(probe))  # a new head where the class count differs
+            needed = [name for name in probe.state_dict() if not name.startswith(heads or ("\0",))]
+            missing = [name for name in needed if name not in weights]
+            if missing:  # another model's file (another depth, width or pooling): its blocks would stay random
+                raise KeyError(f"it lacks {len(missing)} of the model's {len(needed)} tensors besides the head, "
+                               f"the first {missing[0]}")  # fmt: skip
             overlay = {"file": str(path), **_file_classes(weights, probe)}
             net = timm.create_model(hp.model_name, pretrained=True, **{**kwargs, "pretrained_cfg_overlay": overlay})
         except (*UNREADABLE, KeyError) as err:
