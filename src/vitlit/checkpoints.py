@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 import yaml
-from lightning.pytorch.callbacks import WeightAveraging
+from lightning.pytorch.callbacks import BaseFinetuning, WeightAveraging
 from torch import nn
 
 from vitlit.errors import ConfigError
@@ -218,16 +218,35 @@ def start_from(
     check_weights(checkpoint["state_dict"], model.state_dict(), ckpt)
     if run is not None and subcommand == "fit":  # a resume restores the optimizer and schedule as saved
         check_resumed_settings(str(ckpt_path), run, config)
-    # Lightning's weight averaging saves the average as the weights and the training weights beside them
-    # (``current_model_state``): without the callback a resume would train on from the average.
-    averaging = any(isinstance(cb, WeightAveraging) for cb in trainer.callbacks)
-    if subcommand == "fit" and "current_model_state" in checkpoint and not averaging:
-        raise ConfigError(f"checkpoint {ckpt} was saved by a run with a weight average (EMA): its weights are the "
-                          f"average, so a fit without the callback would continue from them; resume with the "
-                          f"callbacks it trained with ({options or 'its config.yaml'}), or evaluate it.")  # fmt: skip
+    if subcommand == "fit":
+        check_weight_callbacks(checkpoint, ckpt, trainer.callbacks, options)
     if subcommand != "fit" and trainer.is_global_zero:
         say_other_inputs(checkpoint, model, subcommand, options)
     return ckpt, run
+
+
+def check_weight_callbacks(
+    checkpoint: Mapping[str, Any], ckpt: Path, callbacks: list[Any], options: str | None
+) -> None:
+    """Refuse a resume that drops the weight average or changes the freeze schedule its checkpoint was saved with.
+
+    Lightning's weight averaging saves the average as the weights and the training weights beside them
+    (``current_model_state``): without the callback a fit trained on from the average. A freeze schedule
+    (``BaseFinetuning``, its ``internal_optimizer_metadata``) built the optimizer's groups a stage at a time: a resume
+    with other groups ended in torch's ValueError.
+    """
+    fix = f"resume with the callbacks it trained with ({options or 'its config.yaml'}), or evaluate it"
+    if "current_model_state" in checkpoint and not any(isinstance(cb, WeightAveraging) for cb in callbacks):
+        raise ConfigError(f"checkpoint {ckpt} was saved by a run with a weight average (EMA): its weights are the "
+                          f"average, so a fit without the callback would continue from them; {fix}.")  # fmt: skip
+    states = checkpoint.get("callbacks") if isinstance(checkpoint.get("callbacks"), Mapping) else {}
+    frozen = any(isinstance(state, Mapping) and "internal_optimizer_metadata" in state for state in states.values())
+    freezing = any(isinstance(cb, BaseFinetuning) for cb in callbacks)
+    if frozen != freezing:
+        said = ("with a freeze schedule (FreezeSchedule: linear_probe.yaml, unfreeze.yaml), and this fit has none"
+                if frozen else "without a freeze schedule, and this fit has one")  # fmt: skip
+        raise ConfigError(f"checkpoint {ckpt} was saved by a run {said}: the optimizer's groups differ, so it cannot "
+                          f"continue that run; {fix}, or start a new run.")  # fmt: skip
 
 
 def say_other_inputs(checkpoint: dict[str, Any], model: Any, subcommand: str, options: str | None) -> None:

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import timm
 import torch
-from helpers.cli import ROOT, carries, run_cli
+from helpers.cli import DIGITS_CONFIG, ROOT, carries, refused, run_cli
 from helpers.probes import TrainableProbe, WeightProbe
 
 from vitlit.errors import ConfigError
@@ -221,3 +221,18 @@ def test_a_lambda_schedule_takes_on_a_new_group() -> None:
     optimizer.param_groups[0]["lr"] = 0.25
     record_last_lrs(scheduler)
     assert scheduler.get_last_lr() == [0.25, 1.0]
+
+
+@pytest.mark.parametrize("probe_first", [True, False], ids=["probe-then-without", "plain-then-probe"])
+def test_a_resume_with_another_freeze_schedule_is_refused_in_one_line(
+    probe_first: bool, digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A linear probe's checkpoint resumed without the addon (or a plain run's with it): the optimizer's groups
+    differ, and Lightning's restore ended in torch's ValueError traceback (a review's)."""
+    short = ["fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path,
+             "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]  # fmt: skip
+    probe = ["--config", ROOT / "configs" / "addons" / "linear_probe.yaml"]
+    first = run_cli(*short, *(probe if probe_first else []), "--trainer.max_epochs", "1")
+    last = Path(first.trainer.log_dir) / "checkpoints" / "last.ckpt"
+    line = refused(capsys, *short, *([] if probe_first else probe), "--trainer.max_epochs", "2", "--ckpt_path", last)
+    assert "freeze schedule" in line and str(last) in line
