@@ -26,16 +26,18 @@ PARTS = code_size.PARTS
 #: the step meets issue 74's goal (5 files, 20 functions; was 9 and 30), the start its 20 files (was 29); the start's
 #: functions (was 160) are over the goal of 110, so that bound is what it is: it goes up only for a check beside its
 #: condition or a measured gain (the sixteenth session: 148 -> 155, the check phase's reads and one parser a command).
-MAX_START = {"files": 20, "functions": 155}
+MAX_START = {"files": 20, "functions": 154}
 MAX_STEP = {"files": 5, "functions": 19}
 #: The modules a default digits fit loads (34 at issue 74's start; its goal 22) and their code lines, a ceiling: the
 #: checks of hostile round 8 and of the later correctness reads (each beside its condition), and the single-caller
 #: modules folded into their callers, put it over issue 74's 2,400 (the seventeenth session 3,208 -> 3,265: its fixes,
 #: each beside its condition: a resume's epoch in the data module's state, the final last.ckpt, Mixup's even batch,
 #: two checkpoint callbacks of one name, '1' and '01', the epoch lines under max_steps; the run card's reader moved to
-#: run_dir.py).
+#: run_dir.py; the eighteenth 3,265 -> 3,278: the unlabelled test split's rule moved into the base class for every
+#: format, Lightning's refusal of a validation interval past the epoch in one line, a test that prepares images
+#: otherwise left off the run card, the guard's one check per step under accumulation).
 MAX_DEFAULT_RUN_MODULES = 24
-MAX_DEFAULT_RUN_LINES = 3265
+MAX_DEFAULT_RUN_LINES = 3278
 #: The core's layers, top to bottom: a module imports its own layer or lower ones, never a higher one (the parts,
 #: which import only the core, have their own test). A prefix names a package's modules.
 LAYERS = (
