@@ -738,3 +738,14 @@ def test_a_flag_without_the_callbacks_that_need_it_is_taken() -> None:
     checks.check_flags_callbacks_need("fit", {"enable_checkpointing": False, "callbacks": monitor})
     with pytest.raises(config.ConfigError, match="LearningRateMonitor"):  # the same list, read
         checks.check_flags_callbacks_need("fit", {"logger": False, "callbacks": monitor})
+
+
+@pytest.mark.parametrize(("subcommand", "split"), [("validate", "val"), ("test", "test"), ("predict", "predict")])
+def test_an_evaluation_limited_to_no_batch_is_refused(
+    subcommand: str, split: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--trainer.limit_predict_batches 0 exited 0 with no predictions.csv, no word, and an empty folder (a review's)."""
+    line = refused(capsys, subcommand, "--config", DIGITS_CONFIG, "--ckpt_path", "none",
+                   f"--trainer.limit_{split}_batches", "0", "--trainer.default_root_dir", tmp_path)  # fmt: skip
+    carries(line, f"--trainer.limit_{split}_batches=0 would {subcommand} nothing", "a count of batches or a fraction")
+    assert not list(tmp_path.iterdir())

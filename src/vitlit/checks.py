@@ -54,10 +54,15 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
     valid = {"accumulate_grad_batches": count, "log_every_n_steps": count, "check_val_every_n_epoch": count,
              "max_steps": limit, "max_epochs": limit, "limit_train_batches": part, "val_check_interval": part,
              "gradient_clip_val": (lambda v: v >= 0, "give a positive norm, or 0 for none")}  # fmt: skip
+    # An evaluation's own limit: 0 evaluates nothing and exits 0 (predict: no predictions.csv, an empty folder).
+    evaluated = {"validate": "val", "test": "test", "predict": "predict"}.get(subcommand)
+    if evaluated is not None:
+        valid[f"limit_{evaluated}_batches"] = part
     for name, (ok, fix) in valid.items():
         value = trainer.get(name)
         if isinstance(value, (int, float)) and not ok(value):
-            raise ConfigError(f"--trainer.{name}={value} would train nothing or crash the run; {fix}.")
+            does = "train" if evaluated is None else subcommand
+            raise ConfigError(f"--trainer.{name}={value} would {does} nothing or crash the run; {fix}.")
     if subcommand == "fit":
         check_validation_schedule(trainer)
     check_flags_callbacks_need(subcommand, trainer)
