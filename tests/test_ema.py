@@ -149,10 +149,15 @@ def test_a_run_without_the_ema_never_continues_one_with_it(
 
     short = ["fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path,
              "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]  # fmt: skip
-    first = run_cli(*short, "--trainer.max_epochs", "1", "--trainer.callbacks+=vitlit.runs.ema.EMA")
-    capsys.readouterr()
-    fresh = run_cli(*short, "--trainer.max_epochs", "2", "--ckpt_path", "auto")  # the same run, without the EMA
-    assert fresh.trainer.ckpt_path is None and "vitlit.runs.ema.EMA" in capsys.readouterr().err
+    ema = "--trainer.callbacks+=vitlit.runs.ema.EMA"
+    first = run_cli(*short, "--trainer.max_epochs", "1", ema)
     last = Path(first.trainer.log_dir) / "checkpoints" / "last.ckpt"
-    line = refused(capsys, *short, "--trainer.max_epochs", "2", "--ckpt_path", last)
+    # Callbacks that leave the weights alone may change: a speed meter added to its resume.
+    meter = "--trainer.callbacks+=vitlit.runs.monitor.SpeedMonitor"
+    resumed = run_cli(*short, "--trainer.max_epochs", "2", "--ckpt_path", "last", ema, meter)
+    assert resumed.trainer.ckpt_path == str(last)
+    capsys.readouterr()
+    fresh = run_cli(*short, "--trainer.max_epochs", "3", "--ckpt_path", "auto")  # the same run, without the EMA
+    assert fresh.trainer.ckpt_path is None and "a weight average (EMA) there, none here" in capsys.readouterr().err
+    line = refused(capsys, *short, "--trainer.max_epochs", "3", "--ckpt_path", last)
     assert "weight average (EMA)" in line and str(last) in line

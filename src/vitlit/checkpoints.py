@@ -14,7 +14,7 @@ import json
 import pickle
 import re
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,7 +206,8 @@ def start_from(
     (``None`` for a loose file, or where none is taken).
     """
     root = Path(getattr(trainer.logger, "root_dir", None) or Path(trainer.default_root_dir) / "lightning_logs")
-    ckpt = resolve_checkpoint(ckpt_path, subcommand, root.expanduser().absolute(), config)
+    callbacks = trainer.callbacks if subcommand == "fit" else None  # a fit's resume restores their states
+    ckpt = resolve_checkpoint(ckpt_path, subcommand, root.expanduser().absolute(), config, callbacks)
     if ckpt is None:
         return None, None
     checkpoint = read_checkpoint(ckpt, weights_only)
@@ -225,28 +226,33 @@ def start_from(
     return ckpt, run
 
 
-def check_weight_callbacks(
-    checkpoint: Mapping[str, Any], ckpt: Path, callbacks: list[Any], options: str | None
-) -> None:
-    """Refuse a resume that drops the weight average or changes the freeze schedule its checkpoint was saved with.
+def weight_callbacks_differ(checkpoint: Mapping[str, Any], callbacks: Sequence[Any]) -> str | None:
+    """How a fit with ``callbacks`` differs from the weight average or freeze schedule ``checkpoint`` was saved with.
 
     Lightning's weight averaging saves the average as the weights and the training weights beside them
     (``current_model_state``): without the callback a fit trained on from the average. A freeze schedule
     (``BaseFinetuning``, its ``internal_optimizer_metadata``) built the optimizer's groups a stage at a time: a resume
-    with other groups ended in torch's ValueError.
+    with other groups ended in torch's ValueError. Other callbacks (a speed meter, a patience) may change on a resume.
     """
-    fix = f"resume with the callbacks it trained with ({options or 'its config.yaml'}), or evaluate it"
     if "current_model_state" in checkpoint and not any(isinstance(cb, WeightAveraging) for cb in callbacks):
-        raise ConfigError(f"checkpoint {ckpt} was saved by a run with a weight average (EMA): its weights are the "
-                          f"average, so a fit without the callback would continue from them; {fix}.")  # fmt: skip
+        return "a weight average (EMA) there, none here: its weights are the average, which a fit would continue from"
     states = checkpoint.get("callbacks") if isinstance(checkpoint.get("callbacks"), Mapping) else {}
     frozen = any(isinstance(state, Mapping) and "internal_optimizer_metadata" in state for state in states.values())
-    freezing = any(isinstance(cb, BaseFinetuning) for cb in callbacks)
-    if frozen != freezing:
-        said = ("with a freeze schedule (FreezeSchedule: linear_probe.yaml, unfreeze.yaml), and this fit has none"
-                if frozen else "without a freeze schedule, and this fit has one")  # fmt: skip
-        raise ConfigError(f"checkpoint {ckpt} was saved by a run {said}: the optimizer's groups differ, so it cannot "
-                          f"continue that run; {fix}, or start a new run.")  # fmt: skip
+    if frozen != any(isinstance(cb, BaseFinetuning) for cb in callbacks):
+        where = "there, none here" if frozen else "here, none there"
+        return f"a freeze schedule (FreezeSchedule: linear_probe.yaml, unfreeze.yaml) {where}: other optimizer groups"
+    return None
+
+
+def check_weight_callbacks(
+    checkpoint: Mapping[str, Any], ckpt: Path, callbacks: Sequence[Any], options: str | None
+) -> None:
+    """Refuse a resume that drops the weight average or changes the freeze schedule of its checkpoint's run."""
+    found = weight_callbacks_differ(checkpoint, callbacks)
+    if found is not None:
+        raise ConfigError(f"checkpoint {ckpt} cannot continue its run in this fit ({found}); resume with the "
+                          f"callbacks it trained with ({options or 'its config.yaml'}), evaluate it, or start a new "
+                          f"run.")  # fmt: skip
 
 
 def say_other_inputs(checkpoint: dict[str, Any], model: Any, subcommand: str, options: str | None) -> None:
@@ -266,7 +272,11 @@ def say_other_inputs(checkpoint: dict[str, Any], model: Any, subcommand: str, op
 
 
 def resolve_checkpoint(
-    ckpt_path: str | None, subcommand: str, root: Path, config: Mapping[str, Any] | None = None
+    ckpt_path: str | None,
+    subcommand: str,
+    root: Path,
+    config: Mapping[str, Any] | None = None,
+    callbacks: Sequence[Any] | None = None,
 ) -> Path | None:
     """The checkpoint a run starts from: ``--ckpt_path`` as a file, or ``last``/``auto``/``none`` resolved.
 
@@ -283,7 +293,7 @@ def resolve_checkpoint(
         return Path(ckpt_path).expanduser().absolute()
     if ckpt_path == "auto" and subcommand != "fit":
         raise ConfigError(f"--ckpt_path auto is for fit only; {subcommand} takes last or a checkpoint path.")
-    return newest_checkpoint(ckpt_path, root, config, fit=subcommand == "fit")
+    return newest_checkpoint(ckpt_path, root, config, callbacks)
 
 
 #: Keys that do not make a run another experiment: the optimizer and the schedule, which a resume restores from the
@@ -306,32 +316,25 @@ RESTORED = ("model.init_args.optimizer", "model.init_args.scheduler")
 EXPERIMENT_TRAINER = ("accumulate_grad_batches", "precision", "gradient_clip_val", "gradient_clip_algorithm")
 
 
-def _experiment(config: Mapping[str, Any], callbacks: bool = False) -> dict[str, Any]:
+def _experiment(config: Mapping[str, Any]) -> dict[str, Any]:
     """What tells one experiment from another in a run config: model, data, seed, the trainer's `EXPERIMENT_TRAINER`.
 
-    A seed drawn at random (``seed_everything: true``) tells nothing: left out. ``callbacks``: the trainer's callbacks
-    too, for a fit, which restores their states (an EMA's average, a freeze schedule's groups) with the checkpoint.
+    A seed drawn at random (``seed_everything: true``) tells nothing: left out.
     """
     plain = lambda v: v.as_dict() if hasattr(v, "as_dict") else v  # noqa: E731 (a parsed Namespace, or YAML's dict)
     trainer, seed = plain(config.get("trainer")) or {}, config.get("seed_everything")
-    experiment = {"model": plain(config.get("model")), "data": plain(config.get("data")),
-                  "seed_everything": seed if type(seed) is int else None,
-                  "trainer": {key: trainer.get(key) for key in EXPERIMENT_TRAINER}}  # fmt: skip
-    if callbacks:
-        listed = trainer.get("callbacks") or []
-        listed = [plain(cb) for cb in (listed if isinstance(listed, list) else [listed])]
-        experiment["callbacks"] = {f"{i}: {cb.get('class_path') if isinstance(cb, dict) else cb}":
-                                   cb.get("init_args") if isinstance(cb, dict) else None
-                                   for i, cb in enumerate(listed)}  # fmt: skip
-    return json.loads(json.dumps(experiment, default=str))
+    return json.loads(json.dumps({"model": plain(config.get("model")), "data": plain(config.get("data")),
+                                  "seed_everything": seed if type(seed) is int else None,
+                                  "trainer": {key: trainer.get(key) for key in EXPERIMENT_TRAINER}},
+                                 default=str))  # fmt: skip
 
 
-def differs(saved: Path, config: Mapping[str, Any], only: tuple[str, ...] = (), callbacks: bool = False) -> str | None:
+def differs(saved: Path, config: Mapping[str, Any], only: tuple[str, ...] = ()) -> str | None:
     """The first setting of the experiment where the run config ``saved`` is not ``config``; ``None`` if none.
 
     What ``--ckpt_path last`` and ``auto`` compare before they take a run's checkpoint: another experiment under the
     same root (another data set, model, recipe or seed, `_experiment`) is never continued. ``only`` compares those
-    keys alone (their prefixes), `REWRITTEN` left out of them too; ``callbacks`` compares the callbacks too (a fit).
+    keys alone (their prefixes), `REWRITTEN` left out of them too.
     """
     try:
         theirs = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
@@ -343,7 +346,7 @@ def differs(saved: Path, config: Mapping[str, Any], only: tuple[str, ...] = (), 
     if only:  # BatchSizeSearch's rewrite of the batch and the rate is the run's own
         searched = "BatchSizeSearch" in str((theirs.get("trainer") or {}).get("callbacks"))
         skip = ("data.init_args.batch_size", "model.init_args.optimizer.init_args.lr") if searched else ()
-    ours, theirs = _experiment(config, callbacks), _experiment(theirs, callbacks)
+    ours, theirs = _experiment(config), _experiment(theirs)
     if ours["seed_everything"] is None or theirs["seed_everything"] is None:  # a random seed matches any
         ours["seed_everything"] = theirs["seed_everything"] = None
     return _first_difference(ours, theirs, "", skip, only)
@@ -386,20 +389,26 @@ def _restored_differ(run: Path, config: Mapping[str, Any]) -> str | None:
     return differs(saved, config, only=RESTORED) if saved.is_file() else None
 
 
-def newest_checkpoint(ckpt_path: str, root: Path, config: Mapping[str, Any] | None, fit: bool = False) -> Path | None:
+def newest_checkpoint(
+    ckpt_path: str, root: Path, config: Mapping[str, Any] | None, callbacks: Sequence[Any] | None = None
+) -> Path | None:
     """``--ckpt_path last`` or ``auto``: the newest ``last.ckpt`` under ``root`` of a run of this config, or ``None``.
 
     A run of this config has ``config``'s model, data, seed and trainer recipe (`differs`), and the optimizer and
-    schedule it last trained with (a resume would refuse others), and for a ``fit`` its callbacks, whose states the
-    checkpoint restores; ``auto`` starts afresh where there is none, said in one line where other runs are there.
+    schedule it last trained with (a resume would refuse others), and for a fit (``callbacks``, the trainer's) the
+    weight average and freeze schedule its checkpoint was saved with (`weight_callbacks_differ`); ``auto`` starts
+    afresh where there is none, said in one line where other runs are there.
 
     Raises:
         ConfigError: For ``last`` where no run of this config has a ``last.ckpt``.
     """
     found = sorted((p for p in root.glob("*/checkpoints/last.ckpt") if p.is_file()), key=lambda p: -p.stat().st_mtime)
     if found and config is not None:  # only this experiment's runs
-        other = {p: differs(p.parent.parent / "config.yaml", config, callbacks=fit)
-                 or _restored_differ(p.parent.parent, config) for p in found}  # fmt: skip
+        other = {p: differs(p.parent.parent / "config.yaml", config) or _restored_differ(p.parent.parent, config)
+                 for p in found}  # fmt: skip
+        for p in [p for p in found if other[p] is None] if callbacks is not None else ():  # a fit continues it
+            with contextlib.suppress(ConfigError):  # an unreadable one is refused by name when it is taken
+                other[p] = weight_callbacks_differ(read_checkpoint(p), callbacks)
         if all(other.values()):  # every run here is another experiment's
             newest = found[0].parent.parent
             if ckpt_path == "last":
