@@ -337,6 +337,19 @@ def test_streamed_predictions_are_in_the_splits_order_with_two_workers(tiny_chun
     assert probs.squeeze(1).tolist() == stored == list(range(24))
 
 
+def test_an_odd_batch_under_mixup_is_refused_for_a_stream_too(tiny_chunks: Path) -> None:
+    """The stream's own loader skipped the base class's check: timm's AssertionError at the first step (a review's)."""
+    from vitlit.data.streaming import StreamingDataModule
+    from vitlit.errors import ConfigError
+    from vitlit.regularize.batch_augment import BatchAugment
+
+    data = StreamingDataModule(str(tiny_chunks), img_size=16, batch_size=3, num_workers=0,
+                               batch_augment=BatchAugment(mixup_alpha=0.8))  # fmt: skip
+    data.setup("fit")
+    with pytest.raises(ConfigError, match="batch_size=3 is odd, but Mixup/CutMix mix training images in pairs"):
+        data.train_dataloader()
+
+
 def test_predictions_of_processes_given_blocks_of_a_stream_are_put_in_stored_order() -> None:
     """Under DDP LitData gives each process a block of the split (10 and 14 items here), not every other item;
     an item repeated to even out the processes is written once."""

@@ -488,6 +488,10 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
 
     def train_dataloader(self) -> Any:
         """Shuffled training batches; of an even size under Mixup/CutMix, which mix them in pairs."""
+        # Here, not in `_loader`: a subclass's own loader (the stream's) is refused too. Evaluation never mixes.
+        if getattr(self.batch_augment, "mixes", False) and self.batch_size % 2:
+            raise ConfigError(f"batch_size={self.batch_size} is odd, but Mixup/CutMix mix training images in pairs; "
+                              f"use an even size.")  # fmt: skip
         return self._loader(self.train_set, train=True)
 
     def val_dataloader(self) -> Any:
@@ -509,16 +513,12 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         sampler = self.sampler(split, train)
         # Full training batches only: Mixup pairs images, and one odd-sized step would recompile a compiled model.
         # A split smaller than one batch is one partial batch, of an even size under Mixup (its odd image left out).
-        # Evaluation never mixes: any size.
         batch_size = self.batch_size
-        if train and getattr(self.batch_augment, "mixes", False):
-            if batch_size % 2:
-                raise ConfigError(f"batch_size={batch_size} is odd, but Mixup/CutMix mix training images in pairs; "
-                                  f"use an even size.")  # fmt: skip
+        if train and len(sampler) < batch_size and getattr(self.batch_augment, "mixes", False):
             if len(sampler) < 2:
                 raise ConfigError(f"the training split has {len(sampler)} image per process, but Mixup/CutMix mix "
                                   f"images in pairs; add images, or pass --data.batch_augment null.")  # fmt: skip
-            batch_size = min(batch_size, len(sampler) // 2 * 2)
+            batch_size = len(sampler) // 2 * 2
         device = None  # where in-memory images are held: the training device (the CPU outside a Trainer)
         if self.source != "workers":
             device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
