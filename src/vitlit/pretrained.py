@@ -90,6 +90,27 @@ def _classifiers(probe: nn.Module) -> tuple[str, ...]:
     return (names,) if isinstance(names, str) else tuple(names or ())
 
 
+def _another_models(weights: dict[str, Any], probe: nn.Module) -> str | None:
+    """What a weights file lacks of the model if it is another model's (the refusal's words), else ``None``.
+
+    timm renames some keys of released files before it loads them (DeiT III's ``gamma_1``, DINOv2's register
+    tokens), so a few absent names are no proof; a numbered part absent whole (a block of another depth), or most of
+    the model's tensors absent, is. The classifier is left out: a new head is made where the class count differs.
+    """
+    heads = tuple(f"{name}." for name in _classifiers(probe)) or ("\0",)
+    needed = [name for name in probe.state_dict() if not name.startswith(heads)]
+    missing = [name for name in needed if name not in weights]
+    # A numbered part: the name up to its first number (blocks.11, stages.2).
+    part = lambda name: next((".".join(name.split(".")[: i + 1]) for i, word in enumerate(name.split("."))  # noqa: E731
+                              if word.isdigit()), None)  # fmt: skip
+    present = {part(name) for name in weights}
+    absent = next((part(name) for name in missing if part(name) is not None and part(name) not in present), None)
+    if absent is None and len(missing) * 2 <= len(needed):
+        return None
+    return (f"it lacks {len(missing)} of the model's {len(needed)} tensors besides the head"
+            f"{f', all of {absent}' if absent else ''}, the first {missing[0]}")  # fmt: skip
+
+
 def _file_classes(weights: dict[str, Any], probe: nn.Module) -> dict[str, Any]:
     """The pretrained config's class count for a weights file: its classifier's rows, where it has one.
 
@@ -149,12 +170,9 @@ def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.M
             # timm loads non-strictly when the class count changes, so a file of another model would be skipped
             # without a word and training would start from random weights: check the names first.
             weights = timm.models.load_state_dict(str(path))
-            heads = tuple(f"{name}." for name in _classifiers(probe))  # a new head where the class count differs
-            needed = [name for name in probe.state_dict() if not name.startswith(heads or ("\0",))]
-            missing = [name for name in needed if name not in weights]
-            if missing:  # another model's file (another depth, width or pooling): its blocks would stay random
-                raise KeyError(f"it lacks {len(missing)} of the model's {len(needed)} tensors besides the head, "
-                               f"the first {missing[0]}")  # fmt: skip
+            lacking = _another_models(weights, probe)
+            if lacking:  # another depth or architecture: timm would leave its blocks random without a word
+                raise KeyError(lacking)
             overlay = {"file": str(path), **_file_classes(weights, probe)}
             net = timm.create_model(hp.model_name, pretrained=True, **{**kwargs, "pretrained_cfg_overlay": overlay})
         except (*UNREADABLE, KeyError) as err:
