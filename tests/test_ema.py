@@ -161,3 +161,6 @@ def test_a_run_without_the_ema_never_continues_one_with_it(
     assert fresh.trainer.ckpt_path is None and "a weight average (EMA) there, none here" in capsys.readouterr().err
     line = refused(capsys, *short, "--trainer.max_epochs", "3", "--ckpt_path", last)
     assert "weight average (EMA)" in line and str(last) in line
+    # And the EMA command's auto takes the EMA run, not the newer one without it (the average would start midway).
+    again = run_cli(*short, "--trainer.max_epochs", "3", "--ckpt_path", "auto", ema)
+    assert again.trainer.ckpt_path == str(last)

@@ -749,3 +749,5 @@ def test_an_evaluation_limited_to_no_batch_is_refused(
                    f"--trainer.limit_{split}_batches", "0", "--trainer.default_root_dir", tmp_path)  # fmt: skip
     carries(line, f"--trainer.limit_{split}_batches=0 would {subcommand} nothing", "a count of batches or a fraction")
     assert not list(tmp_path.iterdir())
+    with pytest.raises(config.ConfigError, match="max_steps=0 would train nothing"):  # a training setting's own word
+        checks.check_run(subcommand, {"ckpt_path": "none", "trainer": {"max_steps": 0}}, {})

@@ -74,6 +74,13 @@ def test_a_pretrained_file_of_another_model_is_refused_naming_what_it_lacks(tmp_
         ViTClassifier(
             "test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "shallower.pth")
         )
+    # A deeper stage of a hierarchical model (Swin's layers.2.blocks.N): its first number is in the file, the blocks
+    # after the shallower stage's depth are not (a review's: swin_tiny's file loaded into swin_small).
+    swin = {k: v for k, v in timm.create_model("swin_tiny_patch4_window7_224").state_dict().items()
+            if not k.startswith("layers.2.blocks.5.")}  # fmt: skip
+    torch.save(swin, tmp_path / "swin.pth")
+    with pytest.raises(ConfigError, match=r"all of layers\.2\.blocks\.5,"):
+        ViTClassifier("swin_tiny_patch4_window7_224", num_classes=7, pretrained_file=str(tmp_path / "swin.pth"))
     # A released file in its own layout, whose names timm converts as it loads (DeiT III's gamma_1 for ls1.gamma,
     # DINOv2's register tokens), is no other model's: a few names absent, no part absent whole.
     deit3 = timm.create_model("deit3_small_patch16_224").state_dict()

@@ -226,16 +226,24 @@ def start_from(
     return ckpt, run
 
 
-def weight_callbacks_differ(checkpoint: Mapping[str, Any], callbacks: Sequence[Any]) -> str | None:
+def weight_callbacks_differ(
+    checkpoint: Mapping[str, Any], callbacks: Sequence[Any], added_average: bool = False
+) -> str | None:
     """How a fit with ``callbacks`` differs from the weight average or freeze schedule ``checkpoint`` was saved with.
+
+    ``added_average``: a weight average the checkpoint's run had not is a difference too (for ``auto``/``last``,
+    which take the run of this command; a resume given its checkpoint may start averaging, as Lightning allows).
 
     Lightning's weight averaging saves the average as the weights and the training weights beside them
     (``current_model_state``): without the callback a fit trained on from the average. A freeze schedule
     (``BaseFinetuning``, its ``internal_optimizer_metadata``) built the optimizer's groups a stage at a time: a resume
     with other groups ended in torch's ValueError. Other callbacks (a speed meter, a patience) may change on a resume.
     """
-    if "current_model_state" in checkpoint and not any(isinstance(cb, WeightAveraging) for cb in callbacks):
+    averaged, averaging = "current_model_state" in checkpoint, any(isinstance(cb, WeightAveraging) for cb in callbacks)
+    if averaged and not averaging:
         return "a weight average (EMA) there, none here: its weights are the average, which a fit would continue from"
+    if added_average and averaging and not averaged:
+        return "a weight average (EMA) here, none there"
     states = checkpoint.get("callbacks") if isinstance(checkpoint.get("callbacks"), Mapping) else {}
     frozen = any(isinstance(state, Mapping) and "internal_optimizer_metadata" in state for state in states.values())
     if frozen != any(isinstance(cb, BaseFinetuning) for cb in callbacks):
@@ -408,7 +416,7 @@ def newest_checkpoint(
                  for p in found}  # fmt: skip
         for p in [p for p in found if other[p] is None] if callbacks is not None else ():  # a fit continues it
             with contextlib.suppress(ConfigError):  # an unreadable one is refused by name when it is taken
-                other[p] = weight_callbacks_differ(read_checkpoint(p), callbacks)
+                other[p] = weight_callbacks_differ(read_checkpoint(p), callbacks, added_average=True)
         if all(other.values()):  # every run here is another experiment's
             newest = found[0].parent.parent
             if ckpt_path == "last":

@@ -61,7 +61,7 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
     for name, (ok, fix) in valid.items():
         value = trainer.get(name)
         if isinstance(value, (int, float)) and not ok(value):
-            does = "train" if evaluated is None else subcommand
+            does = subcommand if name == f"limit_{evaluated}_batches" else "train"
             raise ConfigError(f"--trainer.{name}={value} would {does} nothing or crash the run; {fix}.")
     if subcommand == "fit":
         check_validation_schedule(trainer)

@@ -100,11 +100,11 @@ def _another_models(weights: dict[str, Any], probe: nn.Module) -> str | None:
     heads = tuple(f"{name}." for name in _classifiers(probe)) or ("\0",)
     needed = [name for name in probe.state_dict() if not name.startswith(heads)]
     missing = [name for name in needed if name not in weights]
-    # A numbered part: the name up to its first number (blocks.11, stages.2).
-    part = lambda name: next((".".join(name.split(".")[: i + 1]) for i, word in enumerate(name.split("."))  # noqa: E731
-                              if word.isdigit()), None)  # fmt: skip
-    present = {part(name) for name in weights}
-    absent = next((part(name) for name in missing if part(name) is not None and part(name) not in present), None)
+    # Its numbered parts: the name up to each of its numbers (layers.2, then layers.2.blocks.6 of a deeper stage).
+    parts = lambda name: [".".join(name.split(".")[: i + 1]) for i, word in enumerate(name.split("."))  # noqa: E731
+                          if word.isdigit()]  # fmt: skip
+    present = {part for name in weights for part in parts(name)}
+    absent = next((part for name in missing for part in parts(name) if part not in present), None)
     if absent is None and len(missing) * 2 <= len(needed):
         return None
     return (f"it lacks {len(missing)} of the model's {len(needed)} tensors besides the head"
