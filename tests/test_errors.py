@@ -609,12 +609,9 @@ def test_weights_from_an_unreachable_hub_are_asked_for_once_and_both_ways_named(
     import socket
 
     from helpers.counting import calls_to
+    from helpers.http import unreachable_hub
 
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    with socket.socket() as closed:  # a port of this machine where nothing listens: the hub, unreachable
-        closed.bind(("127.0.0.1", 0))
-        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed.getsockname()[1]}")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    unreachable_hub(monkeypatch, tmp_path / "empty-cache")
     with calls_to(monkeypatch, socket, "create_connection") as attempts, pytest.raises(SystemExit) as exit_info:
         tiny_cifar_fit(cifar_dir, tmp_path, "--model.pretrained", "true")
     line = capsys.readouterr().err.strip().splitlines()[-1]

@@ -18,6 +18,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def unreachable_hub(monkeypatch: Any, cache: Any) -> None:
+    """The Hugging Face hub unreachable (``HF_ENDPOINT``: a local port nothing listens on) and its cache ``cache``."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+
+
 def wait_for(url: str, timeout: float, alive: Any = None) -> None:
     """Poll ``url`` until it answers 200; ``alive()`` returning False (the server process died) ends the wait."""
     deadline = time.monotonic() + timeout

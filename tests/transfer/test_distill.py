@@ -208,14 +208,11 @@ def test_a_timm_teacher_from_an_unreachable_hub_is_asked_for_once(
     import socket
 
     from helpers.counting import calls_to
+    from helpers.http import unreachable_hub
 
     from vitlit.errors import ConfigError
 
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    with socket.socket() as closed:  # a port of this machine where nothing listens: the hub, unreachable
-        closed.bind(("127.0.0.1", 0))
-        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed.getsockname()[1]}")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    unreachable_hub(monkeypatch, tmp_path / "empty-cache")
     with calls_to(monkeypatch, socket, "create_connection") as attempts, pytest.raises(ConfigError) as refused:
         Distillation("test_vit").build(1000, None, [0.5] * 3, [0.5] * 3)
     assert len(attempts) == 1, attempts
