@@ -219,8 +219,8 @@ def start_from(
     check_weights(checkpoint["state_dict"], model.state_dict(), ckpt)
     if run is not None and subcommand == "fit":  # a resume restores the optimizer and schedule as saved
         check_resumed_settings(str(ckpt_path), run, config)
-    if subcommand == "fit":
-        check_weight_callbacks(checkpoint, ckpt, trainer.callbacks, options)
+    if callbacks is not None:
+        check_weight_callbacks(checkpoint, ckpt, callbacks, options)
     if subcommand != "fit" and trainer.is_global_zero:
         say_other_inputs(checkpoint, model, subcommand, options)
     return ckpt, run
@@ -417,6 +417,8 @@ def newest_checkpoint(
         for p in [p for p in found if other[p] is None] if callbacks is not None else ():  # a fit continues it
             with contextlib.suppress(ConfigError):  # an unreadable one is refused by name when it is taken
                 other[p] = weight_callbacks_differ(read_checkpoint(p), callbacks, added_average=True)
+            if other[p] is None:  # the newest run of this fit's kind is taken: the older ones need no reading
+                break
         if all(other.values()):  # every run here is another experiment's
             newest = found[0].parent.parent
             if ckpt_path == "last":
