@@ -233,3 +233,27 @@ def test_the_digits_recipe_on_a_folder_is_saved_with_the_folder_it_read(digits_r
 
     data = yaml.safe_load((digits_run / "config.yaml").read_text())["data"]
     assert data["class_path"] == "vitlit.data.DigitsDataModule" and Path(data["init_args"]["root"]).is_dir()
+
+
+def test_a_run_copied_without_its_data_predicts_a_folder_with_its_checkpoints_classes(
+    digits_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's predict of new images on a machine without the training images (a server): their root is gone.
+
+    The classes are the checkpoint's, so the training data is neither needed nor listed; a checkpoint whose class
+    names are not a list of its class count is refused in one line before anything is written.
+    """
+    good, _ = _mixed_folder(tmp_path / "inbox")
+    gone = ["--data.root", tmp_path / "not-copied", "--trainer.default_root_dir", tmp_path / "out"]
+    rows = list(csv.DictReader(_predict(digits_run, tmp_path / "inbox", *gone).open()))
+    assert sorted(row["source"] for row in rows) == sorted(map(str, good))
+    assert {f"p_{d}" for d in range(10)} <= set(rows[0]) and all(row["predicted"] in "0123456789" for row in rows)
+    checkpoint = torch.load(digits_run / "checkpoints" / "last.ckpt", weights_only=True)
+    checkpoint["hyper_parameters"]["class_names"] = list(range(10))  # numbers, not names
+    torch.save(checkpoint, tmp_path / "odd.ckpt")
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("predict", "--config", digits_run / "config.yaml", "--ckpt_path", tmp_path / "odd.ckpt",
+                "--data.predict_dir", tmp_path / "inbox", *gone)  # fmt: skip
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_info.value.code == 2 and line.startswith("vitlit: error: checkpoint ") and "class_names" in line, line
+    assert len(list((tmp_path / "out").rglob("predictions.csv"))) == 1  # the first predict's only

@@ -81,6 +81,22 @@ def read_checkpoint(path: str | Path, weights_only: bool | None = True, mmap: bo
     return checkpoint
 
 
+def class_names_of(path: str | Path, weights_only: bool | None = True) -> list[str] | None:
+    """The class names a vitlit checkpoint was trained on, in index order; ``None`` where it does not record them.
+
+    Read memory-mapped (no weights are read), and checked as a checkpoint's other claims: a list of text, one name
+    per output.
+    """
+    hp = read_checkpoint(path, weights_only).get("hyper_parameters") or {}
+    names, count = hp.get("class_names"), hp.get("num_classes")
+    if names is None:
+        return None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or len(names) != count:
+        raise ConfigError(f"checkpoint {path} has class_names that are not a list of num_classes={count!r} names; "
+                          f"use a checkpoint written by vitlit fit.")  # fmt: skip
+    return names
+
+
 def refuse_compressed(path: Path, what: str) -> bytes:
     """Refuse a zip archive (torch.save's format) with compressed records; return the file's first 4 bytes.
 

@@ -54,6 +54,8 @@ TOOLS = {
 }
 TOOLS = {name: to for name, to in TOOLS.items()
          if Path(__file__).parent.joinpath(*to.split(":")[0].split(".")[1:]).with_suffix(".py").is_file()}  # fmt: skip
+#: ``--ckpt_path`` values that name no file (`vitlit.checkpoints.resolve_checkpoint`), lower-cased; None is unset.
+KEYWORDS = ("", "none", "last", "auto")
 #: Whether a config is being dumped: the outermost dump is what is printed or saved, and only it is masked.
 _DUMPING: ContextVar[bool] = ContextVar("_DUMPING", default=False)
 #: Lightning's log lines a vitlit user cannot act on (advertisements, what the resume line says better, the seed that
@@ -258,6 +260,7 @@ class VitLitCLI(LightningCLI):
     def __init__(self, commands: Sequence[str], *args: Any, **kwargs: Any) -> None:
         self.commands = commands  # the subcommands whose parsers are built
         self.run: Placed | None = None  # the run's folder, once placed
+        self._checkpoint_classes: list[str] | None = None  # a predict of predict_dir's classes (`classes`)
         try:
             super().__init__(*args, **kwargs)
         except (SIGTERMException, TrainingHalted, KeyboardInterrupt, SystemExit) as err:
@@ -283,10 +286,12 @@ class VitLitCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # The data decides what it delivers; the model adapts (these --model.* flags disappear). The input_* are
         # recorded in checkpoints, so that exports and servers prepare new images as the data module did.
-        # Reading data.num_classes lists the data (a folder's files are found and admitted): the first look at it.
-        for key, target in (*((k, k) for k in ("num_classes", "class_names", "img_size", "in_chans")),
+        # Reading data.class_names lists the data (a folder's files are found and admitted): the first look at it.
+        for key, target in (*((k, k) for k in ("img_size", "in_chans")),
                             *((k, f"input_{k}") for k in ("mean", "std", "crop_pct", "interpolation"))):  # fmt: skip
             parser.link_arguments(f"data.{key}", f"model.init_args.{target}", apply_on="instantiate")
+        parser.link_arguments("data", "model.init_args.class_names", self.classes, apply_on="instantiate")
+        parser.link_arguments("data", "model.init_args.num_classes", lambda d: len(self.classes(d)), "instantiate")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """Parse, check the run's settings as a whole (`check_run`), and resolve its nulls and relative paths."""
@@ -302,9 +307,22 @@ class VitLitCLI(LightningCLI):
                 model["pretrained"], model["pretrained_file"] = False, None
             if "distillation" in model:
                 model["distillation"] = None
+        ckpt, predict_dir = config.get("ckpt_path"), config["data"]["init_args"].get("predict_dir")
+        if self.config["subcommand"] == "predict" and predict_dir and str(ckpt).strip().lower() not in KEYWORDS:
+            from vitlit.checkpoints import class_names_of  # predicts of a folder from a checkpoint file only
+
+            self._checkpoint_classes = class_names_of(ckpt, config.get("weights_only"))
         # Held back until the run starts (`_check_and_place_run`): given a checkpoint, LightningCLI would copy the
         # checkpoint's hyperparameters over the parsed config (flags typed on the command line could vanish silently).
         self._ckpt_path, config["ckpt_path"] = config.get("ckpt_path"), None
+
+    def classes(self, data: ImageClassificationDataModule) -> list[str]:
+        """The class names the model gets: the data's, or a checkpoint's where it predicts a folder of new images.
+
+        Such a predict needs neither the training images nor their listing: a run copied to another machine, without
+        its data, classifies new images with the classes it was trained on.
+        """
+        return data.class_names if self._checkpoint_classes is None else self._checkpoint_classes
 
     def instantiate_classes(self) -> None:
         """Build the configured classes; one whose constructor refuses its arguments is a user error, in one line."""

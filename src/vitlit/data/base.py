@@ -290,7 +290,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         if self._predict_folder is None:
             return self.test_dataset()
         speak = self.trainer is None or self.trainer.is_global_zero
-        return self._predict_folder.readable(self.class_names, resized_side(self.img_size, self.crop_pct), speak)
+        return self._predict_folder.readable(resized_side(self.img_size, self.crop_pct), speak)
 
     def targets_of(self, dataset: Dataset) -> Sequence[int]:
         """The class index of every item of ``dataset``, ideally without decoding an image.

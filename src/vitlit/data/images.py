@@ -337,14 +337,13 @@ def predict_files(folder: Path, in_chans: int) -> list[Path]:
     return found
 
 
-def readable_images(
-    files: list[Path], folder: Path, classes: list[str], in_chans: int, stored_side: int, speak: bool = True
-) -> ImageFiles:
+def readable_images(files: list[Path], folder: Path, in_chans: int, stored_side: int, speak: bool = True) -> ImageFiles:
     """``predict_dir``'s images that decode, with the class index -1; each one left out is named in one line.
 
-    Decoded in full: these files are read once, and damage inside a file must not stop the whole predict.
+    Decoded in full: these files are read once, and damage inside a file must not stop the whole predict. They are
+    unlabelled, so they name no classes: the model's class names label the predictions.
     """
-    images = ImageFiles([(str(path), -1) for path in files], classes, PIL_MODES[in_chans], stored_side)
+    images = ImageFiles([(str(path), -1) for path in files], [], PIL_MODES[in_chans], stored_side)
     bad = {i: problem for i in range(len(images)) if (problem := images.problem(i, decode=True)) is not None}
     for i, problem in bad.items() if speak else ():  # one line each, as vitlit's other notes, not a warning
         print(f"vitlit: skipping {shown(files[i])}: {shown(problem)}", file=sys.stderr)
@@ -366,7 +365,7 @@ class PredictFolder:
         self.files = predict_files(folder, in_chans)
         self.images: ImageFiles | None = None  # the dataset `predict` classifies, once asked for
 
-    def readable(self, classes: list[str], stored_side: int, speak: bool = True) -> ImageFiles:
+    def readable(self, stored_side: int, speak: bool = True) -> ImageFiles:
         """The folder's images that decode (`readable_images`): the dataset ``predict`` classifies."""
-        self.images = readable_images(self.files, self.folder, classes, self.in_chans, stored_side, speak)
+        self.images = readable_images(self.files, self.folder, self.in_chans, stored_side, speak)
         return self.images
