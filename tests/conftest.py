@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     _threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     torch.set_num_threads(_threads)
     os.environ["OMP_NUM_THREADS"] = str(_threads)
+
+# A suite started as a shell's background job (`pytest &`) inherits an ignored Ctrl-C, and so would every run it starts;
+# the Ctrl-C tests need the handler a terminal's Python has.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
