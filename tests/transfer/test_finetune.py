@@ -178,6 +178,12 @@ def test_stages_follow_timms_layer_order_top_down() -> None:
     assert everything == {n for n, _ in net.named_parameters()}
     deit = timm.create_model("deit_tiny_distilled_patch16_224", num_classes=3, depth=2)
     assert head_parameter_names(deit) == {"head.weight", "head.bias", "head_dist.weight", "head_dist.bias"}
+    # A pooled model's fc_norm is a layer of its own in timm: it goes with the top block, so a stage of 4 is 4 blocks.
+    with torch.device("meta"):
+        pooled = timm.create_model("vit_little_patch16_reg4_gap_256", num_classes=3)
+    layers = backbone_layers(pooled)
+    assert len(layers) == len(pooled.blocks) and "fc_norm.weight" in layers[0]
+    assert {n.split(".")[1] for n in layers[0] if n.startswith("blocks.")} == {str(len(pooled.blocks) - 1)}
 
 
 def test_param_groups_of_a_stage_split_decay_and_keep_layer_scale() -> None:

@@ -43,7 +43,9 @@ def backbone_layers(net: nn.Module) -> list[list[str]]:
 
     timm's ``group_matcher`` puts each block in a layer and the final norm with the top block; the embeddings (patch,
     position, class token) form the bottom layer, which joins the block above it here: training the embeddings
-    without any block is never what a schedule means. The head is not part of the backbone.
+    without any block is never what a schedule means. A top layer that is a norm alone (the pooled models' ``fc_norm``,
+    which timm leaves in a layer of its own) joins the top block, so that every stage counts blocks. The head is not
+    part of the backbone.
     """
     matcher = getattr(net, "group_matcher", None)
     if not callable(matcher) or not callable(getattr(net, "get_classifier", None)):
@@ -56,6 +58,9 @@ def backbone_layers(net: nn.Module) -> list[list[str]]:
     layers = [names for names in layers if names][::-1]
     if len(layers) > 1:
         layers[-2:] = [layers[-2] + layers[-1]]
+    shapes = dict(net.named_parameters())
+    if len(layers) > 1 and all(shapes[name].ndim == 1 for name in layers[0]):  # a norm's weight and bias: no block
+        layers[:2] = [layers[0] + layers[1]]
     return layers
 
 
