@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.cli import run_cli, said_with, tiny_folder_fit, tree_digest
-from PIL import Image
+from PIL import Image, ImageOps
 from torchvision.transforms.v2.functional import resize
 
 from vitlit import ImageFolderDataModule
@@ -56,6 +56,27 @@ def test_sixteen_bit_images_are_scaled_not_clipped(tmp_path: Path) -> None:
     data.setup("fit")
     image, _ = data.train_set.dataset[0]
     assert (np.asarray(image) == 255).mean() < 0.01
+
+
+def test_a_photo_taken_sideways_is_decoded_upright_and_a_damaged_tag_leaves_it_as_it_is(tmp_path: Path) -> None:
+    """A phone's JPEG stores its pixels as the sensor saw them and says in EXIF how to turn them (as ``datasets``
+    and browsers do); vitlit's one decoder turns them, for training, predict, export and serve alike."""
+    pixels = np.zeros((20, 40, 3), dtype=np.uint8)
+    pixels[:, :20] = 255  # the left half white: after a turn of 90 degrees it is the top or the bottom half
+    for orientation, expected in ((1, (40, 20)), (6, (20, 40)), (8, (20, 40)), (3, (40, 20))):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        Image.fromarray(pixels).save(tmp_path / f"{orientation}.jpg", exif=exif.tobytes(), quality=95)
+        image = open_image(tmp_path / f"{orientation}.jpg")
+        assert image.size == expected, orientation
+        with Image.open(tmp_path / f"{orientation}.jpg") as raw:
+            assert np.array_equal(np.asarray(image), np.asarray(ImageOps.exif_transpose(raw).convert("RGB")))
+    assert np.asarray(open_image(tmp_path / "6.jpg"))[:10].mean() > 200  # turned clockwise: white is on top
+    damaged = bytearray((tmp_path / "6.jpg").read_bytes())
+    start = damaged.index(b"MM\x00*") if b"MM\x00*" in damaged else damaged.index(b"II*\x00")
+    damaged[start + 4 : start + 8] = b"\xff\xff\xff\xff"  # the first directory's offset points past the file
+    (tmp_path / "damaged.jpg").write_bytes(bytes(damaged))
+    assert open_image(tmp_path / "damaged.jpg").size == (40, 20)  # the pixels as they are, no error
 
 
 def test_a_datasets_sixteen_bit_images_are_scaled_as_files_are_on_both_sources() -> None:

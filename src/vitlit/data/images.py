@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-from PIL import Image
+from PIL import ExifTags, Image, ImageOps
 from torch.utils.data import Dataset
 
 from vitlit.errors import ConfigError
@@ -223,7 +223,8 @@ def open_image(
 ) -> Image.Image:
     """Decode an image as 8 bits per channel in PIL ``mode`` (``L``, ``RGB`` or ``RGBA``): vitlit's one decoder.
 
-    The decoded image is converted by `to_mode` (16-bit grey scaled, float pixels refused).
+    The decoded image is turned upright (`upright`) and converted by `to_mode` (16-bit grey scaled, float pixels
+    refused).
 
     Args:
         source: A file path, or a binary file object (an upload).
@@ -248,7 +249,23 @@ def open_image(
             if problem is not None:
                 raise ImageTooLarge(problem)
             image.load()
-            return to_mode(image, mode)
+            return to_mode(upright(image), mode)
+
+
+def upright(image: Image.Image) -> Image.Image:
+    """``image`` turned as its EXIF orientation says: a phone's photo taken sideways stands as its viewer shows it.
+
+    Hugging Face's ``datasets`` decodes so too, and a photo that trains on its side while a browser uploads it upright
+    to the server is another image. A damaged EXIF block leaves the pixels as they are: they are still the image.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PIL warns of a damaged block too, once per image: a flood in training
+        try:
+            if image.getexif().get(ExifTags.Base.Orientation, 1) in (1, None):
+                return image
+            return ImageOps.exif_transpose(image)
+        except Exception:  # PIL's EXIF parser raises what the bytes lead it to (struct, type, key, value errors)
+            return image
 
 
 def to_mode(image: Image.Image, mode: str) -> Image.Image:
