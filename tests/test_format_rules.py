@@ -275,3 +275,55 @@ def test_a_hugging_face_label_no_training_row_has_is_refused(tmp_path: Path) -> 
     path = _hf_dataset(splits, tmp_path / "ds", names=["bird", "cat", "dog"])
     with pytest.raises(ConfigError, match=r"val rows have labels no training row has: bird; "):
         _ = HFDataModule(str(path), num_workers=0).class_names
+
+
+class _ImagesFork(_TensorFork):
+    """Training images as ``images`` holds them; a validation split whose labels are ``val_labels``, where given."""
+
+    images: torch.Tensor | None = None
+    val_labels: torch.Tensor | None = None
+
+    def train_dataset(self) -> TensorDataset:
+        images = torch.zeros(len(self.labels), 3, 8, 8, dtype=torch.uint8) if self.images is None else self.images
+        return TensorDataset(images, self.labels)
+
+    def val_dataset(self) -> TensorDataset | None:
+        if self.val_labels is None:
+            return None
+        return TensorDataset(torch.zeros(len(self.val_labels), 3, 8, 8, dtype=torch.uint8), self.val_labels)
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"val_labels": torch.tensor([0, 1, 2, 0])}, r"^validation item 2 of _ImagesFork has the label 2"),
+        ({"images": torch.rand(8, 3, 8, 8)}, r"are torch.float32 tensors, but vitlit reads uint8 images .* ToTensor"),
+        ({"images": torch.zeros(8, 8, 8, 3, dtype=torch.uint8)}, r"are \(8, 8, 3\), channels last; .*permute"),
+    ],
+    ids=["validation-label", "float-images", "channels-last"],
+)
+def test_a_forks_validation_labels_and_first_image_are_checked_before_the_run(change: dict, said: str) -> None:
+    """The data review: each was a traceback mid-run (the loss's IndexError, the pipeline's ValueError) or the advice
+    to pass --data.in_chans 8, which the next check refused."""
+    data = _ImagesFork(torch.tensor([0, 1] * 4), num_workers=0, val_size=2)
+    for name, value in change.items():
+        setattr(data, name, value)
+    with pytest.raises(ConfigError, match=said):
+        data.setup("fit")
+
+
+class _OptionalTestFork(_TensorFork):
+    """A fork whose test file is optional: without one it hands back the base class's ``test_dataset()``."""
+
+    def test_dataset(self) -> TensorDataset:
+        return super().test_dataset()
+
+
+def test_a_test_dataset_of_none_through_super_is_refused_not_drawn_from_training() -> None:
+    """The data review: fit held nothing out (the method is overridden), and test then held out images it had
+    trained or validated on; predict and prepare were tracebacks."""
+    data = _OptionalTestFork(torch.tensor([0, 1] * 20), num_workers=0, val_size=4)
+    data.setup("fit")
+    for stage in ("test", "predict"):
+        with pytest.raises(ConfigError, match=r"^_OptionalTestFork.test_dataset\(\) returned None, .* remove the"):
+            data.setup(stage)

@@ -288,7 +288,7 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         Unreadable files of the folder are named, one line each, and left out; its items have the class index -1.
         """
         if self._predict_folder is None:
-            return self.test_dataset()
+            return self._own_test_dataset()
         speak = self.trainer is None or self.trainer.is_global_zero
         return self._predict_folder.readable(resized_side(self.img_size, self.crop_pct), speak)
 
@@ -428,11 +428,19 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
         held_out = type(self).test_dataset is ImageClassificationDataModule.test_dataset
         if stage in ("fit", "validate") and self.val_set is None:
             dataset, val_dataset = self.train_dataset(), self.val_dataset()
-            if len(dataset):  # the first image's channels (a PIL image's bands, a tensor's first axis), before a step
-                image = dataset[0][0]
+            if len(dataset):  # the first image's kind and channels (a PIL image's bands, a tensor's first axis)
+                image, name = dataset[0][0], type(self).__name__
+                if isinstance(image, torch.Tensor) and image.dtype != torch.uint8:  # torchvision's ToTensor: floats
+                    raise ConfigError(f"the images of {name} are {image.dtype} tensors, but vitlit reads uint8 images "
+                                      f"(0-255) and scales them itself; drop ToTensor, or return "
+                                      f"(image * 255).round().to(torch.uint8).")  # fmt: skip
                 channels = len(image.getbands()) if hasattr(image, "getbands") else int(image.shape[0])
+                last = image.shape[-1] if isinstance(image, torch.Tensor) and image.ndim == 3 else None  # NumPy's
+                if channels != self.in_chans and last == self.in_chans:
+                    raise ConfigError(f"the images of {name} are {tuple(image.shape)}, channels last; vitlit reads "
+                                      f"(C, H, W): return image.permute(2, 0, 1).")  # fmt: skip
                 if channels != self.in_chans:
-                    raise ConfigError(f"the images of {type(self).__name__} have {channels} channel(s) but in_chans="
+                    raise ConfigError(f"the images of {name} have {channels} channel(s) but in_chans="
                                       f"{self.in_chans}; pass --data.in_chans {channels}.")  # fmt: skip
             self._check_labels(dataset)
             pool = self.held_out_split(len(dataset))[0] if held_out else None  # None: every item
@@ -445,13 +453,27 @@ class ImageClassificationDataModule(LightningDataModule, ABC):
                 self.train_set = self._view(dataset, [pool[i] for i in parts[0]], train=True)
                 self.val_set = self._view(dataset, [pool[i] for i in parts[1]])
             else:
+                self._check_labels(val_dataset, "validation")
                 self.train_set, self.val_set = self._view(dataset, pool, train=True), self._view(val_dataset, None)
         if stage == "test" and self.test_set is None:
-            test = None if held_out else self._check_labels(self.test_dataset(), "test")
+            test = None if held_out else self._check_labels(self._own_test_dataset(), "test")
             self.test_set = self._held_out_test() if test is None else self._view(test, None)
         if stage == "predict" and self.predict_set is None:
             of_test = held_out and self.predict_dir is None  # predict classifies the test split
             self.predict_set = self._held_out_test() if of_test else self._view(self.predict_dataset(), None)
+
+    def _own_test_dataset(self) -> Dataset:
+        """The subclass's ``test_dataset()``; ``None`` (the base's, through ``super()``) is refused in one line.
+
+        Whether a fit holds a test split out of training is decided by the override alone: a ``None`` here would
+        test on images the fit trained or validated on.
+        """
+        dataset = self.test_dataset()
+        if dataset is None:
+            raise ConfigError(f"{type(self).__name__}.test_dataset() returned None, but a data module that overrides "
+                              f"it holds no test split out of training; return a dataset, or remove the override to "
+                              f"hold one out (--data.test_size).")  # fmt: skip
+        return dataset
 
     def _held_out_test(self) -> TransformedSubset:
         """The test split `setup` holds out of the training set (`held_out_split`)."""

@@ -145,7 +145,8 @@ def unlabelled_test(data: ImageClassificationDataModule) -> int:
     """
     if not data.has_test_split or type(data).test_dataset is ImageClassificationDataModule.test_dataset:
         return 0
-    targets = data.targets_of(data.test_dataset())
+    test = data.test_dataset()  # None (the base's, through super()) is refused by setup("test")
+    targets = [] if test is None else data.targets_of(test)
     return len(targets) if len(targets) and all(target == -1 for target in targets) else 0
 
 
