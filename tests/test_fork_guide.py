@@ -183,6 +183,8 @@ def test_labels_csv_data_trains_on_both_paths(source: str, tmp_path: Path) -> No
         ("filename,label\nimg/0.png,cat\nimg/1.png,\nimg/2.png,dog\n", ["line 3", "label"]),
         ("filename,label\nimg/0.png,cat\nimg/loop.png,dog\n", ["'img/loop.png'", "inside"]),
         ("image,class\nimg/0.png,cat\n", ["--data.filename_column", "--data.label_column"]),
+        # The optional column spelt otherwise: its test and val rows trained without a word (the data review).
+        ("filename,label,Split\nimg/0.png,cat,test\nimg/1.png,dog,\n", ["'split'", "'Split'", "--data.split_column"]),
     ],
     ids=[
         "one-class",
@@ -197,6 +199,7 @@ def test_labels_csv_data_trains_on_both_paths(source: str, tmp_path: Path) -> No
         "empty-label",
         "symlink-loop",
         "other-column-names",
+        "split-column-spelt-otherwise",
     ],
 )
 def test_a_bad_labels_csv_is_one_line(table: str, carried: list[str], tmp_path: Path) -> None:
@@ -224,6 +227,10 @@ def test_a_labels_csv_is_checked_row_by_row_and_columns_can_be_named(
     (root / "labels.csv").write_text("image,class\nimg/0.png,cat\nimg/1.png,dog\nimg/2.png,dog\n")
     data = CSVImageDataModule(root=root, filename_column="image", label_column="class", val_size=1)
     assert data.class_names == ["cat", "dog"]
+    with pytest.raises(ConfigError, match=r"no column 'fold' \(--data.split_column\)"):  # named, so it is needed
+        _ = CSVImageDataModule(
+            root=root, filename_column="image", label_column="class", split_column="fold"
+        ).class_names
     # A spreadsheet's empty cell may hold a space: the split is then train, as for an empty one (was the split '').
     (root / "labels.csv").write_text("filename,label,split\nimg/0.png,cat, \nimg/1.png,dog,\nimg/2.png,dog,val\n")
     assert CSVImageDataModule(root=root).class_names == ["cat", "dog"]

@@ -76,6 +76,15 @@ class CSVImageDataModule(ItemTableDataModule):
                         f"{path} has columns {columns}; it needs {name} and {label_key} ({split_key} is "
                         f"optional), or name yours with --data.filename_column and --data.label_column."
                     )
+                # An optional column spelt otherwise ("Split") would make every row a training row without a word.
+                near = [c for c in reader.fieldnames if c.strip().casefold() == split_key.strip().casefold()]
+                if split_key not in reader.fieldnames and near:
+                    raise ConfigError(f"{path} has no column {split_key!r} but has {near[0]!r}, whose rows would "
+                                      f"all train; pass --data.split_column {near[0]!r}, or rename it "
+                                      f"{split_key}.")  # fmt: skip
+                if split_key not in reader.fieldnames and split_key != "split":  # named on purpose, so it is needed
+                    raise ConfigError(f"{path} has no column {split_key!r} (--data.split_column); give a column the "
+                                      f"table has, or leave the flag out to train on every row.")  # fmt: skip
                 for row in reader:
                     n = reader.line_num  # the line an editor shows (a quoted field may span lines: its last)
                     file, label = (row.get(name) or "").strip(), (row.get(label_key) or "").strip()
