@@ -280,3 +280,27 @@ def test_an_image_column_of_file_paths_is_one_line_about_the_column(tmp_path: Pa
     pq.write_table(table, tmp_path / "paths.parquet")
     with pytest.raises(ConfigError, match=r"the image column 'image' holds text \(file paths\?\), not images"):
         _ = HFDataModule(str(tmp_path / "paths.parquet")).class_names
+
+
+def test_a_test_file_without_the_label_column_is_unlabelled_for_predict_and_refused_by_test(tmp_path: Path) -> None:
+    """A Kaggle-style test file of images only: datasets fills the missing label column with None, which fit refused
+    as a missing label (the data review); it is an unlabelled test split, as -1 is."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from helpers.hf import digits_rows
+
+    from vitlit.data.hf import HFDataModule
+    from vitlit.errors import ConfigError
+
+    images, targets = digits_rows(40)
+    labelled = pa.table({"image": [im["bytes"] for im in images[:30]], "label": [f"d{t % 2}" for t in targets[:30]]})
+    pq.write_table(labelled, tmp_path / "train-00000-of-00001.parquet")
+    pq.write_table(pa.table({"image": [im["bytes"] for im in images[30:]]}), tmp_path / "test-00000-of-00001.parquet")
+    data = HFDataModule(str(tmp_path), img_size=16, num_workers=0, val_size=4)
+    assert data.class_names == ["d0", "d1"]
+    data.setup("fit")
+    assert len(data.train_set) + len(data.val_set) == 30  # the test file is not carved from, nor trained on
+    data.setup("predict")
+    assert len(data.predict_set) == 10
+    with pytest.raises(ConfigError, match=r"the test split has no labels \(its 10 rows are unlabelled"):
+        data.setup("test")

@@ -428,6 +428,9 @@ class HFDataModule(ItemTableDataModule):
         lookup = {}
         by_name = (lambda v: isinstance(v, int) and 0 <= v < len(own)) if own is not None else lambda v: False
         for value in set(labels):  # each value once: a million rows hold a few labels
+            if value is None and role == "test":  # a test file without the label column (datasets fills in None)
+                lookup[value] = -1  # unlabelled, as the hub marks it: predict reads the split, test refuses it
+                continue
             target = named.get(own[value]) if by_name(value) else self._index.get(value)
             if target is None and (value is None or isinstance(value, str)):  # "3 " is the class "3"
                 target = named.get(self._name(value, role, labels))
