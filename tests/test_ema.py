@@ -124,13 +124,13 @@ def test_epoch_updates_are_validated_as_saved_and_a_stop_in_validation_saves_the
     monkeypatch.setenv("VITLIT_TEST_KILL", "1")
     weights = _Weights()
     args = ["fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path,
-            "--trainer.max_epochs", "3", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "1",
+            "--trainer.max_epochs", "3", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "2",
             "--trainer.callbacks+=vitlit.runs.ema.EMA", "--trainer.callbacks.decay", "0.5",
             "--trainer.callbacks.update_every_n_steps", "0", "--trainer.callbacks.update_starting_at_epoch", "0",
-            "--trainer.callbacks+=helpers.kill.SignalInValidation", "--trainer.callbacks.epoch", "1",
             "--model.scheduler.init_args.warmup_steps", "0"]  # fmt: skip
+    kill = ["--trainer.callbacks+=helpers.kill.SignalInValidation", "--trainer.callbacks.epoch", "1"]
     with pytest.raises(SystemExit):
-        main([str(a) for a in args], callbacks=[weights])
+        main([str(a) for a in [*args, *kill]], callbacks=[weights])
     checkpoints = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
     best = torch.load(next(checkpoints.glob("epoch000-*.ckpt")), weights_only=True)
     assert all(torch.equal(best["state_dict"][k], v) for k, v in weights.validated[0].items())
@@ -138,6 +138,11 @@ def test_epoch_updates_are_validated_as_saved_and_a_stop_in_validation_saves_the
     assert last["epoch"] == 1 and 1 in weights.validated
     assert all(torch.equal(last["current_model_state"][k], v) for k, v in weights.trained.items())
     assert not all(torch.equal(last["state_dict"][k], v) for k, v in weights.trained.items())
+    # Its resume updates the average once an epoch, as the run without the stop: Lightning's state keeps the step of
+    # the latest update, not its epoch, and epoch 1's update was made again at its end (the runs review's).
+    assert last["averaging_state"]["n_averaged"] == 2
+    main([str(a) for a in [*args, "--ckpt_path", "last"]])
+    assert torch.load(checkpoints / "last.ckpt", weights_only=True)["averaging_state"]["n_averaged"] == 3
 
 
 def test_a_run_without_the_ema_never_continues_one_with_it(

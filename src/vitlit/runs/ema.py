@@ -93,6 +93,18 @@ class EMA(EMAWeightAveraging):
         self._follow_until_first_update(pl_module)
         super().on_train_end(trainer, pl_module)
 
+    def state_dict(self) -> dict[str, Any]:
+        """Lightning's state, and the epoch of the latest update.
+
+        Lightning keeps the step of the latest update only: a run stopped in an epoch's validation, its epoch update
+        made at the last batch, updated the average again at that epoch's end on its resume.
+        """
+        return {**super().state_dict(), "latest_update_epoch": self._latest_update_epoch}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._latest_update_epoch = int(state_dict.get("latest_update_epoch", -1))  # -1: written before it was kept
+
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         # ModelCheckpoint saves last.ckpt on the way out after this hook (Lightning calls checkpoint callbacks last).
         if self._swapped:
