@@ -52,8 +52,8 @@ def test_the_search_stops_at_the_training_split_and_the_rate_schedule_and_config
     assert saved["data"]["init_args"]["batch_size"] == 1024
     assert saved["model"]["init_args"]["optimizer"]["init_args"]["lr"] == pytest.approx(2e-3 * 16)
     assert (
-        f"vitlit: batch size 1024 (was 64; at most {images:,}, 1 steps an epoch of the {images:,} training images); "
-        "learning rate x16 (linear)" in capsys.readouterr().err
+        f"vitlit: batch size 1024 (was 64; at most {images:,}, 1 optimizer steps an epoch of the {images:,} training "
+        "images); learning rate x16 (linear)" in capsys.readouterr().err
     )
 
 
@@ -75,6 +75,14 @@ def test_the_search_keeps_steps_in_an_epoch_and_bounds_the_learning_rate(
     assert cli.trainer.lr_scheduler_configs[0].scheduler.base_lrs[0] == pytest.approx(2e-3 * 4)  # x8 bounded at 4
     said_with(capsys.readouterr().err, "learning rate", "x4", "x8", "max_lr_scale")
     assert not [r for r in caplog.records if "batch size finder" in r.getMessage()]  # one line says the batch
+    # Under accumulation a step takes several batches: the epoch keeps min_steps optimizer steps (was 5 of 10).
+    cli = run_cli(
+        "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.source", "memory", "--data.batch_size",
+        "8", "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch", "--trainer.callbacks.steps_per_trial", "1",
+        "--trainer.accumulate_grad_batches", "4", "--trainer.max_epochs", "1", "--trainer.limit_val_batches", "1",
+        "--trainer.default_root_dir", tmp_path,
+    )  # fmt: skip
+    assert cli.datamodule.batch_size == 16 and cli.trainer.global_step >= 10  # 32 x 4 x 10 > 1,213
 
 
 def test_lightnings_finder_alone_is_refused_for_what_it_leaves_behind(
@@ -175,6 +183,10 @@ def test_a_resume_of_a_searched_run_keeps_its_training_state_and_its_batch(
     assert (start.step, resumed.trainer.global_step) == (steps, 2 * steps) and start.moments > 0
     assert resumed.datamodule.batch_size == 32 and resumed.trainer.optimizers[0].defaults["lr"] == pytest.approx(lr)
     assert "vitlit: a resume trains at batch size 32 (the one its run chose)" in capsys.readouterr().err
+    # The resume's saved config says what it trained at, as the first run's does: its summary's commands name it.
+    saved = yaml.safe_load((Path(resumed.trainer.log_dir) / "config.resume-1.yaml").read_text())
+    assert saved["data"]["init_args"]["batch_size"] == 32
+    assert saved["model"]["init_args"]["optimizer"]["init_args"]["lr"] == pytest.approx(lr)
 
 
 def test_a_resume_takes_the_default_rate_its_run_ended_at_whatever_the_flags_say(

@@ -120,6 +120,8 @@ class BatchSizeSearch(BatchSizeFinder):
         for optimizer, lr in zip(trainer.optimizers, self.default_lrs, strict=False):
             if lr is not None:
                 optimizer.defaults["lr"] = lr
+        if self.chosen is not None:  # the resume's own saved config holds the flags: the batch and rate it trains at
+            self._save(trainer, self.chosen, next(iter(self.default_lrs), None))
         if trainer.is_global_zero:
             said = "the one its run chose" if self.chosen is not None else "as given: its checkpoint names none"
             say(f"vitlit: a resume trains at batch size {self.chosen or given} ({said}); BatchSizeSearch searches a "
@@ -135,7 +137,9 @@ class BatchSizeSearch(BatchSizeFinder):
     def scale_batch_size(self, trainer: Trainer, pl_module: LightningModule) -> None:
         data = trainer.datamodule
         before, images = int(data.batch_size), len(data.train_set)
-        largest = min(self.max_val, images // self.min_steps)  # an epoch keeps min_steps steps
+        # An epoch keeps min_steps optimizer steps: each takes a batch from every process, every accumulated one.
+        per_step = trainer.accumulate_grad_batches * trainer.world_size
+        largest = min(self.max_val, images // (self.min_steps * per_step))
         if self.init_val > largest:
             fix = ("a smaller --trainer.callbacks.init_val" if largest >= 1 else
                    f"a smaller --trainer.callbacks.min_steps (at most {images:,}), more images")  # fmt: skip
@@ -175,22 +179,22 @@ class BatchSizeSearch(BatchSizeFinder):
             schedule.base_lrs = [lr * factor for lr in schedule.base_lrs]
             if steps is not None and callable(getattr(schedule, "set_total_steps", None)):
                 note = schedule.set_total_steps(steps)
-        saved = self._save(trainer, chosen, factor)
+        saved = self._save(trainer, chosen, next(iter(self.default_lrs), None))
         if trainer.is_global_zero:
             rate = (
                 f"x{factor:.3g} ({self.lr_scaling}{f', x{rule:.3g} bounded by max_lr_scale' if rule != factor else ''})"
             )
             where = f"; saved in {saved}" if saved else ""
-            say(f"vitlit: batch size {chosen} (was {before}; at most {largest:,}, {self.min_steps} steps an epoch of "
-                f"the {images:,} training images); learning rate {rate}; {steps or 'unbounded'} optimizer "
+            say(f"vitlit: batch size {chosen} (was {before}; at most {largest:,}, {self.min_steps} optimizer steps an "
+                f"epoch of the {images:,} training images); learning rate {rate}; {steps or 'unbounded'} optimizer "
                 f"steps{where}", error=True)  # fmt: skip
             if note:
                 say(f"vitlit: {note}", error=True)
 
     @staticmethod
-    def _save(trainer: Trainer, chosen: int, factor: float) -> Path | None:
-        """Write the batch and the learning rate into the run's saved config; return its path (None: no config)."""
-        if trainer.log_dir is None or not trainer.is_global_zero:
+    def _save(trainer: Trainer, chosen: int, lr: float | None) -> Path | None:
+        """Write the batch and the learning rate (``None``: as it is) into the run's saved config; return its path."""
+        if getattr(trainer, "log_dir", None) is None or not trainer.is_global_zero:
             return None
         path = saved_config(trainer, Path(trainer.log_dir))
         if not path.is_file():
@@ -198,7 +202,7 @@ class BatchSizeSearch(BatchSizeFinder):
         config = yaml.safe_load(path.read_text(encoding="utf-8"))
         config["data"]["init_args"]["batch_size"] = chosen
         optimizer = ((config.get("model") or {}).get("init_args") or {}).get("optimizer") or {}
-        if isinstance(optimizer, dict) and "lr" in (optimizer.get("init_args") or {}):
-            optimizer["init_args"]["lr"] = float(optimizer["init_args"]["lr"]) * factor
+        if lr is not None and isinstance(optimizer, dict) and "lr" in (optimizer.get("init_args") or {}):
+            optimizer["init_args"]["lr"] = lr
         write_atomically(path, yaml.safe_dump(config, sort_keys=False))
         return path
