@@ -61,11 +61,21 @@ def test_a_budgeted_run_ends_with_the_budget_at_its_learning_rate_floor(
     err = capsys.readouterr().err
     assert "vitlit: budget 0:00:10: about " in err and "the learning-rate schedule ends with it" in err
     assert re.search(r"vitlit: budget: 0:00:10 spent of 0:00:10; ended at step", err)
-    card = json.loads((Path(trainer.logger.log_dir) / "run_card.json").read_text())["time_budget"]
+    whole = json.loads((Path(trainer.logger.log_dir) / "run_card.json").read_text())
+    card = whole["time_budget"]
     assert card["budget_seconds"] == 10 and card["steps"] == trainer.global_step
     assert card["planned_steps"] == schedule.total_steps and card["end_lr_of_peak"] == pytest.approx(
         lr / schedule.base_lrs[0], abs=1e-4
     )
+    # The card's schedule is the one the run took (the runs review's: it kept the 1000 epochs' plan).
+    assert whole["resolved"]["planned_steps"] == schedule.total_steps
+    assert whole["resolved"]["warmup_steps"] == schedule.warmup_steps
+    if every == "5":  # its resume with more budget sizes the schedule again: no line says the old one is kept
+        last = Path(trainer.logger.log_dir) / "checkpoints" / "last.ckpt"
+        _budgeted(digits_dir, tmp_path, clock, "00:00:00:12", "--trainer.callbacks.every_n_steps", every,
+                  "--ckpt_path", last)  # fmt: skip
+        err = capsys.readouterr().err
+        assert "with 0:00:02 of the budget left" in err and "schedule of the checkpoint's run" not in err, err[-2000:]
 
 
 def test_the_budgets_closing_rate_is_each_groups_share_of_its_own_peak_under_layer_decay(

@@ -229,6 +229,10 @@ def test_skip_trains_without_them_and_lists_them(tmp_path: Path, caplog: pytest.
     assert scalars["data/skipped_images"] == [(0, float(len(BAD_FILES)))]
     assert "hp_metric" not in scalars  # issue 36, stumble 15: TensorBoard's placeholder -1 is not logged
     assert len(cli.datamodule.train_set) + len(cli.datamodule.val_set) == 24
+    # Its resume, a new process whose count starts afresh, lists none of them again (the runs review's: twice).
+    run_cli("fit", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt",
+            "--trainer.max_epochs", "2")  # fmt: skip
+    assert (run / "skipped_images.txt").read_text().splitlines() == listed
 
 
 def test_a_symlink_loop_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

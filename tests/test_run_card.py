@@ -81,6 +81,14 @@ def test_a_fit_writes_its_card_and_a_test_of_its_checkpoint_completes_it(digits_
     # Nor is a test that prepares its images otherwise (a review's: the timm model card published it).
     run_cli("test", "--config", run / "config.yaml", "--ckpt_path", best, "--data.crop_pct", "0.5")
     assert _card(run) == after
+    # Its resume keeps each file's test accuracy, with the file's stamp, but not the latest test's line, nor the
+    # signal that stopped it (the runs review's: a finished run said SIGTERM, and last.ckpt's old accuracy).
+    (run / "run_card.json").write_text(json.dumps({**after, "signal": "SIGTERM"}))
+    run_cli("fit", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt",
+            "--trainer.max_epochs", "3")  # fmt: skip
+    resumed = _card(run)
+    assert resumed["exit_reason"] == "finished" and "signal" not in resumed and "test_checkpoint" not in resumed
+    assert resumed["test_acc"] is None and resumed["test_acc_by_checkpoint"] == after["test_acc_by_checkpoint"]
 
 
 def test_a_card_has_the_speed_monitors_figure_and_the_files_modes_of_any_file(digits_dir: Path, tmp_path: Path) -> None:

@@ -101,6 +101,9 @@ class TimeBudget(Callback):
                       f"{getattr(schedule, 'min_lr_ratio', 0):g})")  # fmt: skip
         card = next((c.card for c in trainer.callbacks if isinstance(c, RunCard) and c.card), None)
         if card is not None:  # RunCard writes it when the fit ends, after this hook
+            # The schedule the run took is this one, sized here after the card first recorded the configured one.
+            card.setdefault("resolved", {}).update(planned_steps=schedule.total_steps,
+                                                   warmup_steps=getattr(schedule, "warmup_steps", None))  # fmt: skip
             card["time_budget"] = {"budget_seconds": round(budget, 1), "spent_seconds": round(spent, 1),
                                    "planned_steps": schedule.total_steps, "steps": trainer.global_step,
                                    "end_lr_of_peak": round(lr / peak, 4)}  # fmt: skip

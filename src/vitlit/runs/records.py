@@ -90,8 +90,11 @@ class RunCard(Callback):
             return
         self.run_dir, self._started = Path(trainer.logger.log_dir), time.monotonic()
         earlier = {}
-        if trainer.ckpt_path:  # a resume: its card goes on
-            earlier = read_card(self.run_dir)
+        if trainer.ckpt_path:  # a resume: its card goes on, but for what this fit ends or rewrites
+            # The signal that stopped it, and the latest test's line (the file tested may be rewritten, last.ckpt;
+            # each file's accuracy stays below its size and time, `record_test`).
+            ended = ("signal", "test_acc", "test_checkpoint")
+            earlier = {k: v for k, v in read_card(self.run_dir).items() if k not in ended}
         self._wall_before = float(earlier.get("wall_seconds") or 0.0)
         batch = getattr(trainer.datamodule, "batch_size", 0) or 0
         root = trainer.strategy.root_device
@@ -299,9 +302,13 @@ class SkippedImages(Callback):
             return
         where = Path(trainer.log_dir)
         where.mkdir(parents=True, exist_ok=True)
-        with (where / "skipped_images.txt").open("a") as f:
-            # One line per file: a name's newlines, tabs and terminal escapes are written as escapes.
-            f.writelines(f"{shown(bad.path)}\t{shown(bad.problem)}\n" for bad in skipped[self.listed :])
+        listed = where / "skipped_images.txt"
+        # One line per file: a name's newlines, tabs and terminal escapes are written as escapes. A resume's process
+        # starts its count afresh: the lines its run wrote are not written again.
+        lines = [f"{shown(bad.path)}\t{shown(bad.problem)}\n" for bad in skipped[self.listed :]]
+        there = set(listed.read_text(encoding="utf-8").splitlines(keepends=True)) if listed.is_file() else set()
+        with listed.open("a", encoding="utf-8") as f:
+            f.writelines(line for line in lines if line not in there)
         self.listed = len(skipped)
         for logger in trainer.loggers:
             logger.log_metrics({"data/skipped_images": float(len(skipped))}, step=0)
