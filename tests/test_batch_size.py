@@ -116,8 +116,14 @@ def test_a_search_on_too_few_images_names_what_to_lower(tmp_path: Path, capsys: 
     line = refused(capsys, "fit", "--config", DIGITS_CONFIG, "--data.root", tmp_path / "data", "--data.val_size",
                    "3", "--data.test_size", "1", "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch",
                    "--trainer.callbacks.init_val", "1", "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
-    assert "init_val=1 leaves the 5 training images" in line and "--trainer.callbacks.min_steps" in line, line
+    assert "init_val=1 leaves the 5 training images" in line and "--trainer.callbacks.min_steps (at most 5)" in line
     assert "smaller --trainer.callbacks.init_val" not in line
+    # Under accumulation an optimizer step takes 2 batches: at most 2 such steps (the diff's read: it said 5).
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, "--data.root", tmp_path / "data", "--data.val_size",
+                   "3", "--data.test_size", "1", "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch",
+                   "--trainer.callbacks.init_val", "1", "--trainer.callbacks.min_steps", "3", "--trainer"
+                   ".accumulate_grad_batches", "2", "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    assert "min_steps=3 optimizer steps" in line and "--trainer.callbacks.min_steps (at most 2)" in line, line
 
 
 @pytest.mark.part("regularize")

@@ -249,11 +249,15 @@ def test_a_run_copied_without_its_data_predicts_a_folder_with_its_checkpoints_cl
     assert sorted(row["source"] for row in rows) == sorted(map(str, good))
     assert {f"p_{d}" for d in range(10)} <= set(rows[0]) and all(row["predicted"] in "0123456789" for row in rows)
     checkpoint = torch.load(digits_run / "checkpoints" / "last.ckpt", weights_only=True)
-    checkpoint["hyper_parameters"]["class_names"] = list(range(10))  # numbers, not names
+    checkpoint["hyper_parameters"]["class_names"] = tuple(str(d) for d in range(10))  # a fork's tuple: fine
+    torch.save(checkpoint, tmp_path / "tuple.ckpt")
+    run_cli("predict", "--config", digits_run / "config.yaml", "--ckpt_path", tmp_path / "tuple.ckpt",
+            "--data.predict_dir", tmp_path / "inbox", *gone)  # fmt: skip
+    checkpoint["hyper_parameters"]["class_names"] = [str(d) for d in range(9)]  # one name short
     torch.save(checkpoint, tmp_path / "odd.ckpt")
     with pytest.raises(SystemExit) as exit_info:
         run_cli("predict", "--config", digits_run / "config.yaml", "--ckpt_path", tmp_path / "odd.ckpt",
                 "--data.predict_dir", tmp_path / "inbox", *gone)  # fmt: skip
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert exit_info.value.code == 2 and line.startswith("vitlit: error: checkpoint ") and "class_names" in line, line
-    assert len(list((tmp_path / "out").rglob("predictions.csv"))) == 1  # the first predict's only
+    assert len(list((tmp_path / "out").rglob("predictions.csv"))) == 2  # the first two predicts' only

@@ -91,10 +91,12 @@ def class_names_of(path: str | Path, weights_only: bool | None = True) -> list[s
     names, count = hp.get("class_names"), hp.get("num_classes")
     if names is None:
         return None
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or len(names) != count:
+    # As a fork's data module gave them (a tuple, integers): the model compares them with the checkpoint's as they are.
+    named = isinstance(names, list | tuple) and all(isinstance(n, str | int) and not isinstance(n, bool) for n in names)
+    if not named or len(names) != count:
         raise ConfigError(f"checkpoint {path} has class_names that are not a list of num_classes={count!r} names; "
                           f"use a checkpoint written by vitlit fit.")  # fmt: skip
-    return names
+    return list(names)
 
 
 def refuse_compressed(path: Path, what: str) -> bytes:

@@ -291,7 +291,7 @@ class VitLitCLI(LightningCLI):
                             *((k, f"input_{k}") for k in ("mean", "std", "crop_pct", "interpolation"))):  # fmt: skip
             parser.link_arguments(f"data.{key}", f"model.init_args.{target}", apply_on="instantiate")
         parser.link_arguments("data", "model.init_args.class_names", self.classes, apply_on="instantiate")
-        parser.link_arguments("data", "model.init_args.num_classes", lambda d: len(self.classes(d)), "instantiate")
+        parser.link_arguments("data", "model.init_args.num_classes", self.class_count, apply_on="instantiate")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """Parse, check the run's settings as a whole (`check_run`), and resolve its nulls and relative paths."""
@@ -323,6 +323,10 @@ class VitLitCLI(LightningCLI):
         its data, classifies new images with the classes it was trained on.
         """
         return data.class_names if self._checkpoint_classes is None else self._checkpoint_classes
+
+    def class_count(self, data: ImageClassificationDataModule) -> int:
+        """The model's ``num_classes``: as many as `classes` names."""
+        return len(self.classes(data))
 
     def instantiate_classes(self) -> None:
         """Build the configured classes; one whose constructor refuses its arguments is a user error, in one line."""

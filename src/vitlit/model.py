@@ -29,7 +29,7 @@ class ViTClassifier(LightningModule):
 
     Args:
         model_name: timm model name, e.g. ``vit_tiny_patch16_224`` or ``vit_base_patch16_224.augreg_in21k``.
-        num_classes: Number of classes (linked from ``data.num_classes``).
+        num_classes: Number of classes (linked from the data's class names: `vitlit.cli.VitLitCLI.classes`).
         img_size: Input image side in pixels (linked from ``data.img_size``); must be divisible by the patch size.
         in_chans: Input channels (linked from ``data.in_chans``). With pretrained weights of another channel count
             timm adapts the patch embedding (summed for 1 channel, repeated and rescaled for more).
@@ -53,9 +53,9 @@ class ViTClassifier(LightningModule):
             ``None``: cross-entropy with ``label_smoothing``.
         layer_decay: Layer-wise learning-rate decay for fine-tuning (e.g. 0.75): block ``i`` of ``n`` learns at
             ``lr * layer_decay ** (n + 1 - i)``, the head at ``lr``. ``None`` trains all layers at one rate.
-        class_names: Name of each class in index order (linked from ``data.class_names``). Stored in checkpoints, so
-            that evaluating on data whose classes differ is refused and predictions are labelled with the names
-            the model learned.
+        class_names: Name of each class in index order (linked from ``data.class_names``; a predict of new images
+            from a checkpoint takes the checkpoint's). Stored in checkpoints, so that evaluating on data whose
+            classes differ is refused and predictions are labelled with the names the model learned.
         input_mean: Per-channel mean the images are normalised with (linked from ``data.mean``). Not used by
             ``forward`` (the data module normalises); kept in checkpoints so that an exported or served model
             prepares new images exactly as in training.

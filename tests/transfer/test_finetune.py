@@ -184,6 +184,11 @@ def test_stages_follow_timms_layer_order_top_down() -> None:
     layers = backbone_layers(pooled)
     assert len(layers) == len(pooled.blocks) and "fc_norm.weight" in layers[0]
     assert {n.split(".")[1] for n in layers[0] if n.startswith("blocks.")} == {str(len(pooled.blocks) - 1)}
+    # A run saved before goes on with the stages it started with: its resume unfreezes the blocks it would have.
+    schedule, module = FreezeSchedule([1, 2], blocks_per_stage=1), SimpleNamespace(net=pooled)
+    assert schedule._stages(module)[0] == layers[0] and schedule.state_dict()["norm_with_top"] is True
+    schedule.load_state_dict({"stages_done": 1, "internal_optimizer_metadata": {}})  # no norm_with_top: before
+    assert schedule._stages(module)[0] == ["fc_norm.weight", "fc_norm.bias"] and len(schedule._stages(module)) == 15
 
 
 def test_param_groups_of_a_stage_split_decay_and_keep_layer_scale() -> None:

@@ -141,10 +141,11 @@ class BatchSizeSearch(BatchSizeFinder):
         per_step = trainer.accumulate_grad_batches * trainer.world_size
         largest = min(self.max_val, images // (self.min_steps * per_step))
         if self.init_val > largest:
+            most = images // per_step
             fix = ("a smaller --trainer.callbacks.init_val" if largest >= 1 else
-                   f"a smaller --trainer.callbacks.min_steps (at most {images:,}), more images")  # fmt: skip
+                   f"a smaller --trainer.callbacks.min_steps (at most {most:,}), more images")  # fmt: skip
             raise ConfigError(f"BatchSizeSearch init_val={self.init_val} leaves the {images:,} training images fewer "
-                              f"than min_steps={self.min_steps} steps an epoch; give {fix}, or drop the "
+                              f"than min_steps={self.min_steps} optimizer steps an epoch; give {fix}, or drop the "
                               f"search.")  # fmt: skip
         # Mixup/CutMix mix images in pairs: every size tried must be even. Doubling an even size keeps it even; a
         # binary search's midpoints do not.

@@ -38,14 +38,15 @@ def head_parameter_names(net: nn.Module) -> set[str]:
     return {name for name, p in net.named_parameters() if id(p) in ids}
 
 
-def backbone_layers(net: nn.Module) -> list[list[str]]:
+def backbone_layers(net: nn.Module, norm_with_top: bool = True) -> list[list[str]]:
     """The backbone's parameter names as timm orders its layers, top first, for unfreezing stage by stage.
 
     timm's ``group_matcher`` puts each block in a layer and the final norm with the top block; the embeddings (patch,
     position, class token) form the bottom layer, which joins the block above it here: training the embeddings
     without any block is never what a schedule means. A top layer that is a norm alone (the pooled models' ``fc_norm``,
-    which timm leaves in a layer of its own) joins the top block, so that every stage counts blocks. The head is not
-    part of the backbone.
+    which timm leaves in a layer of its own) joins the top block, so that every stage counts blocks; ``norm_with_top``
+    ``False`` leaves it a stage of its own, as runs saved before this rule staged it. The head is not part of the
+    backbone.
     """
     matcher = getattr(net, "group_matcher", None)
     if not callable(matcher) or not callable(getattr(net, "get_classifier", None)):
@@ -59,7 +60,7 @@ def backbone_layers(net: nn.Module) -> list[list[str]]:
     if len(layers) > 1:
         layers[-2:] = [layers[-2] + layers[-1]]
     shapes = dict(net.named_parameters())
-    if len(layers) > 1 and all(shapes[name].ndim == 1 for name in layers[0]):  # a norm's weight and bias: no block
+    if norm_with_top and len(layers) > 1 and all(shapes[name].ndim == 1 for name in layers[0]):  # a norm: no block
         layers[:2] = [layers[0] + layers[1]]
     return layers
 
@@ -97,6 +98,9 @@ class FreezeSchedule(BaseFinetuning):
         self.lr_factor = float(lr_factor)
         self.stages_done = 0
         self.resumed = False  # set when Lightning hands this callback a checkpoint's state
+        # A pooled model's fc_norm goes with the top block (`backbone_layers`); a run saved before it did goes on with
+        # its own stages (its checkpoint lacks this key), so that its resume unfreezes the blocks it would have.
+        self.norm_with_top = True
         if any(b <= a for a, b in zip(self.unfreeze_at_epochs, self.unfreeze_at_epochs[1:], strict=False)):
             raise ConfigError(
                 f"FreezeSchedule unfreeze_at_epochs={self.unfreeze_at_epochs} must increase; list each stage's epoch "
@@ -208,18 +212,19 @@ class FreezeSchedule(BaseFinetuning):
             )
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "stages_done": self.stages_done}
+        return {**super().state_dict(), "stages_done": self.stages_done, "norm_with_top": self.norm_with_top}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.stages_done = int(state_dict.get("stages_done", 0))
+        self.norm_with_top = bool(state_dict.get("norm_with_top", False))
         self.resumed = True
-        super().load_state_dict({k: v for k, v in state_dict.items() if k != "stages_done"})
+        super().load_state_dict({k: v for k, v in state_dict.items() if k not in ("stages_done", "norm_with_top")})
 
     # -- helpers ----------------------------------------------------------------------------------------------------
 
     def _stages(self, pl_module: LightningModule) -> list[list[str]]:
         """The parameter names each stage unfreezes, top stage first."""
-        layers = backbone_layers(pl_module.net)
+        layers = backbone_layers(pl_module.net, self.norm_with_top)
         if self.blocks_per_stage is None:
             return [[name for layer in layers for name in layer]]
         n = self.blocks_per_stage
