@@ -31,7 +31,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from vitlit.cli import VitLitCLI
 from vitlit.errors import TrainingHalted
 from vitlit.exits import STOP
-from vitlit.run_dir import LOCK, Placed, allocate_version
+from vitlit.run_dir import LOCK, Placed, allocate_version, checkpoint_stamps
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +133,15 @@ def test_a_refused_resume_removes_only_its_own_files_beside_the_config(tmp_path:
     discard(placed)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
         "config.yaml", "test", "test/version_0", "test/version_0/predictions.csv"]  # fmt: skip
+    # A resume that saved a checkpoint before its error (an image damaged mid-run, a full disk) keeps its config and
+    # curves: they say how that checkpoint was trained (the CLI read's: they were removed, the checkpoint kept).
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"step 16")
+    placed = Placed(tmp_path, None, (), frozenset(tmp_path.iterdir()), checkpoint_stamps(tmp_path))
+    (tmp_path / "config.resume-1.yaml").write_text("seed_everything: 42\n")
+    os.utime(tmp_path / "checkpoints" / "last.ckpt", ns=(1, 2))  # rewritten by the resume: another time
+    discard(placed)
+    assert (tmp_path / "config.resume-1.yaml").is_file()
 
 
 def test_resuming_from_an_older_checkpoint_continues_in_a_new_run(

@@ -38,7 +38,7 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit.errors import NO_SPACE, PATH_REFUSED, CheckFailed, ConfigError, TrainingHalted
-from vitlit.run_dir import saved_config
+from vitlit.run_dir import checkpoint_stamps, saved_config
 from vitlit.text import stream_gone, tell
 
 #: The signal that stopped this process's fit (``signal_name``, e.g. ``SIGINT``), ``None`` while none has; set by
@@ -204,11 +204,14 @@ def discard(placed: Any) -> None:
     For a user error found once the folder was made (an image that cannot be read, met at the data's setup), so a
     refused run leaves nothing; a folder that holds a checkpoint, or another run's files meanwhile, is kept. A refused
     resume removes the files it added beside the run's config (its ``config.resume-K.yaml``, a logger's new event
-    file); the run's sub-folders (checkpoints, an evaluation's output) are left as they are.
+    file), unless it saved a checkpoint: then its config and curves say how that was trained. The run's sub-folders
+    (checkpoints, an evaluation's output) are left as they are.
     """
     if placed is None:
         return
     if not placed.made:  # a resume
+        if checkpoint_stamps(placed.run_dir) - placed.saved:  # it trained and saved: what it wrote stays
+            return
         for path in set(placed.run_dir.iterdir()) - placed.existed if placed.existed else ():
             if path.is_file() and not path.is_symlink():
                 with contextlib.suppress(OSError):

@@ -105,6 +105,12 @@ class Placed(NamedTuple):
     lock: int | None
     made: tuple[Path, ...]  # the run's folder and those above it that did not exist, deepest first; () for a resume
     existed: frozenset[Path] = frozenset()  # a resume: what the run's folder held before it (not its sub-folders)
+    saved: frozenset[tuple[str, int]] = frozenset()  # a resume: its run's checkpoints before it (`checkpoint_stamps`)
+
+
+def checkpoint_stamps(run_dir: Path) -> frozenset[tuple[str, int]]:
+    """Each checkpoint of ``run_dir`` with its modification time: what tells whether a resume saved one."""
+    return frozenset((p.name, p.stat().st_mtime_ns) for p in (run_dir / "checkpoints").glob("*.ckpt") if p.is_file())
 
 
 #: The loggers that write into a folder: the run's folder is its first logger's (`place_run`).
@@ -162,7 +168,8 @@ def place_run(trainer: Trainer, subcommand: str, ckpt: Path | None = None, run: 
     trainer.loggers = [relocated, *trainer.loggers[1:]]
     if config_name is None:
         return Placed(run_dir, fd, (run_dir, *made))
-    return Placed(run_dir, fd, (), frozenset(run_dir.iterdir()))  # a refused resume removes only what it added
+    # A refused resume removes only what it added, and nothing once it has saved a checkpoint.
+    return Placed(run_dir, fd, (), frozenset(run_dir.iterdir()), checkpoint_stamps(run_dir))
 
 
 def saved_config(trainer: Trainer, run_dir: Path) -> Path:
