@@ -355,12 +355,19 @@ def _experiment(config: Mapping[str, Any]) -> dict[str, Any]:
                                  default=str))  # fmt: skip
 
 
-def differs(saved: Path, config: Mapping[str, Any], only: tuple[str, ...] = ()) -> str | None:
+#: What an evaluation from a checkpoint is given as null (`vitlit.cli.VitLitCLI.parse_arguments`): the checkpoint's
+#: weights replace them, so its run's are not compared.
+NOT_EVALUATED = ("model.init_args.pretrained", "model.init_args.pretrained_file", "model.init_args.distillation")
+
+
+def differs(
+    saved: Path, config: Mapping[str, Any], only: tuple[str, ...] = (), ignore: tuple[str, ...] = ()
+) -> str | None:
     """The first setting of the experiment where the run config ``saved`` is not ``config``; ``None`` if none.
 
     What ``--ckpt_path last`` and ``auto`` compare before they take a run's checkpoint: another experiment under the
     same root (another data set, model, recipe or seed, `_experiment`) is never continued. ``only`` compares those
-    keys alone (their prefixes), `REWRITTEN` left out of them too.
+    keys alone (their prefixes), `REWRITTEN` left out of them too; ``ignore``'s are not compared.
     """
     try:
         theirs = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
@@ -368,7 +375,7 @@ def differs(saved: Path, config: Mapping[str, Any], only: tuple[str, ...] = ()) 
         return "its config.yaml (unreadable)"
     if not isinstance(theirs, dict):
         return "its config.yaml (no mapping)"
-    skip: tuple[str, ...] = (*REWRITTEN, *SPEED_ONLY)
+    skip: tuple[str, ...] = (*REWRITTEN, *SPEED_ONLY, *ignore)
     if only:  # BatchSizeSearch's rewrite of the batch and the rate is the run's own
         searched = "BatchSizeSearch" in str((theirs.get("trainer") or {}).get("callbacks"))
         skip = ("data.init_args.batch_size", "model.init_args.optimizer.init_args.lr") if searched else ()
@@ -429,9 +436,10 @@ def newest_checkpoint(
         ConfigError: For ``last`` where no run of this config has a ``last.ckpt``.
     """
     found = sorted((p for p in root.glob("*/checkpoints/last.ckpt") if p.is_file()), key=lambda p: -p.stat().st_mtime)
+    ignore = NOT_EVALUATED if callbacks is None else ()  # an evaluation's are null: the checkpoint has the weights
     if found and config is not None:  # only this experiment's runs
-        other = {p: differs(p.parent.parent / "config.yaml", config) or _restored_differ(p.parent.parent, config)
-                 for p in found}  # fmt: skip
+        other = {p: differs(p.parent.parent / "config.yaml", config, ignore=ignore)
+                 or _restored_differ(p.parent.parent, config) for p in found}  # fmt: skip
         for p in [p for p in found if other[p] is None] if callbacks is not None else ():  # a fit continues it
             with contextlib.suppress(ConfigError):  # an unreadable one is refused by name when it is taken
                 other[p] = weight_callbacks_differ(read_checkpoint(p), callbacks, added_average=True)
@@ -440,9 +448,10 @@ def newest_checkpoint(
         if all(other.values()):  # every run here is another experiment's
             newest = found[0].parent.parent
             if ckpt_path == "last":
+                fix = "resume that run, or --ckpt_path auto to start this one" if callbacks is not None else "use it"
                 raise ConfigError(f"--ckpt_path last: no run under {root} has this run's config (the newest, "
                                   f"{newest.name}, differs in {other[found[0]]}); give its checkpoint's path to "
-                                  f"resume that run, or --ckpt_path auto to start this one.")  # fmt: skip
+                                  f"{fix}.")  # fmt: skip
             say(f"vitlit: --ckpt_path auto: no run under {root} has this run's config (the newest, {newest.name}, "
                 f"differs in {other[found[0]]}): a fresh start", error=True)  # fmt: skip
         found = [p for p in found if other[p] is None]

@@ -82,6 +82,10 @@ def test_a_fine_tuned_run_is_evaluated_without_its_pretrained_weights(
     test = run_cli("test", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt")
     assert 0 <= test.trainer.callback_metrics["test/acc"] <= 1
     assert not test.model.hparams.pretrained and test.model.hparams.pretrained_file is None
+    # `last` finds the run too: the weights the evaluation is not given are not compared (the CLI read's: refused,
+    # "differs in model.init_args.pretrained_file", for every run that starts from pretrained weights).
+    validate = run_cli("validate", "--config", run / "config.yaml", "--ckpt_path", "last")
+    assert validate.trainer.ckpt_path == str(run / "checkpoints" / "last.ckpt")
 
 
 @pytest.mark.slow  # two digits fits; exact resume is the slow tests' theme
