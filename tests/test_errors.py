@@ -324,6 +324,11 @@ CASES = [
     ),
     ("learning rate nan", lambda tmp, run: ["--model.optimizer.init_args.lr", "nan"], ["lr=nan is not a finite"]),
     ("clipping inf", lambda tmp, run: ["--trainer.gradient_clip_val=inf"], ["gradient_clip_val=inf is not a finite"]),
+    (  # YAML's spelling, which the parser reads as a number: it trained (the CLI read's)
+        "clipping .inf",
+        lambda tmp, run: ["--trainer.gradient_clip_val", ".inf"],
+        ["gradient_clip_val=.inf is not a finite"],
+    ),
     (
         "nan in a config file",
         lambda tmp, run: ["--config", _text(tmp, "nan.yaml", "model:\n  drop_rate: .nan\n")],

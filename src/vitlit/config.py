@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,10 @@ def _finite(content: Any, where: str, key: str = "") -> None:
         _finite(value, where, f"{key}.{name}" if key else str(name))
 
 
+#: YAML 1.1's infinities and NaN (``.inf``, ``-.Inf``, ``.NaN``), which Python's ``float`` does not read.
+YAML_INFINITE = re.compile(r"[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)")
+
+
 def check_finite_flags(argv: list[str]) -> None:
     r"""Refuse a flag given NaN or infinity (``--model.optimizer.init_args.lr nan``), which no option of vitlit takes.
 
@@ -158,9 +163,9 @@ def check_finite_flags(argv: list[str]) -> None:
         named = flag.rsplit(".", 1)[-1].lstrip("-") in NAMED  # a folder called nan is a folder, not a number
         try:
             number = float(value)
-        except ValueError:
-            number = 0.0  # not a number
-        if not named and not math.isfinite(number):  # nan, inf, 1e400 (read as inf)
+        except ValueError:  # YAML's own spellings, .inf and .nan, which the parser reads as numbers
+            number = math.inf if YAML_INFINITE.fullmatch(value.strip()) else 0.0  # else: not a number
+        if not named and not math.isfinite(number):  # nan, inf, 1e400 (read as inf), .inf
             raise ConfigError(f"{flag}={value} is not a finite number; give a number such as 0.1.")
         if ("&" in value and "*" in value) or ("\\" in value and '"' in value and _is_yaml(value)):
             load_yaml(value, f"the value of {flag}")
