@@ -382,3 +382,33 @@ def test_a_copied_run_folder_resumes_with_its_best_checkpoint_known(tmp_path: Pa
     kept = sorted(p.name for p in (copy / "checkpoints").glob("epoch*.ckpt"))
     assert Path(best.best_model_path).parent == copy / "checkpoints" and len(kept) == 1, kept  # top 1 of 3 epochs
     assert Path(best.best_model_path).name == kept[0] and len(best.best_k_models) == 1
+
+
+def test_the_resume_line_and_the_closing_commands_quote_a_path_with_spaces(tmp_path: Path) -> None:
+    """Pasted, an unquoted path with a space was two arguments: "config file .../with does not exist" (the CLI
+    read's)."""
+    import shlex
+    from types import SimpleNamespace
+
+    from vitlit.exits import stopped_line
+
+    run = tmp_path / "with space" / "version_0"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"saved")
+    trainer = SimpleNamespace(interrupted=True, current_epoch=0, global_step=3, callbacks=[])
+    line, status = stopped_line(KeyboardInterrupt(), trainer, run)
+    assert status == 130 and shlex.split(line.split("resume with: ", 1)[1]) == [
+        "python", "-m", "vitlit", "fit", "--config", str(run / "config.yaml"), "--ckpt_path",
+        str(run / "checkpoints" / "last.ckpt")]  # fmt: skip
+    from vitlit.runs.records import summary
+
+    card = {"run_dir": str(run), "exit_reason": "finished", "epochs_done": 1, "wall_seconds": 1.0}
+    trainer.checkpoint_callback, trainer.datamodule = None, SimpleNamespace(has_test_split=True)
+    trainer.lightning_module, trainer.val_dataloaders = SimpleNamespace(hparams={"num_classes": 10}), None
+    test = next(line for line in summary(card, trainer) if "vitlit test" in line).split("python ", 1)[1]
+    assert shlex.split(test)[-4:] == [
+        "--config",
+        str(run / "config.yaml"),
+        "--ckpt_path",
+        str(run / "checkpoints" / "last.ckpt"),
+    ]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shlex
 import shutil
 import signal
 import traceback
@@ -192,7 +193,8 @@ def stopped_line(err: BaseException, trainer: Any, run_dir: Path | None) -> tupl
         return None
     last = run_dir / "checkpoints" / "last.ckpt" if run_dir is not None else None
     if last is not None and last.is_file():
-        line += f"; resume with: python -m vitlit fit --config {saved_config(trainer, run_dir)} --ckpt_path {last}"
+        config, ckpt = shlex.quote(str(saved_config(trainer, run_dir))), shlex.quote(str(last))  # a path's spaces
+        line += f"; resume with: python -m vitlit fit --config {config} --ckpt_path {ckpt}"
     else:
         line += "; no checkpoint was written, so there is nothing to resume"
     return line, status

@@ -228,9 +228,9 @@ def summary(card: dict[str, Any], trainer: Trainer) -> list[str]:
     if last.is_file():
         lines.append(f"  last        {_short(last)}")
     saved = saved_config(trainer, run)
-    config = f"--config {_short(saved)} --ckpt_path {_short(pick)}"
-
-    export = f"python -m vitlit export --ckpt_path {_short(pick)} --output {_short(run / 'model.onnx')}"
+    arg = lambda path: shlex.quote(_short(path))  # noqa: E731 (a command to paste: a path's spaces quoted)
+    config = f"--config {arg(saved)} --ckpt_path {arg(pick)}"
+    export = f"python -m vitlit export --ckpt_path {arg(pick)} --output {arg(run / 'model.onnx')}"
     commands = [export] if "export" in TOOLS else []
     if getattr(trainer.datamodule, "has_test_split", True):  # test and predict need one (predict: or a folder)
         env = _pythonpath(saved.read_text(encoding="utf-8") if saved.is_file() else "")
