@@ -324,6 +324,27 @@ CASES = [
     ),
     ("learning rate nan", lambda tmp, run: ["--model.optimizer.init_args.lr", "nan"], ["lr=nan is not a finite"]),
     ("clipping inf", lambda tmp, run: ["--trainer.gradient_clip_val=inf"], ["gradient_clip_val=inf is not a finite"]),
+    (  # mkdir's FileExistsError and NotADirectoryError tracebacks (the CLI read's)
+        "the runs' folder a file",
+        lambda tmp, run: ["--trainer.default_root_dir", _text(tmp, "lightning_logs").parent],
+        ["lightning_logs is a file, where the runs' folders go"],
+    ),
+    (
+        "the logger's save_dir a file",
+        lambda tmp, run: ["--trainer.logger", "TensorBoardLogger", "--trainer.logger.save_dir", _text(tmp, "tb")],
+        ["/tb is a file, where the runs' folders go", "save_dir"],
+    ),
+    (  # Lightning's SaveConfigCallback RuntimeError, after the data was set up
+        "no logger, a config already in the root",
+        lambda tmp, run: [
+            "--trainer.logger",
+            "false",
+            "--trainer.callbacks=[]",
+            "--trainer.default_root_dir",
+            _text(tmp, "config.yaml").parent,
+        ],
+        ["--trainer.logger false saves the run's config.yaml in", "holds one from an earlier run"],
+    ),
     (  # YAML's spelling, which the parser reads as a number: it trained (the CLI read's)
         "clipping .inf",
         lambda tmp, run: ["--trainer.gradient_clip_val", ".inf"],

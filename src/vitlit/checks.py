@@ -71,6 +71,17 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
     if (precision := str(trainer.get("precision"))) in ("16-mixed", "16"):  # fp16 needs a GPU
         check_half_precision(precision, str(trainer.get("accelerator")))
     check_writable_folder(trainer.get("default_root_dir") or ".")
+    logs = written_folders(trainer)[1]  # where the version_N folders go: a file there or above was mkdir's traceback
+    while not logs.exists() and logs != logs.parent:
+        logs = logs.parent
+    if not logs.is_dir():
+        raise ConfigError(f"{shown(logs)} is a file, where the runs' folders go; remove it, or give another "
+                          f"--trainer.default_root_dir (or the logger's save_dir).")  # fmt: skip
+    runs_root = Path(trainer.get("default_root_dir") or ".").expanduser()
+    if subcommand == "fit" and trainer.get("logger") is False and (runs_root / "config.yaml").exists():
+        # Without a logger the config is saved in the root itself, where Lightning refuses to overwrite one.
+        raise ConfigError(f"--trainer.logger false saves the run's config.yaml in {shown(runs_root.absolute())}, "
+                          f"which holds one from an earlier run; give another --trainer.default_root_dir.")  # fmt: skip
     data = (config.get("data") or {}).get("init_args") or {}
     root = data.get("root") if subcommand == "fit" else None
     data_root = Path(root).expanduser().resolve() if isinstance(root, (str, Path)) else None
