@@ -245,12 +245,13 @@ def start_from(
 
 
 def weight_callbacks_differ(
-    checkpoint: Mapping[str, Any], callbacks: Sequence[Any], added_average: bool = False
+    checkpoint: Mapping[str, Any], callbacks: Sequence[Any], this_command: bool = False
 ) -> str | None:
     """How a fit with ``callbacks`` differs from the weight average or freeze schedule ``checkpoint`` was saved with.
 
-    ``added_average``: a weight average the checkpoint's run had not is a difference too (for ``auto``/``last``,
-    which take the run of this command; a resume given its checkpoint may start averaging, as Lightning allows).
+    ``this_command`` (``auto``/``last``, which take the run of this command): a weight average the checkpoint's run
+    had not, and a freeze schedule of other settings (its state's ``schedule``), are differences too; a resume given
+    its checkpoint may start averaging, as Lightning allows, and may change a schedule's later epochs.
 
     Lightning's weight averaging saves the average as the weights and the training weights beside them
     (``current_model_state``): without the callback a fit trained on from the average. A freeze schedule
@@ -260,13 +261,17 @@ def weight_callbacks_differ(
     averaged, averaging = "current_model_state" in checkpoint, any(isinstance(cb, WeightAveraging) for cb in callbacks)
     if averaged and not averaging:
         return "a weight average (EMA) there, none here: its weights are the average, which a fit would continue from"
-    if added_average and averaging and not averaged:
+    if this_command and averaging and not averaged:
         return "a weight average (EMA) here, none there"
     states = checkpoint.get("callbacks") if isinstance(checkpoint.get("callbacks"), Mapping) else {}
-    frozen = any(isinstance(state, Mapping) and "internal_optimizer_metadata" in state for state in states.values())
-    if frozen != any(isinstance(cb, BaseFinetuning) for cb in callbacks):
+    frozen = [s for s in states.values() if isinstance(s, Mapping) and "internal_optimizer_metadata" in s]
+    freezing = [cb for cb in callbacks if isinstance(cb, BaseFinetuning)]
+    if bool(frozen) != bool(freezing):
         where = "there, none here" if frozen else "here, none there"
         return f"a freeze schedule (FreezeSchedule: linear_probe.yaml, unfreeze.yaml) {where}: other optimizer groups"
+    theirs, ours = (frozen[0].get("schedule"), freezing[0].state_dict().get("schedule")) if frozen else (None, None)
+    if this_command and theirs is not None and ours is not None and theirs != ours:  # a linear probe, an unfreezing
+        return f"the freeze schedule: {shown(theirs)} there, {shown(ours)} here"
     return None
 
 
@@ -442,7 +447,7 @@ def newest_checkpoint(
                  or _restored_differ(p.parent.parent, config) for p in found}  # fmt: skip
         for p in [p for p in found if other[p] is None] if callbacks is not None else ():  # a fit continues it
             with contextlib.suppress(ConfigError):  # an unreadable one is refused by name when it is taken
-                other[p] = weight_callbacks_differ(read_checkpoint(p), callbacks, added_average=True)
+                other[p] = weight_callbacks_differ(read_checkpoint(p), callbacks, this_command=True)
             if other[p] is None:  # the newest run of this fit's kind is taken: the older ones need no reading
                 break
         if all(other.values()):  # every run here is another experiment's

@@ -251,3 +251,8 @@ def test_a_resume_with_another_freeze_schedule_is_refused_in_one_line(
     last = Path(first.trainer.log_dir) / "checkpoints" / "last.ckpt"
     line = refused(capsys, *short, *([] if probe_first else probe), "--trainer.max_epochs", "2", "--ckpt_path", last)
     assert "freeze schedule" in line and str(last) in line
+    if probe_first:  # auto takes no linear probe's run for an unfreezing one (the CLI read's: it continued it)
+        unfreeze = ["--config", ROOT / "configs" / "addons" / "unfreeze.yaml"]
+        fresh = run_cli(*short, *unfreeze, "--trainer.callbacks.blocks_per_stage", "2", "--trainer.max_epochs", "7",
+                        "--trainer.limit_train_batches", "1", "--ckpt_path", "auto")  # fmt: skip
+        assert fresh.trainer.ckpt_path is None and "differs in the freeze schedule" in capsys.readouterr().err

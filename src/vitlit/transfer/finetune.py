@@ -212,13 +212,19 @@ class FreezeSchedule(BaseFinetuning):
             )
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "stages_done": self.stages_done, "norm_with_top": self.norm_with_top}
+        # The settings too: `--ckpt_path auto`/`last` take only a run of the same schedule
+        # (`vitlit.checkpoints.weight_callbacks_differ`), not a linear probe's for an unfreezing run.
+        schedule = {"unfreeze_at_epochs": self.unfreeze_at_epochs, "blocks_per_stage": self.blocks_per_stage,
+                    "lr_factor": self.lr_factor}  # fmt: skip
+        return {**super().state_dict(), "stages_done": self.stages_done, "norm_with_top": self.norm_with_top,
+                "schedule": schedule}  # fmt: skip
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.stages_done = int(state_dict.get("stages_done", 0))
         self.norm_with_top = bool(state_dict.get("norm_with_top", False))
         self.resumed = True
-        super().load_state_dict({k: v for k, v in state_dict.items() if k not in ("stages_done", "norm_with_top")})
+        ours = ("stages_done", "norm_with_top", "schedule")
+        super().load_state_dict({k: v for k, v in state_dict.items() if k not in ours})
 
     # -- helpers ----------------------------------------------------------------------------------------------------
 
