@@ -291,7 +291,8 @@ def test_auto_and_last_resume_only_a_run_of_this_config(tmp_path: Path, capsys: 
     resumed = run_cli("fit", "--config", DIGITS_CONFIG, "--trainer.max_epochs", "2", "--ckpt_path", "auto", *short)
     assert resumed.trainer.ckpt_path == str(Path(first.trainer.log_dir) / "checkpoints" / "last.ckpt")
     assert resumed.trainer.global_step == 4  # one epoch more of the first run, not of the newer, other one
-    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, "--data.crop", "none", "--ckpt_path", "last", *short)
+    # The words in any case (a job script's LAST, a stray space): they were taken for files (the CLI read's).
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, "--data.crop", "none", "--ckpt_path", " Last", *short)
     assert "no run under" in line and "differs in data.init_args.crop: 'pad' there, 'none' here" in line
     fresh = run_cli("fit", "--config", DIGITS_CONFIG, "--trainer.max_epochs", "1", "--data.crop", "none",
                     "--ckpt_path", "auto", *short)  # fmt: skip

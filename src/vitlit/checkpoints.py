@@ -318,13 +318,14 @@ def resolve_checkpoint(
     """
     if ckpt_path is not None and not str(ckpt_path).strip():  # a job script's unset variable
         raise ConfigError("--ckpt_path is empty; give a checkpoint file, last or auto, or leave the flag out.")
-    if ckpt_path is None or str(ckpt_path).lower() == "none":
+    word = None if ckpt_path is None else str(ckpt_path).strip().lower()  # Last, AUTO, " last": the words
+    if word is None or word == "none":
         return None
-    if ckpt_path not in ("last", "auto"):
+    if word not in ("last", "auto"):
         return Path(ckpt_path).expanduser().absolute()
-    if ckpt_path == "auto" and subcommand != "fit":
+    if word == "auto" and subcommand != "fit":
         raise ConfigError(f"--ckpt_path auto is for fit only; {subcommand} takes last or a checkpoint path.")
-    return newest_checkpoint(ckpt_path, root, config, callbacks)
+    return newest_checkpoint(word, root, config, callbacks)
 
 
 #: Keys that do not make a run another experiment: the optimizer and the schedule, which a resume restores from the
