@@ -213,6 +213,20 @@ def test_a_saved_config_works_from_any_folder(
     test = run_cli("test", "--config", config, "--ckpt_path", best, "--trainer.limit_test_batches", "1")
     assert Path(test.trainer.log_dir).resolve().is_relative_to(config.parent)  # beside the run, not in ./runs
     assert not list(elsewhere.iterdir())
+    # A run given no root, and a logger's relative folder, are saved as the folders they were: its resume from
+    # another folder continues it (the CLI read's: auto started afresh there, and last took another run).
+    monkeypatch.chdir(work)
+    short = ["--data.root", "data/digits", "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+             "--trainer.limit_val_batches", "1"]  # fmt: skip
+    first = run_cli("fit", "--config", DIGITS_CONFIG, *short)
+    logged = run_cli("fit", "--config", DIGITS_CONFIG, *short, "--trainer.logger", "TensorBoardLogger",
+                     "--trainer.logger.save_dir", "tb")  # fmt: skip
+    monkeypatch.chdir(elsewhere)
+    for run in (first, logged):
+        saved = Path(run.trainer.log_dir).resolve() / "config.yaml"
+        resumed = run_cli("fit", "--config", saved, "--ckpt_path", "auto", "--trainer.max_epochs", "2")
+        assert resumed.trainer.ckpt_path == str(saved.parent / "checkpoints" / "last.ckpt")
+    assert not list(elsewhere.iterdir())
 
 
 def test_an_unwritable_cache_is_one_line(

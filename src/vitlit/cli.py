@@ -15,6 +15,7 @@ import contextlib
 import importlib
 import inspect
 import logging
+import os
 import re
 import signal
 import sys
@@ -349,6 +350,8 @@ class VitLitCLI(LightningCLI):
         subcommand, trainer, model = self.subcommand, self.trainer, self.model
         config, ckpt, run = self.config[subcommand], None, None
         config["ckpt_path"] = self._ckpt_path  # as typed, in the saved config
+        if config["trainer"].get("default_root_dir") is None:  # the saved config names the root the run took: a
+            config["trainer"]["default_root_dir"] = os.getcwd()  # resume from another folder finds it (auto, last)
         if self._ckpt_path is not None:
             from vitlit.checkpoints import start_from  # runs from a checkpoint only
 

@@ -183,9 +183,10 @@ def _is_yaml(text: str) -> bool:
 
 
 def absolute_paths(config: Any) -> None:
-    """Make the relative paths of a parsed run config absolute, in place: `PATH_ARGUMENTS` and the Trainer's root.
+    """Make the relative paths of a parsed run config absolute, in place: `PATH_ARGUMENTS`, roots and logger folders.
 
-    A run saves its config for resuming, testing and the notebooks, which run from other folders.
+    A run saves its config for resuming, testing and the notebooks, which run from other folders: the Trainer's
+    root and its logger's ``save_dir`` are made absolute too.
     """
     for init_args in (config["model"]["init_args"], config["data"]["init_args"]):
         for dotted in list(init_args.keys()) if hasattr(init_args, "keys") else []:  # a class given to a class: a.b.c
@@ -198,3 +199,9 @@ def absolute_paths(config: Any) -> None:
     root = config["trainer"].get("default_root_dir")
     if isinstance(root, str) and "://" not in root:
         config["trainer"]["default_root_dir"] = os.path.abspath(os.path.expanduser(root))
+    loggers = config["trainer"].get("logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:  # a TensorBoard or CSV logger's own folder
+        init_args = logger.get("init_args") if hasattr(logger, "get") else None
+        save_dir = init_args.get("save_dir") if hasattr(init_args, "get") else None
+        if isinstance(save_dir, str) and "://" not in save_dir:
+            init_args["save_dir"] = os.path.abspath(os.path.expanduser(save_dir))
