@@ -348,7 +348,7 @@ CASES = [
     (  # YAML's spelling, which the parser reads as a number: it trained (the CLI read's)
         "clipping .inf",
         lambda tmp, run: ["--trainer.gradient_clip_val", ".inf"],
-        ["gradient_clip_val=.inf is not a finite"],
+        ["gradient_clip_val=inf is not a finite"],
     ),
     (
         "nan in a config file",
@@ -774,3 +774,14 @@ def test_an_evaluation_limited_to_no_batch_is_refused(
     assert not list(tmp_path.iterdir())
     with pytest.raises(config.ConfigError, match="max_steps=0 would train nothing"):  # a training setting's own word
         checks.check_run(subcommand, {"ckpt_path": "none", "trainer": {"max_steps": 0}}, {})
+
+
+def test_a_folder_named_like_yamls_infinity_is_a_folder(
+    digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a number's option reads ``.inf`` as a number: a logger's folder of that name is taken (the mends' read)."""
+    monkeypatch.chdir(tmp_path)
+    fit = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.logger", "TensorBoardLogger",
+                  "--trainer.logger.save_dir", ".inf", "--trainer.max_steps", "1",
+                  "--trainer.limit_val_batches", "1")  # fmt: skip
+    assert Path(fit.trainer.log_dir).resolve().is_relative_to(tmp_path / ".inf")

@@ -31,7 +31,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from vitlit.cli import VitLitCLI
 from vitlit.errors import TrainingHalted
 from vitlit.exits import STOP
-from vitlit.run_dir import LOCK, Placed, allocate_version, checkpoint_stamps
+from vitlit.run_dir import LOCK, Placed, allocate_version, saved_step
 
 
 @pytest.fixture(scope="module")
@@ -136,10 +136,15 @@ def test_a_refused_resume_removes_only_its_own_files_beside_the_config(tmp_path:
     # A resume that saved a checkpoint before its error (an image damaged mid-run, a full disk) keeps its config and
     # curves: they say how that checkpoint was trained (the CLI read's: they were removed, the checkpoint kept).
     (tmp_path / "checkpoints").mkdir()
-    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"step 16")
-    placed = Placed(tmp_path, None, (), frozenset(tmp_path.iterdir()), checkpoint_stamps(tmp_path))
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    torch.save({"global_step": 16}, last)
+    placed = Placed(tmp_path, None, (), frozenset(tmp_path.iterdir()), saved_step(tmp_path))
     (tmp_path / "config.resume-1.yaml").write_text("seed_everything: 42\n")
-    os.utime(tmp_path / "checkpoints" / "last.ckpt", ns=(1, 2))  # rewritten by the resume: another time
+    torch.save({"global_step": 16}, last)  # Lightning's save on the way out, at the same step: nothing trained
+    discard(placed)
+    assert not (tmp_path / "config.resume-1.yaml").exists()
+    (tmp_path / "config.resume-1.yaml").write_text("seed_everything: 42\n")
+    torch.save({"global_step": 28}, last)  # the resume trained and saved
     discard(placed)
     assert (tmp_path / "config.resume-1.yaml").is_file()
 
@@ -384,7 +389,9 @@ def test_a_copied_run_folder_resumes_with_its_best_checkpoint_known(tmp_path: Pa
     assert Path(best.best_model_path).name == kept[0] and len(best.best_k_models) == 1
 
 
-def test_the_resume_line_and_the_closing_commands_quote_a_path_with_spaces(tmp_path: Path) -> None:
+def test_the_resume_line_and_the_closing_commands_quote_a_path_with_spaces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Pasted, an unquoted path with a space was two arguments: "config file .../with does not exist" (the CLI
     read's)."""
     import shlex
@@ -412,3 +419,22 @@ def test_the_resume_line_and_the_closing_commands_quote_a_path_with_spaces(tmp_p
         "--ckpt_path",
         str(run / "checkpoints" / "last.ckpt"),
     ]
+    # Windows' cmd.exe takes single quotes as part of the name: double quotes there, and a plain path as it is.
+    from vitlit.text import shell_word
+
+    monkeypatch.setattr(os, "name", "nt")
+    assert shell_word(r"C:\runs\version 0\config.yaml") == r'"C:\runs\version 0\config.yaml"'
+    assert shell_word(r"C:\runs\config.yaml") == r"C:\runs\config.yaml"
+
+
+def test_a_file_where_the_runs_go_is_refused_only_where_a_fit_would_make_them(tmp_path: Path) -> None:
+    """A fit without a logger writes into the root itself, an evaluation beside its run: a stray file named
+    lightning_logs is in neither's way (the mends' read: both were refused)."""
+    from vitlit.checks import check_run
+    from vitlit.errors import ConfigError
+
+    (tmp_path / "lightning_logs").write_text("")
+    for subcommand, logger in (("fit", False), ("test", None)):
+        check_run(subcommand, {"trainer": {"logger": logger, "default_root_dir": str(tmp_path)}, "ckpt_path": "x"})
+    with pytest.raises(ConfigError, match="lightning_logs is a file, where the runs' folders go"):
+        check_run("fit", {"trainer": {"logger": None, "default_root_dir": str(tmp_path)}})

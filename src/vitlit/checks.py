@@ -71,10 +71,12 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
     if (precision := str(trainer.get("precision"))) in ("16-mixed", "16"):  # fp16 needs a GPU
         check_half_precision(precision, str(trainer.get("accelerator")))
     check_writable_folder(trainer.get("default_root_dir") or ".")
-    logs = written_folders(trainer)[1]  # where the version_N folders go: a file there or above was mkdir's traceback
+    # Where a fit's version_N folders go (an evaluation of a run's checkpoint writes beside the run, a fit without a
+    # logger in the root): a file there or above was mkdir's traceback.
+    logs = written_folders(trainer)[1]
     while not logs.exists() and logs != logs.parent:
         logs = logs.parent
-    if not logs.is_dir():
+    if subcommand == "fit" and trainer.get("logger") is not False and not logs.is_dir():
         raise ConfigError(f"{shown(logs)} is a file, where the runs' folders go; remove it, or give another "
                           f"--trainer.default_root_dir (or the logger's save_dir).")  # fmt: skip
     runs_root = Path(trainer.get("default_root_dir") or ".").expanduser()

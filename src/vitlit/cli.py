@@ -298,6 +298,7 @@ class VitLitCLI(LightningCLI):
         """Parse, check the run's settings as a whole (`check_run`), and resolve its nulls and relative paths."""
         super().parse_arguments(parser, args)
         config = self.config[self.config["subcommand"]]
+        cfg.check_finite_values(config)
         check_run(self.config["subcommand"], config)
         resolve_config(config)
         model = config["model"]["init_args"]

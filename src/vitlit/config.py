@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -147,8 +146,13 @@ def _finite(content: Any, where: str, key: str = "") -> None:
         _finite(value, where, f"{key}.{name}" if key else str(name))
 
 
-#: YAML 1.1's infinities and NaN (``.inf``, ``-.Inf``, ``.NaN``), which Python's ``float`` does not read.
-YAML_INFINITE = re.compile(r"[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)")
+def check_finite_values(config: Any) -> None:
+    """Refuse a parsed option that is NaN or infinite, as no option of vitlit takes one.
+
+    YAML's ``.inf`` and ``.nan`` on the command line: the parser reads them as numbers for a number's option only (a
+    folder named ``.inf`` stays a folder).
+    """
+    _finite(config.as_dict() if hasattr(config, "as_dict") else config, "--")
 
 
 def check_finite_flags(argv: list[str]) -> None:
@@ -163,9 +167,9 @@ def check_finite_flags(argv: list[str]) -> None:
         named = flag.rsplit(".", 1)[-1].lstrip("-") in NAMED  # a folder called nan is a folder, not a number
         try:
             number = float(value)
-        except ValueError:  # YAML's own spellings, .inf and .nan, which the parser reads as numbers
-            number = math.inf if YAML_INFINITE.fullmatch(value.strip()) else 0.0  # else: not a number
-        if not named and not math.isfinite(number):  # nan, inf, 1e400 (read as inf), .inf
+        except ValueError:
+            number = 0.0  # not a number (YAML's .inf: `check_finite_values`, once the parser has typed it)
+        if not named and not math.isfinite(number):  # nan, inf, 1e400 (read as inf)
             raise ConfigError(f"{flag}={value} is not a finite number; give a number such as 0.1.")
         if ("&" in value and "*" in value) or ("\\" in value and '"' in value and _is_yaml(value)):
             load_yaml(value, f"the value of {flag}")

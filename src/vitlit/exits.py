@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import shlex
 import shutil
 import signal
 import traceback
@@ -39,8 +38,8 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit.errors import NO_SPACE, PATH_REFUSED, CheckFailed, ConfigError, TrainingHalted
-from vitlit.run_dir import checkpoint_stamps, saved_config
-from vitlit.text import stream_gone, tell
+from vitlit.run_dir import saved_config, saved_step
+from vitlit.text import shell_word, stream_gone, tell
 
 #: The signal that stopped this process's fit (``signal_name``, e.g. ``SIGINT``), ``None`` while none has; set by
 #: `vitlit.cli.interrupts_stop_the_fit`, read for the stopped fit's last line and the run card.
@@ -193,7 +192,7 @@ def stopped_line(err: BaseException, trainer: Any, run_dir: Path | None) -> tupl
         return None
     last = run_dir / "checkpoints" / "last.ckpt" if run_dir is not None else None
     if last is not None and last.is_file():
-        config, ckpt = shlex.quote(str(saved_config(trainer, run_dir))), shlex.quote(str(last))  # a path's spaces
+        config, ckpt = shell_word(saved_config(trainer, run_dir)), shell_word(last)  # a path's spaces
         line += f"; resume with: python -m vitlit fit --config {config} --ckpt_path {ckpt}"
     else:
         line += "; no checkpoint was written, so there is nothing to resume"
@@ -212,7 +211,7 @@ def discard(placed: Any) -> None:
     if placed is None:
         return
     if not placed.made:  # a resume
-        if checkpoint_stamps(placed.run_dir) - placed.saved:  # it trained and saved: what it wrote stays
+        if saved_step(placed.run_dir) > placed.saved:  # it trained and saved: what it wrote stays
             return
         for path in set(placed.run_dir.iterdir()) - placed.existed if placed.existed else ():
             if path.is_file() and not path.is_symlink():

@@ -105,12 +105,16 @@ class Placed(NamedTuple):
     lock: int | None
     made: tuple[Path, ...]  # the run's folder and those above it that did not exist, deepest first; () for a resume
     existed: frozenset[Path] = frozenset()  # a resume: what the run's folder held before it (not its sub-folders)
-    saved: frozenset[tuple[str, int]] = frozenset()  # a resume: its run's checkpoints before it (`checkpoint_stamps`)
+    saved: int = -1  # a resume: the latest step its run's checkpoints hold before it (`saved_step`)
 
 
-def checkpoint_stamps(run_dir: Path) -> frozenset[tuple[str, int]]:
-    """Each checkpoint of ``run_dir`` with its modification time: what tells whether a resume saved one."""
-    return frozenset((p.name, p.stat().st_mtime_ns) for p in (run_dir / "checkpoints").glob("*.ckpt") if p.is_file())
+def saved_step(run_dir: Path) -> int:
+    """The latest optimizer step a checkpoint of ``run_dir`` holds (-1: none): what tells whether a resume trained.
+
+    Not the files' times: Lightning saves ``last.ckpt`` again at the same step when a run stops on an error.
+    """
+    files = [p for p in (run_dir / "checkpoints").glob("*.ckpt") if p.is_file()]
+    return max((checkpoint_step(p) for p in files), default=-1)
 
 
 #: The loggers that write into a folder: the run's folder is its first logger's (`place_run`).
@@ -169,7 +173,7 @@ def place_run(trainer: Trainer, subcommand: str, ckpt: Path | None = None, run: 
     if config_name is None:
         return Placed(run_dir, fd, (run_dir, *made))
     # A refused resume removes only what it added, and nothing once it has saved a checkpoint.
-    return Placed(run_dir, fd, (), frozenset(run_dir.iterdir()), checkpoint_stamps(run_dir))
+    return Placed(run_dir, fd, (), frozenset(run_dir.iterdir()), saved_step(run_dir))
 
 
 def saved_config(trainer: Trainer, run_dir: Path) -> Path:

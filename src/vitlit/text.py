@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
+import subprocess
 import sys
 from collections.abc import Iterable
 from typing import TextIO
@@ -119,6 +121,15 @@ def clean(text: object) -> str:
 def say(line: object, error: bool = False) -> None:
     """Print one of vitlit's lines (to the standard error where ``error``), through `clean`."""
     print(clean(line), file=sys.stderr if error else sys.stdout, flush=True)
+
+
+def shell_word(path: object) -> str:
+    """``path`` as one word of a command to paste into this system's shell: POSIX quoting, or Windows' double quotes.
+
+    A path with a space was two words; Windows' ``cmd.exe`` takes POSIX single quotes as part of the name.
+    """
+    text = str(path)
+    return subprocess.list2cmdline([text]) if os.name == "nt" else shlex.quote(text)
 
 
 def quoted(err: BaseException, longest: int = 200) -> str:

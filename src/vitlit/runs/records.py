@@ -40,7 +40,7 @@ from vitlit.cli import TOOLS
 from vitlit.exits import STOP
 from vitlit.optim import length_reached, planned_steps, schedule_of
 from vitlit.run_dir import CARD, read_card, saved_config
-from vitlit.text import markdown, redacted, shown, tell
+from vitlit.text import markdown, redacted, shell_word, shown, tell
 from vitlit.types import PositiveInt
 
 
@@ -228,7 +228,7 @@ def summary(card: dict[str, Any], trainer: Trainer) -> list[str]:
     if last.is_file():
         lines.append(f"  last        {_short(last)}")
     saved = saved_config(trainer, run)
-    arg = lambda path: shlex.quote(_short(path))  # noqa: E731 (a command to paste: a path's spaces quoted)
+    arg = lambda path: shell_word(_short(path))  # noqa: E731 (a command to paste: a path's spaces quoted)
     config = f"--config {arg(saved)} --ckpt_path {arg(pick)}"
     export = f"python -m vitlit export --ckpt_path {arg(pick)} --output {arg(run / 'model.onnx')}"
     commands = [export] if "export" in TOOLS else []
