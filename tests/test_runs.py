@@ -31,7 +31,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from vitlit.cli import VitLitCLI
 from vitlit.errors import TrainingHalted
 from vitlit.exits import STOP
-from vitlit.run_dir import LOCK, Placed, allocate_version, saved_step
+from vitlit.run_dir import LOCK, Placed, allocate_version, checkpoint_times
 
 
 @pytest.fixture(scope="module")
@@ -136,15 +136,18 @@ def test_a_refused_resume_removes_only_its_own_files_beside_the_config(tmp_path:
     # A resume that saved a checkpoint before its error (an image damaged mid-run, a full disk) keeps its config and
     # curves: they say how that checkpoint was trained (the CLI read's: they were removed, the checkpoint kept).
     (tmp_path / "checkpoints").mkdir()
-    last = tmp_path / "checkpoints" / "last.ckpt"
+    last, best = tmp_path / "checkpoints" / "last.ckpt", tmp_path / "checkpoints" / "epoch5-best.ckpt"
     torch.save({"global_step": 16}, last)
-    placed = Placed(tmp_path, None, (), frozenset(tmp_path.iterdir()), saved_step(tmp_path))
+    torch.save({"global_step": 100}, best)  # a later step than the one the resume starts from (a snapshot's)
+    placed = Placed(tmp_path, None, (), frozenset(tmp_path.iterdir()), checkpoint_times(tmp_path), 16)
     (tmp_path / "config.resume-1.yaml").write_text("seed_everything: 42\n")
     torch.save({"global_step": 16}, last)  # Lightning's save on the way out, at the same step: nothing trained
+    os.utime(last, ns=(1, 2))
     discard(placed)
     assert not (tmp_path / "config.resume-1.yaml").exists()
     (tmp_path / "config.resume-1.yaml").write_text("seed_everything: 42\n")
     torch.save({"global_step": 28}, last)  # the resume trained and saved
+    os.utime(last, ns=(3, 4))
     discard(placed)
     assert (tmp_path / "config.resume-1.yaml").is_file()
 
@@ -427,7 +430,7 @@ def test_the_resume_line_and_the_closing_commands_quote_a_path_with_spaces(
     assert shell_word(r"C:\runs\config.yaml") == r"C:\runs\config.yaml"
 
 
-def test_a_file_where_the_runs_go_is_refused_only_where_a_fit_would_make_them(tmp_path: Path) -> None:
+def test_a_file_where_the_runs_go_is_refused_only_where_a_run_would_make_them(tmp_path: Path) -> None:
     """A fit without a logger writes into the root itself, an evaluation beside its run: a stray file named
     lightning_logs is in neither's way (the mends' read: both were refused)."""
     from vitlit.checks import check_run
@@ -436,5 +439,12 @@ def test_a_file_where_the_runs_go_is_refused_only_where_a_fit_would_make_them(tm
     (tmp_path / "lightning_logs").write_text("")
     for subcommand, logger in (("fit", False), ("test", None)):
         check_run(subcommand, {"trainer": {"logger": logger, "default_root_dir": str(tmp_path)}, "ckpt_path": "x"})
-    with pytest.raises(ConfigError, match="lightning_logs is a file, where the runs' folders go"):
-        check_run("fit", {"trainer": {"logger": None, "default_root_dir": str(tmp_path)}})
+    # A run copied from a machine whose folder cannot be made here is evaluated beside itself (the last read's).
+    gone = {"trainer": {"default_root_dir": str(tmp_path / "lightning_logs" / "project")}, "ckpt_path": "x"}
+    check_run("test", gone)
+    with pytest.raises(ConfigError, match="which is a file; give a folder"):
+        check_run("fit", gone)
+    # Where a run's folder is made (a fit's, an evaluation's of no run): one line, not mkdir's traceback.
+    for root in (tmp_path / "lightning_logs", tmp_path / "lightning_logs" / "below"):
+        with pytest.raises(ConfigError, match="lightning_logs is a file, where the runs' folders go"):
+            allocate_version(root)

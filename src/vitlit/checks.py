@@ -70,15 +70,8 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
         check_budget(trainer["max_time"])
     if (precision := str(trainer.get("precision"))) in ("16-mixed", "16"):  # fp16 needs a GPU
         check_half_precision(precision, str(trainer.get("accelerator")))
-    check_writable_folder(trainer.get("default_root_dir") or ".")
-    # Where a fit's version_N folders go (an evaluation of a run's checkpoint writes beside the run, a fit without a
-    # logger in the root): a file there or above was mkdir's traceback.
-    logs = written_folders(trainer)[1]
-    while not logs.exists() and logs != logs.parent:
-        logs = logs.parent
-    if subcommand == "fit" and trainer.get("logger") is not False and not logs.is_dir():
-        raise ConfigError(f"{shown(logs)} is a file, where the runs' folders go; remove it, or give another "
-                          f"--trainer.default_root_dir (or the logger's save_dir).")  # fmt: skip
+    if subcommand == "fit":  # an evaluation of a run's checkpoint writes beside the run, not in a copied run's root
+        check_writable_folder(trainer.get("default_root_dir") or ".")
     runs_root = Path(trainer.get("default_root_dir") or ".").expanduser()
     if subcommand == "fit" and trainer.get("logger") is False and (runs_root / "config.yaml").exists():
         # Without a logger the config is saved in the root itself, where Lightning refuses to overwrite one.

@@ -381,7 +381,8 @@ def resolve_config(config: Any) -> None:
 
     Paths become absolute (the saved config must work from any folder: the notebooks', a resume's), and with
     pretrained weights the data's missing mean/std/interpolation/crop_pct become the weights' own. The run, its saved
-    ``config.yaml`` and ``--print_config`` all show this one resolution.
+    ``config.yaml`` and ``--print_config`` all show this one resolution; the saved config also names the root the run
+    took where none was given (`_check_and_place_run`), which a printed recipe leaves to the folder it runs in.
     """
     cfg.absolute_paths(config)
     model = config["model"]["init_args"]

@@ -38,7 +38,7 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit.errors import NO_SPACE, PATH_REFUSED, CheckFailed, ConfigError, TrainingHalted
-from vitlit.run_dir import saved_config, saved_step
+from vitlit.run_dir import saved_config, trained_since
 from vitlit.text import shell_word, stream_gone, tell
 
 #: The signal that stopped this process's fit (``signal_name``, e.g. ``SIGINT``), ``None`` while none has; set by
@@ -211,7 +211,7 @@ def discard(placed: Any) -> None:
     if placed is None:
         return
     if not placed.made:  # a resume
-        if saved_step(placed.run_dir) > placed.saved:  # it trained and saved: what it wrote stays
+        if trained_since(placed):  # it trained and saved: what it wrote stays
             return
         for path in set(placed.run_dir.iterdir()) - placed.existed if placed.existed else ():
             if path.is_file() and not path.is_symlink():

@@ -33,7 +33,7 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from vitlit.errors import ConfigError
-from vitlit.text import say
+from vitlit.text import say, shown
 
 #: The longest path a run's folder may have: PATH_MAX, less what a run adds below it.
 PATH_ROOM = 4096 - 200
@@ -44,7 +44,12 @@ CARD = "run_card.json"  # what a fit did and how to repeat it (`vitlit.runs.reco
 
 def allocate_version(root: Path) -> int:
     """Create the next free ``root/version_N`` and return ``N``; two processes asking at once get two numbers."""
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a file where the runs' folders go, or above it
+        blocking = next(p for p in (root, *root.parents) if p.exists())
+        raise ConfigError(f"{shown(blocking)} is a file, where the runs' folders go; remove it, or give another "
+                          f"--trainer.default_root_dir (or the logger's save_dir).") from None  # fmt: skip
     n = 1 + max((int(m.group(1)) for p in root.iterdir() if (m := re.fullmatch(r"version_(\d+)", p.name))), default=-1)
     while True:
         try:
@@ -105,16 +110,23 @@ class Placed(NamedTuple):
     lock: int | None
     made: tuple[Path, ...]  # the run's folder and those above it that did not exist, deepest first; () for a resume
     existed: frozenset[Path] = frozenset()  # a resume: what the run's folder held before it (not its sub-folders)
-    saved: int = -1  # a resume: the latest step its run's checkpoints hold before it (`saved_step`)
+    saved: frozenset[tuple[str, int]] = frozenset()  # a resume: its run's checkpoints' (name, time) before it
+    started: int = -1  # a resume: the step of the checkpoint it starts from
 
 
-def saved_step(run_dir: Path) -> int:
-    """The latest optimizer step a checkpoint of ``run_dir`` holds (-1: none): what tells whether a resume trained.
+def checkpoint_times(run_dir: Path) -> frozenset[tuple[str, int]]:
+    """Each checkpoint of ``run_dir`` with its modification time."""
+    return frozenset((p.name, p.stat().st_mtime_ns) for p in (run_dir / "checkpoints").glob("*.ckpt") if p.is_file())
 
-    Not the files' times: Lightning saves ``last.ckpt`` again at the same step when a run stops on an error.
+
+def trained_since(placed: Placed) -> bool:
+    """Whether a resume saved a checkpoint of a step past the one it started from: it trained.
+
+    Only the files written since it was placed are read. Not their times alone: Lightning saves ``last.ckpt`` again,
+    at the step it started from, when a run stops on an error before its first step.
     """
-    files = [p for p in (run_dir / "checkpoints").glob("*.ckpt") if p.is_file()]
-    return max((checkpoint_step(p) for p in files), default=-1)
+    written = {name for name, _ in checkpoint_times(placed.run_dir) - placed.saved}
+    return any(checkpoint_step(placed.run_dir / "checkpoints" / name) > placed.started for name in written)
 
 
 #: The loggers that write into a folder: the run's folder is its first logger's (`place_run`).
@@ -173,7 +185,8 @@ def place_run(trainer: Trainer, subcommand: str, ckpt: Path | None = None, run: 
     if config_name is None:
         return Placed(run_dir, fd, (run_dir, *made))
     # A refused resume removes only what it added, and nothing once it has saved a checkpoint.
-    return Placed(run_dir, fd, (), frozenset(run_dir.iterdir()), saved_step(run_dir))
+    started = checkpoint_step(ckpt) if ckpt is not None else -1
+    return Placed(run_dir, fd, (), frozenset(run_dir.iterdir()), checkpoint_times(run_dir), started)
 
 
 def saved_config(trainer: Trainer, run_dir: Path) -> Path:
