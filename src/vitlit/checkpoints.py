@@ -85,8 +85,10 @@ def class_names_of(path: str | Path, weights_only: bool | None = True) -> list[s
     """The class names a vitlit checkpoint was trained on, in index order; ``None`` where it does not record them.
 
     Read memory-mapped (no weights are read), and checked as a checkpoint's other claims: a list of text, one name
-    per output.
+    per output. ``None`` too for ``--ckpt_path``'s words and an empty value, which name no file (`resolve_checkpoint`).
     """
+    if str(path).strip().lower() in ("", *WORDS):
+        return None
     hp = read_checkpoint(path, weights_only).get("hyper_parameters") or {}
     names, count = hp.get("class_names"), hp.get("num_classes")
     if names is None:
@@ -302,6 +304,10 @@ def say_other_inputs(checkpoint: dict[str, Any], model: Any, subcommand: str, op
             f"checkpoint's exports and servers{same}", error=True)  # fmt: skip
 
 
+#: ``--ckpt_path``'s words, in any case and with spaces around them: they name no file.
+WORDS = ("none", "last", "auto")
+
+
 def resolve_checkpoint(
     ckpt_path: str | None,
     subcommand: str,
@@ -321,7 +327,7 @@ def resolve_checkpoint(
     word = None if ckpt_path is None else str(ckpt_path).strip().lower()  # Last, AUTO, " last": the words
     if word is None or word == "none":
         return None
-    if word not in ("last", "auto"):
+    if word not in WORDS:
         return Path(ckpt_path).expanduser().absolute()
     if word == "auto" and subcommand != "fit":
         raise ConfigError(f"--ckpt_path auto is for fit only; {subcommand} takes last or a checkpoint path.")

@@ -71,12 +71,13 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
     if (precision := str(trainer.get("precision"))) in ("16-mixed", "16"):  # fp16 needs a GPU
         check_half_precision(precision, str(trainer.get("accelerator")))
     if subcommand == "fit":  # an evaluation of a run's checkpoint writes beside the run, not in a copied run's root
-        check_writable_folder(trainer.get("default_root_dir") or ".")
-    runs_root = Path(trainer.get("default_root_dir") or ".").expanduser()
-    if subcommand == "fit" and trainer.get("logger") is False and (runs_root / "config.yaml").exists():
-        # Without a logger the config is saved in the root itself, where Lightning refuses to overwrite one.
-        raise ConfigError(f"--trainer.logger false saves the run's config.yaml in {shown(runs_root.absolute())}, "
-                          f"which holds one from an earlier run; give another --trainer.default_root_dir.")  # fmt: skip
+        runs_root = trainer.get("default_root_dir") or "."
+        check_writable_folder(runs_root)
+        saved = Path(runs_root).expanduser().absolute() / "config.yaml"
+        if trainer.get("logger") is False and saved.exists():
+            # Without a logger the config is saved in the root itself, where Lightning refuses to overwrite one.
+            raise ConfigError(f"--trainer.logger false saves the run's config.yaml in {shown(saved.parent)}, which "
+                              f"holds one from an earlier run; give another --trainer.default_root_dir.")  # fmt: skip
     data = (config.get("data") or {}).get("init_args") or {}
     root = data.get("root") if subcommand == "fit" else None
     data_root = Path(root).expanduser().resolve() if isinstance(root, (str, Path)) else None

@@ -55,8 +55,6 @@ TOOLS = {
 }
 TOOLS = {name: to for name, to in TOOLS.items()
          if Path(__file__).parent.joinpath(*to.split(":")[0].split(".")[1:]).with_suffix(".py").is_file()}  # fmt: skip
-#: ``--ckpt_path`` values that name no file (`vitlit.checkpoints.resolve_checkpoint`), lower-cased; None is unset.
-KEYWORDS = ("", "none", "last", "auto")
 #: Whether a config is being dumped: the outermost dump is what is printed or saved, and only it is masked.
 _DUMPING: ContextVar[bool] = ContextVar("_DUMPING", default=False)
 #: Lightning's log lines a vitlit user cannot act on (advertisements, what the resume line says better, the seed that
@@ -310,8 +308,8 @@ class VitLitCLI(LightningCLI):
             if "distillation" in model:
                 model["distillation"] = None
         ckpt, predict_dir = config.get("ckpt_path"), config["data"]["init_args"].get("predict_dir")
-        if self.config["subcommand"] == "predict" and predict_dir and str(ckpt).strip().lower() not in KEYWORDS:
-            from vitlit.checkpoints import class_names_of  # predicts of a folder from a checkpoint file only
+        if self.config["subcommand"] == "predict" and predict_dir and ckpt is not None:
+            from vitlit.checkpoints import class_names_of  # predicts of a folder from a checkpoint only
 
             self._checkpoint_classes = class_names_of(ckpt, config.get("weights_only"))
         # Held back until the run starts (`_check_and_place_run`): given a checkpoint, LightningCLI would copy the

@@ -41,6 +41,9 @@ class TimeBudget(Callback):
         reserve: Share of the budget kept for what follows the last step (the last validation and checkpoint).
     """
 
+    #: It sizes the schedule as the run goes: a resume's other length is not "kept" (`RNGStateCheckpoint` reads it).
+    sizes_schedule = True
+
     def __init__(self, every_n_steps: PositiveInt = 20, reserve: Fraction = 0.03) -> None:
         self.every_n_steps, self.reserve = int(every_n_steps), float(reserve)
         self._timer: Timer | None = None

@@ -161,8 +161,8 @@ class RNGStateCheckpoint(Callback):
                 say(f"{where}: the rest of it draws new batches, so the run is not bit-identical to one never stopped "
                     f"(end-of-epoch checkpoints are)", error=True)  # fmt: skip
         kept, total = getattr(pl_module.lr_schedulers(), "total_steps", None), total_steps(trainer)
-        # A time budget sizes the schedule again as the resume runs (`vitlit.runs.budget.TimeBudget`): not kept.
-        budgeted = any(type(cb).__name__ == "TimeBudget" for cb in trainer.callbacks)
-        if kept and total and kept != total and not budgeted:
+        # A callback that sizes the schedule again as the resume runs (`vitlit.runs.budget.TimeBudget`): not kept.
+        resized = any(getattr(cb, "sizes_schedule", False) for cb in trainer.callbacks)
+        if kept and total and kept != total and not resized:
             say(f"vitlit: resumed with the learning-rate schedule of the checkpoint's run ({kept} steps; this run has "
                 f"{total}); steps after its end keep the final learning rate", error=True)  # fmt: skip

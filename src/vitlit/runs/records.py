@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import re
-import shlex
 import subprocess
 import sys
 import time
@@ -255,7 +254,7 @@ def _pythonpath(config: str) -> str:
     tops = [sys.modules.get(name.split(".")[0]) for name in re.findall(r"class_path: ['\"]?([\w.]+)", config)]
     where = [(list(getattr(m, "__path__", None) or []) or [getattr(m, "__file__", None)])[0] for m in tops]  # package
     needed = [f for f in dict.fromkeys(os.path.dirname(os.path.abspath(w)) for w in where if w) if f not in lasting]
-    return f"PYTHONPATH={shlex.quote(os.pathsep.join(map(_short, needed)))} " if needed else ""
+    return f"PYTHONPATH={shell_word(os.pathsep.join(map(_short, needed)))} " if needed else ""
 
 
 def _near_chance(card: dict[str, Any], trainer: Trainer) -> str | None:
