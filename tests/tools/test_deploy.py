@@ -244,10 +244,9 @@ def test_the_servers_processes_end_with_it_even_when_it_is_killed(trained, tmp_p
         finally:
             outlived = _outlived(processes)
     assert not outlived, f"processes outlived the killed server: {outlived}"
-    with socket.socket() as again:  # a new server can take the port (bound as servers bind: TIME_WAIT is no conflict)
-        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        again.bind(("127.0.0.1", port))
-        again.listen()
+    # Nothing listens on the port, so a new server can take it. A bind would also fail where another test's
+    # client connection was given this port as its own local port, which says nothing about the server.
+    assert not _listening(port), f"a socket still listens on the killed server's port {port}"
 
 
 @pytest.mark.slow
@@ -287,6 +286,15 @@ def _outlived(processes: list[int], grace: float = 20.0) -> list[int]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return alive
+
+
+def _listening(port: int) -> list[str]:
+    """The sockets listening on TCP ``port`` (Linux's /proc/net/tcp and tcp6: state 0A), as their table lines."""
+    lines = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            lines += Path(table).read_text().splitlines()[1:]
+    return [line for line in lines if int(line.split()[1].rsplit(":", 1)[1], 16) == port and line.split()[3] == "0A"]
 
 
 def _state(pid: int) -> str:
