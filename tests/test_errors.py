@@ -785,3 +785,25 @@ def test_a_folder_named_like_yamls_infinity_is_a_folder(
                   "--trainer.logger.save_dir", ".inf", "--trainer.max_steps", "1",
                   "--trainer.limit_val_batches", "1")  # fmt: skip
     assert Path(fit.trainer.log_dir).resolve().is_relative_to(tmp_path / ".inf")
+
+
+@pytest.mark.parametrize(
+    ("subcommand", "ckpt", "said"),
+    [
+        ("fit", "none.ckpt", "none.ckpt does not exist"),
+        ("test", "none.ckpt", "none.ckpt does not exist"),
+        ("predict", "none.ckpt", "none.ckpt does not exist"),
+        ("validate", "auto", "--ckpt_path auto is for fit only"),
+        ("test", " ", "--ckpt_path is empty"),
+    ],
+)
+def test_a_checkpoint_is_refused_before_the_data_are_listed(
+    subcommand: str, ckpt: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A typo in ``--ckpt_path`` was found only once the data were listed: a scan of a whole folder for nothing.
+
+    The data here cannot be listed at all, so the refusal that comes is the first check's.
+    """
+    path = tmp_path / ckpt if ckpt.endswith(".ckpt") else ckpt
+    folder = ["--data", "ImageFolderDataModule", "--data.root", tmp_path / "nope"]
+    carries(refused(capsys, subcommand, *folder, "--ckpt_path", path), said)

@@ -81,15 +81,12 @@ def read_checkpoint(path: str | Path, weights_only: bool | None = True, mmap: bo
     return checkpoint
 
 
-def class_names_of(path: str | Path, weights_only: bool | None = True) -> list[str] | None:
-    """The class names a vitlit checkpoint was trained on, in index order; ``None`` where it does not record them.
+def class_names_of(checkpoint: Mapping[str, Any], path: str | Path) -> list[str] | None:
+    """The class names a checkpoint (as `read_checkpoint` gives it) was trained on, in index order, or ``None``.
 
-    Read memory-mapped (no weights are read), and checked as a checkpoint's other claims: a list of text, one name
-    per output. ``None`` too for ``--ckpt_path``'s words and an empty value, which name no file (`resolve_checkpoint`).
+    ``None`` where it does not record them. Checked as a checkpoint's other claims: a list of text, one name per output.
     """
-    if str(path).strip().lower() in ("", *WORDS):
-        return None
-    hp = read_checkpoint(path, weights_only).get("hyper_parameters") or {}
+    hp = checkpoint.get("hyper_parameters") or {}
     names, count = hp.get("class_names"), hp.get("num_classes")
     if names is None:
         return None
@@ -322,16 +319,27 @@ def resolve_checkpoint(
     start where there is none, said in one line: the switch for job scripts restarted after preemption. Another
     experiment's run under the same root is never continued. ``none`` evaluates the model as it is built.
     """
-    if ckpt_path is not None and not str(ckpt_path).strip():  # a job script's unset variable
-        raise ConfigError("--ckpt_path is empty; give a checkpoint file, last or auto, or leave the flag out.")
-    word = None if ckpt_path is None else str(ckpt_path).strip().lower()  # Last, AUTO, " last": the words
-    if word is None or word == "none":
+    word = None if ckpt_path is None else checkpoint_word(ckpt_path, subcommand)
+    if ckpt_path is None or word == "none":
         return None
-    if word not in WORDS:
+    if word is None:
         return Path(ckpt_path).expanduser().absolute()
+    return newest_checkpoint(word, root, config, callbacks)
+
+
+def checkpoint_word(ckpt_path: str, subcommand: str) -> str | None:
+    """``--ckpt_path``'s word (``none``, ``last``, ``auto``; in any case, spaces around it), or ``None`` for a file.
+
+    An empty value (a job script's unset variable) and ``auto`` outside fit are refused in one line.
+    """
+    if not str(ckpt_path).strip():
+        raise ConfigError("--ckpt_path is empty; give a checkpoint file, last or auto, or leave the flag out.")
+    word = str(ckpt_path).strip().lower()
+    if word not in WORDS:
+        return None
     if word == "auto" and subcommand != "fit":
         raise ConfigError(f"--ckpt_path auto is for fit only; {subcommand} takes last or a checkpoint path.")
-    return newest_checkpoint(word, root, config, callbacks)
+    return word
 
 
 #: Keys that do not make a run another experiment: the optimizer and the schedule, which a resume restores from the

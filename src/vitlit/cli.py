@@ -307,11 +307,15 @@ class VitLitCLI(LightningCLI):
                 model["pretrained"], model["pretrained_file"] = False, None
             if "distillation" in model:
                 model["distillation"] = None
-        ckpt, predict_dir = config.get("ckpt_path"), config["data"]["init_args"].get("predict_dir")
-        if self.config["subcommand"] == "predict" and predict_dir and ckpt is not None:
-            from vitlit.checkpoints import class_names_of  # predicts of a folder from a checkpoint only
+        ckpt = config.get("ckpt_path")
+        if ckpt is not None:
+            from vitlit.checkpoints import checkpoint_word, class_names_of, read_checkpoint  # runs from a checkpoint
 
-            self._checkpoint_classes = class_names_of(ckpt, config.get("weights_only"))
+            # The word or the file checked before the data are listed (memory-mapped: no weights are read).
+            if checkpoint_word(ckpt, self.config["subcommand"]) is None:
+                checkpoint = read_checkpoint(ckpt, config.get("weights_only"))
+                if self.config["subcommand"] == "predict" and config["data"]["init_args"].get("predict_dir"):
+                    self._checkpoint_classes = class_names_of(checkpoint, ckpt)
         # Held back until the run starts (`_check_and_place_run`): given a checkpoint, LightningCLI would copy the
         # checkpoint's hyperparameters over the parsed config (flags typed on the command line could vanish silently).
         self._ckpt_path, config["ckpt_path"] = config.get("ckpt_path"), None
