@@ -807,3 +807,9 @@ def test_a_checkpoint_is_refused_before_the_data_are_listed(
     path = tmp_path / ckpt if ckpt.endswith(".ckpt") else ckpt
     folder = ["--data", "ImageFolderDataModule", "--data.root", tmp_path / "nope"]
     carries(refused(capsys, subcommand, *folder, "--ckpt_path", path), said)
+
+
+def test_a_config_before_the_subcommand_is_told_to_go_after_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """``vitlit --config x.yaml fit`` got jsonargparse's words about one of the file's options, and no way out."""
+    line = refused(capsys, "--config", DIGITS_CONFIG, "fit")
+    carries(line, "not accepted before subcommand 'fit'", "after the subcommand: vitlit fit --config")

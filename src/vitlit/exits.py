@@ -232,6 +232,8 @@ def parser_error(message: str, ex: Exception | None, tools: dict[str, str]) -> s
     text = str(cause) if cause is not None else one_line(message)
     if "invalid choice" in text:  # LightningCLI knows its four subcommands; the tools are vitlit's
         text = text.replace(")", ", " + ", ".join(repr(name) for name in tools) + ")", 1)
+    if before := re.search(r"is not accepted before subcommand '(\w+)'", text):  # `vitlit --config x.yaml fit`
+        return f"{text}; put the options after the subcommand: vitlit {before[1]} --config <file> ..."
     return f"{text} (`vitlit <subcommand> --help` lists the options)"
 
 
