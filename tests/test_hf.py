@@ -246,6 +246,60 @@ def test_a_glob_over_a_test_splits_shards_is_refused_not_trained_on(
     assert len(named.class_names) == 10  # a file given by its name is read as given, whatever the name says
 
 
+@pytest.mark.parametrize(
+    ("layout", "given", "said"),
+    [
+        ({"Train.parquet": "train", "Test.parquet": "test"}, "", None),  # datasets' search is case-sensitive
+        ({"train/0.parquet": "train", "test/0.parquet": "test"}, "", None),  # split folders
+        ({"train.parquet": "train", "holdout.parquet": "test"}, "", "holdout.parquet, whose name says no split"),
+        ({"train/0.parquet": "train", "test/0.parquet": "test"}, "*/*.parquet", "test/0.parquet, a test split's"),
+        ({"shards/train-0.parquet": "train", "test-0.parquet": "test"}, "**/*.parquet", "test-0.parquet, a test"),
+    ],
+    ids=["capitalised", "split-folders", "unnamed-beside-named", "glob-of-split-folders", "recursive-glob"],
+)
+def test_parquet_files_are_tested_as_their_names_say_or_refused(
+    layout: dict[str, str], given: str, said: str | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 74's data read: ``Test.parquet``, a glob over ``train/`` and ``test/`` and a ``**`` glob trained on the
+    test rows without a word, and a ``holdout.parquet`` beside ``train.parquet`` was left out."""
+    from vitlit.data.hf import HFDataModule
+
+    shards = write_parquet(tmp_path / "shards", splits=("train", "test"), n=60)  # 45 training rows, 15 test rows
+    for name, split in layout.items():
+        (tmp_path / "pq" / name).parent.mkdir(parents=True, exist_ok=True)
+        (shards / f"{split}-00000-of-00001.parquet").rename(tmp_path / "pq" / name)
+    path = str(tmp_path / "pq" / given) if given else str(tmp_path / "pq")
+    if said is not None:
+        runs = ["--trainer.default_root_dir", tmp_path / "runs"]
+        carries(refused(capsys, "fit", "--config", DIGITS_CONFIG, *HF, "--data.path", path, *runs), said)
+        return
+    data = HFDataModule(path, img_size=16, num_workers=0, val_size=5)
+    data.setup("fit")
+    data.setup("test")
+    assert (len(data.train_set) + len(data.val_set), len(data.test_set)) == (45, 15)
+
+
+@pytest.mark.parametrize(
+    ("names", "said"), [(["cat", "cat ", "dog"], "name 'cat' twice"), (["cat", "", "dog"], "the label is empty")]
+)
+def test_class_label_names_that_name_no_class_once_are_refused_naming_the_column(
+    names: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The refusal spoke of a "Scan's classes" the user never wrote, not of the data set's ClassLabel column."""
+    from datasets import ClassLabel, Dataset, Features
+    from datasets import Image as HFImage
+    from helpers.hf import digits_rows
+
+    images, targets = digits_rows(40)
+    features = Features({"image": HFImage(), "label": ClassLabel(names=names)})
+    Dataset.from_dict({"image": images, "label": [t % 3 for t in targets]}, features=features).to_parquet(
+        str(tmp_path / "pq" / "train-00000-of-00001.parquet")
+    )
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *HF, "--data.path", tmp_path / "pq",
+                   "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    carries(line, "pq's class names (column 'label')", said)
+
+
 def test_large_string_labels_and_an_unknown_split_are_read_and_said(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -72,6 +72,33 @@ def test_a_row_naming_a_file_inside_the_data_set_trains_from_it(tmp_path: Path) 
     assert not fit.datamodule.skipped and fit.trainer.global_step == 2
 
 
+@pytest.mark.parametrize("named", ["same", "alias", "missing"])
+def test_rows_naming_one_file_twice_or_a_missing_one_are_refused_as_a_tables(
+    named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Test rows naming the training files were accepted (an info line on byte copies), where labels.csv's are
+    refused; a missing file inside the folder was called one outside it."""
+    images, targets = digits_rows(40)
+    folder = tmp_path / "pq"
+    (folder / "images").mkdir(parents=True)
+    for i in range(40):
+        (folder / "images" / f"{i}.png").write_bytes(images[i]["bytes"])
+    (folder / "images" / "alias.png").symlink_to(folder / "images" / "0.png")
+    train = [{"bytes": None, "path": f"images/{i}.png"} for i in range(30)]
+    test = [{"bytes": None, "path": f"images/{i}.png"} for i in range(30, 40)]
+    (train if named == "missing" else test)[2]["path"] = {"same": "images/0.png", "alias": "images/alias.png",
+                                                          "missing": "images/none.png"}[named]  # fmt: skip
+    write_rows(folder / "train-00000-of-00001.parquet", train, targets[:30])
+    write_rows(folder / "test-00000-of-00001.parquet", test, targets[30:])
+    line = refused(capsys, "fit", "--config", DIGITS_CONFIG, *HF, "--data.path", folder, *SHORT,
+                   "--trainer.default_root_dir", tmp_path / "runs")  # fmt: skip
+    said = {"same": "0.png is listed twice, as the train row 0 and the test row 2",
+            "alias": "alias.png is listed twice (as",
+            "missing": "missing: 'images/none.png' is no file in"}[named]  # fmt: skip
+    assert said in line, line
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("name", ["absolute", "../outside.arrow", "split"])
 def test_a_saved_data_set_naming_files_outside_its_folder_is_refused_before_reading(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -23,7 +23,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import Dataset
 
 from vitlit.data.images import image_problem, open_image, refuse_unlisted
-from vitlit.data.table import ItemTableDataModule, Scan, class_order, file_inside, label_name
+from vitlit.data.table import ItemTableDataModule, Scan, class_order, file_inside, label_name, lies_inside
 from vitlit.errors import ConfigError
 from vitlit.hub import hub_unreachable
 from vitlit.text import shown
@@ -53,8 +53,8 @@ def _datasets(offline: bool = False) -> Any:
 def load_splits(path: str) -> dict[str, Any]:
     """The data set's splits by their own names, from a ``save_to_disk`` folder, Parquet files or a hub name.
 
-    Parquet files are a folder of them (the file names name the splits), a file or a glob. A hub name without the
-    network loads from the ``datasets`` cache, or is one line said within seconds.
+    Parquet files are a folder of them (their names name the splits: `parquet_splits`), a file or a glob. A hub
+    name without the network loads from the ``datasets`` cache, or is one line said within seconds.
 
     Raises:
         ConfigError: For a path that is none of these, or a hub name that cannot be read.
@@ -72,26 +72,7 @@ def load_splits(path: str) -> dict[str, Any]:
                 raise ConfigError(f"--data.path {path} has no training rows; give a data set with images in its "
                                   f"train split.") from None  # fmt: skip
         elif not hub:
-            files = parquet_files(local) if local.is_dir() else None
-            if local.is_dir() and not files:
-                raise ConfigError(f"--data.path {path} holds neither a save_to_disk data set nor Parquet files; give "
-                                  f"one of them, or a hub name.")  # fmt: skip
-            if not local.is_dir() and not glob.glob(str(local)):
-                raise ConfigError(f"--data.path {path} matches no file; give a Parquet file or glob, a save_to_disk "
-                                  f"folder or a hub name.")  # fmt: skip
-            other = next((f for f in files or glob.glob(str(local)) if not f.endswith(".parquet")), None)
-            if other is not None:  # datasets would read it as Parquet and fail deep inside (DatasetGenerationError)
-                raise ConfigError(f"--data.path {path} matches {shown(other)}, which is no Parquet file; give a glob "
-                                  f"of *.parquet files.")  # fmt: skip
-            # A glob is read as one training split: a file whose name says another split would be trained on.
-            matched = glob.glob(str(local)) if glob.has_magic(path) else []  # a file given by name is read as named
-            named = next((f for f in matched if _named_split(f) not in (None, "train")), None)
-            if named is not None:
-                raise ConfigError(f"--data.path {path} matches {shown(named)}, a {_named_split(named)} split's file by "
-                                  f"its name, which a glob would train on; give the folder that holds the files (their "
-                                  f"names say their splits), or a glob of the training files alone.")  # fmt: skip
-            loaded = datasets.load_dataset("parquet", data_dir=str(local) if files else None,
-                                           data_files=None if files else str(local))  # fmt: skip
+            loaded = datasets.load_dataset("parquet", data_files=parquet_splits(path))
         else:
             try:
                 if offline is not None and not datasets.config.HF_HUB_OFFLINE:
@@ -114,10 +95,65 @@ def load_splits(path: str) -> dict[str, Any]:
 FILE_SPLIT_NAMES = {**SPLIT_NAMES, "test": (*SPLIT_NAMES["test"], "eval", "evaluation")}
 
 
-def _named_split(file: str) -> str | None:
-    """The split a file's name says by datasets' rule (``test-00000-of-00001.parquet``: test; eval: test), or None."""
-    words = set(re.split(r"[-._ 0-9]+", Path(file).name.lower()))
-    return next((role for role, spelled in FILE_SPLIT_NAMES.items() if words & set(spelled)), None)
+def _named_split(relative: str) -> str | None:
+    """The split a file's path says by datasets' words, in any case: its name's first, then its folders'; or None.
+
+    ``test-00000-of-00001.parquet``, ``Test/0.parquet`` and ``eval.parquet`` are test files.
+
+    Args:
+        relative: The file's path below the folder or the glob's fixed part: the folders above that name no split.
+    """
+    for part in reversed(Path(relative).parts):
+        words = set(re.split(r"[-._ 0-9]+", part.lower()))
+        role = next((role for role, spelled in FILE_SPLIT_NAMES.items() if words & set(spelled)), None)
+        if role is not None:
+            return role
+    return None
+
+
+def parquet_splits(path: str) -> dict[str, list[str]]:
+    """``--data.path``'s Parquet files by split, for ``datasets.load_dataset("parquet", data_files=...)``.
+
+    A folder's files name their splits (`_named_split`), or none do and all are training; a glob (``**`` too) and a
+    file are training, and a glob's file that names another split is refused. vitlit assigns the splits itself:
+    datasets' own search is case-sensitive (``Test.parquet`` was trained on), and leaves out a file that names no
+    split beside files that do.
+
+    Raises:
+        ConfigError: For no Parquet files, a file that is no Parquet file, or a file that names no split or another.
+    """
+    local = Path(path).expanduser()
+    if local.is_dir():
+        files, base = parquet_files(local), local
+        if not files:
+            raise ConfigError(f"--data.path {path} holds neither a save_to_disk data set nor Parquet files; give one "
+                              f"of them, or a hub name.")  # fmt: skip
+    else:
+        files = sorted(glob.glob(str(local), recursive=True)) if glob.has_magic(path) else [str(local)]
+        base = root_of(path) or local.parent
+        if not files:
+            raise ConfigError(f"--data.path {path} matches no file; give a Parquet file or glob, a save_to_disk "
+                              f"folder or a hub name.")  # fmt: skip
+    other = next((f for f in files if not f.endswith(".parquet")), None)
+    if other is not None:  # datasets would read it as Parquet and fail deep inside (DatasetGenerationError)
+        raise ConfigError(f"--data.path {path} matches {shown(other)}, which is no Parquet file; give a glob of "
+                          f"*.parquet files.")  # fmt: skip
+    roles = {f: _named_split(os.path.relpath(f, base)) for f in files}
+    if not local.is_dir():  # a file given by name is read as training, whatever its name
+        named = next((f for f in files if roles[f] not in (None, "train")), None) if glob.has_magic(path) else None
+        if named is not None:
+            raise ConfigError(f"--data.path {path} matches {shown(named)}, a {roles[named]} split's file by its "
+                              f"name or folder, which a glob would train on; give the folder that holds the files "
+                              f"(their names say their splits), or a glob of the training files alone.")  # fmt: skip
+        return {"train": files}
+    unnamed = next((f for f in files if roles[f] is None), None)
+    if unnamed is not None and any(roles.values()):
+        raise ConfigError(f"--data.path {path} holds {shown(unnamed)}, whose name says no split beside files whose "
+                          f"names do; name it (train, validation or test, in its name or its folder's) or move it "
+                          f"out.")  # fmt: skip
+    keys = {"train": "train", "val": "validation", "test": "test"}
+    return {keys[role]: [f for f in files if (roles[f] or "train") == role] for role in keys
+            if any((roles[f] or "train") == role for f in files)}  # fmt: skip
 
 
 def parquet_files(folder: Path) -> list[str]:
@@ -221,6 +257,8 @@ class HFImages(Dataset):
     def problem(self, i: int) -> str | None:
         """Why row ``i``'s image cannot be read (`image_problem` of its bytes), or ``None``."""
         data, named = self.encoded(i), self.value(i)[1]
+        if data is None and named and self.root is not None and lies_inside(self.root, named):
+            return f"missing: {shown(named)!r} is no file in {self.root}"
         if data is None and named:
             return f"a file outside the data set's folder ({shown(named)!r}), which is never read"
         return image_problem(data, self.stored_side) if data is not None else "no image"
@@ -237,6 +275,21 @@ class HFImages(Dataset):
         if isinstance(value, dict):
             return value.get("bytes"), value.get("path")
         return (value, None) if isinstance(value, (bytes, bytearray)) else (None, None)
+
+    def files(self) -> list[Path | None]:
+        """The file each item's row names where it embeds no image (as `encoded` reads it), else ``None``.
+
+        Read from the Arrow column's ``bytes`` and ``path`` fields, so that no image is read: the item table refuses
+        a file named by two rows (`vitlit.data.table.ItemTableDataModule`), as it refuses a table's.
+        """
+        column = self.table.with_format("arrow")[self.image_column]
+        if self.root is None or not str(column.type).startswith("struct"):  # raw bytes, or a hub name: no files
+            return [None] * len(self.rows)
+        import pyarrow.compute as pc  # pyarrow comes with datasets
+
+        sizes = pc.fill_null(pc.binary_length(pc.struct_field(column, "bytes")), 0).to_pylist()
+        paths = pc.struct_field(column, "path").to_pylist()
+        return [None if sizes[row] else file_inside(self.root, paths[row]) for row in self.rows]
 
     def encoded(self, i: int) -> bytes | Path | None:
         """Item ``i``'s encoded image: its embedded bytes, else the file its row names if inside ``root``, else None.
@@ -273,9 +326,9 @@ class HFDataModule(ItemTableDataModule):
     classifies one. Every row's image is checked before training, as image folders are (``bad_images``).
 
     Args:
-        path: A folder written by ``save_to_disk``; Parquet files (a folder of ``*.parquet``, whose file names
-            name the splits as the hub's do, a file, or a glob); or a hub name such as ``user/name``, which needs
-            the network (or the local cache).
+        path: A folder written by ``save_to_disk``; Parquet files (a folder of ``*.parquet`` whose names or
+            folders name the splits as the hub's do, a file, or a glob: `parquet_splits`); or a hub name such as
+            ``user/name``, which needs the network (or the local cache).
         image_column: The column of images (``Image`` feature or encoded bytes); ``None``: the data set's only
             ``Image`` column (the hub's ``cifar10`` calls it ``img``), else one named ``image``.
         label_column: The column of class labels; ``None``: the only ``ClassLabel`` column, or of several the one with
@@ -336,7 +389,8 @@ class HFDataModule(ItemTableDataModule):
         splits = {role: HFImages(table, list(range(len(table))), targets[role], self.image_column,
                                  f"{self.path} {role}", self.image_mode, self.stored_side, self.root)
                   for role, table in self._tables.items()}  # fmt: skip
-        return Scan(splits, classes, hold_out_test=self.path)
+        where = f"{self.path}'s class names (column {self.label_column!r})"
+        return Scan(splits, classes, hold_out_test=self.path, classes_from=where)
 
     # -- reading the data set ------------------------------------------------------------------------------------
 

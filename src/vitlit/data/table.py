@@ -62,11 +62,14 @@ class Scan(NamedTuple):
             holds one out of training (``--data.test_size``), said in one line naming the class; a string does so
             naming the data in its words; ``None`` keeps ``test`` for a split of the data's own
             (`ItemTableDataModule.no_test_split`).
+        classes_from: Where ``classes`` came from, as the refusals of a class name name it (a Hugging Face data
+            set: its ``ClassLabel`` column).
     """
 
     splits: dict[str, Any]
     classes: list[str] | None = None
     hold_out_test: bool | str | None = True
+    classes_from: str = "Scan's classes"
 
 
 def label_name(label: object) -> str:
@@ -161,6 +164,11 @@ def _target(link: str) -> str:
         return ""
 
 
+def lies_inside(root: Path, name: str | os.PathLike) -> bool:
+    """Whether ``name`` (relative to ``root``, or absolute) lies inside ``root``, links resolved, existing or not."""
+    return _Root(root, resolve=True, list_links=False).inside(os.fspath(name)) is not None
+
+
 def file_inside(root: Path, name: str | os.PathLike | None) -> Path | None:
     """The file ``name`` (relative to ``root``, or absolute) if it is a file inside ``root``, links resolved, else None.
 
@@ -173,6 +181,17 @@ def file_inside(root: Path, name: str | os.PathLike | None) -> Path | None:
         return None
     place = _Root(root, resolve=True, list_links=False).inside(os.fspath(name))
     return Path(place[0]) if place is not None and os.path.isfile(place[0]) else None
+
+
+def _listed_once(seen: dict[str, tuple[str, int, str]], real: str, split: str, i: int, path: str, name: str) -> None:
+    """Note the file of ``split``'s row ``i`` in ``seen``; one listed before is refused, naming both rows.
+
+    Files are compared by their real paths: one file by two names is one file.
+    """
+    if (first := seen.setdefault(real, (split, i, path)))[:2] != (split, i):
+        alias = "" if first[2] == path else f" (as {shown(first[2])} too, a link to the same file)"
+        raise ConfigError(f"{name}: {shown(path)} is listed twice{alias}, as the {first[0]} row {first[1]} and the "
+                          f"{split} row {i}; list each image once, with one label and one split.")  # fmt: skip
 
 
 def _links(folder: str) -> set[str] | None:
@@ -270,7 +289,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
                 f"{method.__qualname__}() raised {quoted(err)} at {at.filename}:{at.lineno}; that is "
                 f"a bug in the data format's code (or a file it reads): fix it there."
             ) from None
-        items, classes = self._admit(splits, scan.classes, scan.hold_out_test)
+        items, classes = self._admit(splits, scan.classes, scan.hold_out_test, scan.classes_from)
         # A test split held out where the format asks for one (said in its words, where it gives them); validation
         # is carved in `setup`, and its size checked here.
         if "test" not in items and scan.hold_out_test:
@@ -283,7 +302,11 @@ class ItemTableDataModule(ImageClassificationDataModule):
         return self._table
 
     def _admit(
-        self, listed: dict[str, Any], given: list[str] | None, hold_out_test: bool | str | None
+        self,
+        listed: dict[str, Any],
+        given: list[str] | None,
+        hold_out_test: bool | str | None,
+        given_from: str = "Scan's classes",
     ) -> tuple[dict[str, Any], list[str]]:
         """Each split's rows as items, after the rules every format shares: split names, rows, labels, files, classes.
 
@@ -291,6 +314,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
             listed: Each split's rows as a list, or a dataset of its items (embedded images), as `_scanned` read them.
             given: The class order a `Scan` gives, or ``None`` (the training labels, sorted).
             hold_out_test: `Scan.hold_out_test`, for the words of an empty test split's refusal.
+            given_from: `Scan.classes_from`, for the words of a refused class name.
         """
         name, splits = type(self).__name__, {split: rows for split, rows in listed.items() if rows is not None}
         unknown = next((split for split in splits if split not in SPLITS), None)
@@ -310,7 +334,12 @@ class ItemTableDataModule(ImageClassificationDataModule):
         total = sum(len(split_rows) for split_rows in rows.values())
         if total >= MANY_ROWS:  # seconds of work: said before it starts
             say(f"vitlit: {name}: checking {total:,} rows (labels, files inside {self.root}, each listed once)")
-        files, labels = self._rows(rows)
+        files, labels, seen = self._rows(rows)
+        # A dataset's items may name files too, where they embed no image (a Hugging Face row's path): once as well.
+        for split, dataset in splits.items():
+            for i, path in enumerate(dataset.files() if split not in rows and hasattr(dataset, "files") else ()):
+                if path is not None:
+                    _listed_once(seen, os.path.realpath(path), split, i, str(path), name)
         # The classes in index order: a `Scan`'s (checked as labels are), else the training labels', sorted.
         train = labels.get("train", [])
         if given is None:
@@ -319,14 +348,15 @@ class ItemTableDataModule(ImageClassificationDataModule):
             try:
                 classes = [label_name(c) for c in given]
             except ValueError as err:
-                raise ConfigError(f"{name}: in Scan's classes, {err}; give each class a name.") from None
+                raise ConfigError(f"{name}: in {given_from}, {err}; give each class a name.") from None
             seen: set[str] = set()
             twice = next((c for c in classes if c in seen or seen.add(c)), None)  # the first named again
             if twice is not None:
-                raise ConfigError(f"{name}: Scan's classes name '{shown(twice)}' twice; name each class once.")
+                raise ConfigError(f"{name}: {given_from} name '{shown(twice)}' twice (whitespace around a name "
+                                  f"is dropped); name each class once.")  # fmt: skip
             unnamed = sorted(set(train) - set(classes))
             if unnamed:
-                raise ConfigError(f"{name}: the train rows have labels that Scan's classes do not name: "
+                raise ConfigError(f"{name}: the train rows have labels that {given_from} do not name: "
                                   f"{', '.join(shown(s) for s in unnamed[:5])}; add them to classes (or leave classes "
                                   f"out: the training labels, sorted).")  # fmt: skip
         if len(classes) < 2:
@@ -363,8 +393,13 @@ class ItemTableDataModule(ImageClassificationDataModule):
             items[split] = ImageFiles(pairs, classes, self.image_mode, self.stored_side, f"the {split} split")
         return items, classes
 
-    def _rows(self, rows: dict[str, list[Any]]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-        """Each split's files (inside ``root``, each once over all splits) and class names, in one pass per row."""
+    def _rows(
+        self, rows: dict[str, list[Any]]
+    ) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, tuple[str, int, str]]]:
+        """Each split's files (inside ``root``, each once over all splits) and class names, in one pass per row.
+
+        Also each file's first row (split, index, path) by its real path, for the files datasets' items name.
+        """
         name, files, labels = type(self).__name__, {}, {}
         if rows and self.root is None:
             raise ConfigError(f"{name} lists files but sets no root; its __init__ sets self.root to the folder they "
@@ -391,11 +426,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
                     raise ConfigError(f"{name}: the {split} row '{shown(text)}' is not a file inside {root.path} "
                                       f"(row {i}); rows may only name the data's own files.")  # fmt: skip
                 path, real = place
-                if (first := seen.setdefault(real, (split, i, path)))[:2] != (split, i):
-                    alias = "" if first[2] == path else f" (as {shown(first[2])} too, a link to the same file)"
-                    raise ConfigError(f"{name}: {shown(path)} is listed twice{alias}, as the {first[0]} row "
-                                      f"{first[1]} and the {split} row {i}; list each image once, with one label "
-                                      f"and one split.")  # fmt: skip
+                _listed_once(seen, real, split, i, path, name)
                 try:
                     class_name = names[label, type(label)]
                 except (KeyError, TypeError):  # a label value not seen before, checked once (a list: no label)
@@ -406,7 +437,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
                                           f"class name.") from None  # fmt: skip
                 files[split].append(path)
                 labels[split].append(class_name)
-        return files, labels
+        return files, labels, seen
 
     def no_test_split(self) -> str:
         """The refusal of ``test`` and ``predict`` where the data has no test split (and none is held out)."""
