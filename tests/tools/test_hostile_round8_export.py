@@ -152,7 +152,7 @@ def test_a_checkpoint_path_with_a_tilde_or_relative_to_checkpoints_keeps_the_run
     monkeypatch.chdir(ckpt.parent)
     export(f"~/{run.name}/checkpoints/{ckpt.name}" if given == "tilde" else ckpt.name, tmp_path / "vit", "timm")
     readme = (tmp_path / "vit" / "README.md").read_text()
-    assert "run folder version" in readme and "- epochs: 1" in readme, readme
+    assert "run folder version" in readme and "- epochs the run trained: 1" in readme, readme
     assert "- data module: ImageFolderDataModule" in readme, readme
 
 
@@ -175,7 +175,24 @@ def test_a_damaged_run_card_leaves_the_run_facts_out_of_the_model_card(
     (run / "run_card.json").write_text(content, encoding="latin-1")
     export(run / "checkpoints" / ckpt.name, tmp_path / "vit", "timm")
     readme = (tmp_path / "vit" / "README.md").read_text()
-    assert "- epochs:" not in readme and "- test accuracy: not measured for this checkpoint" in readme
+    assert "- epochs the run trained:" not in readme and "- test accuracy: not measured for this checkpoint" in readme
+
+
+def test_a_model_card_says_where_its_checkpoint_was_saved_beside_the_runs_facts(ckpt: Path, tmp_path: Path) -> None:
+    """An early snapshot's card gave the run's epochs and best accuracy as its own: both files' cards were alike."""
+    run = tmp_path / "run"
+    shutil.copytree(ckpt.parent.parent, run)
+    early = torch.load(run / "checkpoints" / ckpt.name, weights_only=True)
+    early["epoch"], early["global_step"] = 0, 1  # as a snapshot saved one step in
+    torch.save(early, run / "checkpoints" / "early.ckpt")
+    last = torch.load(ckpt, weights_only=True, mmap=True)
+    for name, saved in (
+        ("early.ckpt", "epoch 0, step 1"),
+        (ckpt.name, f"epoch {last['epoch']}, step {last['global_step']}"),
+    ):
+        export(run / "checkpoints" / name, tmp_path / name, "timm")
+        readme = (tmp_path / name / "README.md").read_text()
+        assert f"- this checkpoint: {saved}\n" in readme and "- the run's best validation accuracy: " in readme
 
 
 def test_a_timm_folder_says_a_centre_crop_whatever_the_base_models_config(ckpt: Path, tmp_path: Path) -> None:

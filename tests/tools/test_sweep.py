@@ -122,6 +122,58 @@ def test_a_multi_process_base_config_is_refused_before_any_trial(
     assert not (tmp_path / "sweeps").exists()
 
 
+@pytest.mark.parametrize(
+    ("space", "said"),
+    [
+        ({"data.batch_size": {"type": "uniform", "low": 32, "high": 64}}, "data.batch_size"),  # an integer option
+        (
+            {"data.augment": {"type": "categorical", "choices": ["none", "trivialaugmnt", "autoaugment"]}},
+            "trivialaugmnt",
+        ),
+    ],
+    ids=["floats-for-an-integer", "a-middle-choice"],
+)
+def test_every_value_a_trial_may_take_is_checked_before_any_trial(
+    space: dict, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only the ends were parsed: every trial failed on batch_size 49.56 with Optuna's traceback, and a misspelt
+    choice between two good ones failed its trials and the sweep exited 0."""
+    with pytest.raises(SystemExit) as stop:
+        run_cli("sweep", "--config", DIGITS_CONFIG, "--search", _space(tmp_path, space), "--root", tmp_path / "sweeps")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and said in err[0] and "do not fit" in err[0], err
+    assert not (tmp_path / "sweeps").exists()
+
+
+def test_a_root_that_cannot_be_written_is_one_line_with_a_storage_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    space = _space(tmp_path, {"model.drop_path_rate": {"type": "uniform", "low": 0.0, "high": 0.2}})
+    (tmp_path / "afile").write_text("mine")
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    with pytest.raises(SystemExit) as stop:
+        run_cli("sweep", "--config", DIGITS_CONFIG, "--search", space, "--root", tmp_path / "afile" / "sweeps",
+                "--storage", storage)  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and "--root" in err[0] and "afile" in err[0], err
+    assert not (tmp_path / "study.db").exists()  # refused before the study was made
+
+
+def test_machines_sharing_a_study_stop_when_it_holds_n_trials(digits_dir: Path, tmp_path: Path) -> None:
+    """Each machine ran its own --n-trials on a shared study: 2 machines of --n-trials 2 made 4 trials."""
+    from vitlit.tools.sweep import sweep
+
+    storage = f"sqlite:///{tmp_path / 'shared.db'}"
+    fixed = {"data.root": str(digits_dir), "model.scheduler.init_args.warmup_steps": 0, "trainer.max_epochs": 1,
+             "trainer.limit_train_batches": 1, "trainer.limit_val_batches": 1,
+             "trainer.callbacks+": "helpers.sweeps.AnotherMachine",
+             "trainer.callbacks.init_args.storage": storage}  # fmt: skip
+    space = _space(tmp_path, {"model.drop_path_rate": {"type": "uniform", "low": 0.0, "high": 0.2}}, **fixed)
+    sweep(str(DIGITS_CONFIG), str(space), n_trials=2, storage=storage, root=str(tmp_path / "sweeps"))
+    states = [t.state.name for t in optuna.load_study(study_name="vitlit", storage=storage).trials]
+    assert states == ["COMPLETE", "COMPLETE"], states  # this machine's first, and the other's, which ended meanwhile
+
+
 def test_dotted_keys_become_a_nested_config() -> None:
     assert nested({"a.b.c": 1, "a.d": 2, "e": 3}) == {"a": {"b": {"c": 1}, "d": 2}, "e": 3}
 

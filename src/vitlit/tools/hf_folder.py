@@ -21,7 +21,7 @@ import torch
 from timm.models import save_for_hf  # timm's own writer of hub folders (push_to_hf_hub's too)
 
 from vitlit.atomic import umask
-from vitlit.checkpoints import run_of_checkpoint
+from vitlit.checkpoints import read_checkpoint, run_of_checkpoint
 from vitlit.data.images import PIL_MODES
 from vitlit.errors import CheckFailed, ConfigError
 from vitlit.owned import check_replaceable, staged_folder, write_manifest
@@ -124,6 +124,20 @@ def _tested(facts: dict[str, Any], checkpoint: Path | None) -> float | None:
     return tested if isinstance(tested, float) else None
 
 
+def _saved_at(checkpoint: Path | None) -> str | None:
+    """Where in its run a checkpoint was saved (``epoch 2, step 9``, as Lightning counts them), or ``None``.
+
+    Read memory-mapped; ``None`` where the file does not say, or cannot be read without running its pickled code.
+    """
+    try:
+        saved = read_checkpoint(checkpoint) if checkpoint is not None else {}
+    except ConfigError:
+        return None
+    epoch, step = saved.get("epoch"), saved.get("global_step")
+    counted = all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (epoch, step))
+    return f"epoch {epoch}, step {step}" if counted else None
+
+
 def _rounded(values: Any) -> tuple[float, ...]:
     """Statistics as they were meant (0.485, not float32's 0.48500001430511475): six significant digits."""
     return tuple(float(f"{float(v):.6g}") for v in values)
@@ -145,10 +159,14 @@ def model_card(card: ModelCard, run: Path | None, license: str, name: str, check
     tested = _tested(facts, checkpoint)
     facts["test_acc"] = "not measured for this checkpoint" if tested is None else f"{tested:.4f} (this checkpoint)"
     facts |= {key: f"{facts[key]:.4f}" for key in ("best_val_acc",) if isinstance(facts.get(key), float)}
+    facts["saved_at"] = _saved_at(checkpoint)
+    # The run card's facts are the run's: this file may be an earlier snapshot than its best or last checkpoint.
     trained = [f"- {label}: {markdown(facts[key])}" for key, label in (
-        ("epochs_done", "epochs"), ("seed", "seed"), ("precision", "precision"), ("effective_batch", "effective batch"),
-        ("best_val_acc", "best validation accuracy"), ("best_epoch", "at epoch"), ("test_acc", "test accuracy"),
-        ("versions", "versions"), ("git_commit", "vitlit commit")) if facts.get(key) is not None]  # fmt: skip
+        ("saved_at", "this checkpoint"), ("epochs_done", "epochs the run trained"), ("seed", "seed"),
+        ("precision", "precision"), ("effective_batch", "effective batch"),
+        ("best_val_acc", "the run's best validation accuracy"), ("best_epoch", "at epoch"),
+        ("test_acc", "test accuracy"), ("versions", "versions"), ("git_commit", "vitlit commit"))
+        if facts.get(key) is not None]  # fmt: skip
     data = _data(run)
     recipe = "exported from a loose checkpoint"
     if run is not None:

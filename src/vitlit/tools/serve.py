@@ -131,7 +131,7 @@ class RequestCheck:
             return
         headers = dict(scope.get("headers") or [])
         content_type = headers.get(b"content-type", b"").decode("latin-1")  # a boundary keeps its case
-        body, more = b"", True
+        body, more = bytearray(), True  # appended in place: a body of many small pieces costs each piece once
         while more:
             try:
                 message = await receive()
@@ -150,7 +150,7 @@ class RequestCheck:
                 return
         request = pixels = None
         try:
-            request = await parsed_body(content_type, body)
+            request = await parsed_body(content_type, bytes(body))
             if self.card is not None:  # decoded here, in a thread of the API server: the model's worker only predicts
                 pixels = await asyncio.to_thread(self._pixels, request)
         except ValueError as err:

@@ -137,12 +137,18 @@ def nested(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_keys(config: str, space: dict[str, dict[str, Any]], fixed: dict[str, Any]) -> None:
-    """Parse the base config with every key at a value of its range: a key the CLI does not know fails here."""
-    for bound in (0, -1):  # every key at the low end of its range, then at the high end
-        probe = {}
-        for key, spec in space.items():
-            values = spec["choices"] if spec["type"] == "categorical" else [spec["low"], spec["high"]]
-            probe[key] = values[bound]
+    """Parse the base config with the values each key may take: a key or value the CLI refuses fails here.
+
+    Each parse sets every key at once: its ends, a value between them that is no integer where the distribution
+    draws floats (an integer option given ``uniform``), and every choice of a categorical, so that as many parses
+    as the longest list of values cover them all.
+    """
+    probes = {key: list(spec["choices"]) if spec["type"] == "categorical" else
+              [spec["low"], spec["high"]] if spec["type"] == "int" else
+              [spec["low"], spec["high"], spec["low"] + 0.37 * (spec["high"] - spec["low"])]
+              for key, spec in space.items()}  # fmt: skip
+    for i in range(max([2, *(len(values) for values in probes.values())])):
+        probe = {key: values[i % len(values)] for key, values in probes.items()}
         said, printed = io.StringIO(), io.StringIO()
         try:
             with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(said):
@@ -226,8 +232,8 @@ def sweep(
         raise ConfigError(f"--config {config} does not exist; give the base recipe's config file.")
     _check_keys(config, space, fixed)
     folder = Path(root).expanduser() / study_name
+    check_writable_folder(Path(root).expanduser(), "--root")  # the trials' runs go there, with any storage
     if storage is None:
-        check_writable_folder(Path(root).expanduser(), "--root")
         Path(root).expanduser().mkdir(parents=True, exist_ok=True)  # for the SQLite file
     url = storage or f"sqlite:///{(Path(root).expanduser() / f'{study_name}.db').resolve()}"
     # Optuna marks its heartbeat "experimental" with a warning at every use; it is the documented way to fail the
@@ -313,7 +319,10 @@ def sweep(
         print(f"vitlit: sweep {study_name}: {n_trials - remaining} of {n_trials} trials done; running {remaining}",
               file=sys.stderr)  # fmt: skip
         try:
-            study.optimize(objective, n_trials=remaining, catch=(RuntimeError,), callbacks=[report])
+            # Optuna's MaxTrialsCallback stops this process once the study holds n_trials, whichever machine ran them
+            # (several sweep commands share one study); a trial another machine is running still ends.
+            enough = optuna.study.MaxTrialsCallback(n_trials, states=done_states)
+            study.optimize(objective, n_trials=remaining, catch=(RuntimeError,), callbacks=[report, enough])
         except KeyboardInterrupt:
             print(f"vitlit: sweep interrupted; the same command continues it ({redacted(url)})", file=sys.stderr)
             raise SystemExit(130) from None
