@@ -395,3 +395,28 @@ def test_runs_inside_the_data_root_and_an_output_file_are_refused(
     (tmp_path / "file").write_text("mine")
     line = refused(capsys, "prepare", "--data", "DigitsDataModule", "--output", tmp_path / "file")
     assert "is a file, not a folder" in line and (tmp_path / "file").read_text() == "mine"
+
+
+def test_an_interrupt_between_the_two_renames_puts_the_old_folder_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only OSError put the replaced folder back: a Ctrl-C there left it hidden in ``.NAME.*.replaced/old``."""
+    from vitlit.owned import staged_folder
+
+    output = tmp_path / "vit"
+    output.mkdir()
+    (output / "model.safetensors").write_text("the earlier export")
+    renames, rename = [], os.rename
+
+    def interrupted(source: object, target: object) -> None:
+        renames.append(target)
+        if len(renames) == 2:  # the staged folder taking the output's name
+            raise KeyboardInterrupt
+        rename(source, target)
+
+    monkeypatch.setattr(os, "rename", interrupted)
+    with pytest.raises(KeyboardInterrupt), staged_folder(output) as staged:
+        (staged / "model.safetensors").write_text("the new export")
+    monkeypatch.setattr(os, "rename", rename)
+    assert (output / "model.safetensors").read_text() == "the earlier export" and len(renames) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vit"]

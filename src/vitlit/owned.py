@@ -148,9 +148,10 @@ def staged_folder(output: Path) -> Iterator[Path]:
             os.rename(output, previous / "old")  # a fresh name of our own: a stale or planted entry is never met
         try:
             os.rename(staged, output)
-        except OSError:
+        except BaseException:  # a full disk, or a Ctrl-C between the two renames: the old folder is put back
             if previous is not None:
                 os.rename(previous / "old", output)
+                shutil.rmtree(previous, ignore_errors=True)
             raise
         fsync_dir(output.parent)
         if previous is not None:
