@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -17,6 +18,8 @@ from helpers.hf import write_hub_cache, write_parquet, write_saved
 pytest.importorskip("datasets")
 
 HF = ["--data", "vitlit.data.hf.HFDataModule"]
+#: The hub's shard names of a training and a test split.
+HUB = {"train-00000-of-00001.parquet": "train", "test-00000-of-00001.parquet": "test"}
 SHORT = ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "2"]
 
 
@@ -254,20 +257,38 @@ def test_a_glob_over_a_test_splits_shards_is_refused_not_trained_on(
         ({"train.parquet": "train", "holdout.parquet": "test"}, "", "holdout.parquet, whose name says no split"),
         ({"train/0.parquet": "train", "test/0.parquet": "test"}, "*/*.parquet", "test/0.parquet, a test split's"),
         ({"shards/train-0.parquet": "train", "test-0.parquet": "test"}, "**/*.parquet", "test-0.parquet, a test"),
+        ({**HUB, ".old/train-00000-of-00001.parquet": "train"}, "", None),  # hidden, as datasets' search leaves it
+        ({**HUB, "._train-00000-of-00001.parquet": "junk", "__MACOSX/._test-00000-of-00001.parquet": "junk"}, "", None),
+        ({**HUB, "extra-00000-of-00001.parquet": "train"}, "", None),  # the hub's SVHN: extra is a split, left out
+        ({f"a[1]/{name}": split for name, split in HUB.items()}, "", None),  # a pattern's character in a folder's name
     ],
-    ids=["capitalised", "split-folders", "unnamed-beside-named", "glob-of-split-folders", "recursive-glob"],
+    ids=[
+        "capitalised",
+        "split-folders",
+        "unnamed-beside-named",
+        "glob-of-split-folders",
+        "recursive-glob",
+        "hidden",
+        "macos-leftovers",
+        "svhn-extra",
+        "bracket",
+    ],
 )
 def test_parquet_files_are_tested_as_their_names_say_or_refused(
     layout: dict[str, str], given: str, said: str | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 74's data read: ``Test.parquet``, a glob over ``train/`` and ``test/`` and a ``**`` glob trained on the
-    test rows without a word, and a ``holdout.parquet`` beside ``train.parquet`` was left out."""
+    test rows without a word, and a ``holdout.parquet`` beside ``train.parquet`` was left out. Hidden files stay out,
+    a hub shard names its own split, and a folder's name is no pattern."""
     from vitlit.data.hf import HFDataModule
 
     shards = write_parquet(tmp_path / "shards", splits=("train", "test"), n=60)  # 45 training rows, 15 test rows
     for name, split in layout.items():
         (tmp_path / "pq" / name).parent.mkdir(parents=True, exist_ok=True)
-        (shards / f"{split}-00000-of-00001.parquet").rename(tmp_path / "pq" / name)
+        if split == "junk":  # what a copy from macOS leaves: no Parquet file
+            (tmp_path / "pq" / name).write_bytes(b"\x00\x05\x16\x07 Mac OS X")
+        else:
+            shutil.copy(shards / f"{split}-00000-of-00001.parquet", tmp_path / "pq" / name)
     path = str(tmp_path / "pq" / given) if given else str(tmp_path / "pq")
     if said is not None:
         runs = ["--trainer.default_root_dir", tmp_path / "runs"]
@@ -277,6 +298,28 @@ def test_parquet_files_are_tested_as_their_names_say_or_refused(
     data.setup("fit")
     data.setup("test")
     assert (len(data.train_set) + len(data.val_set), len(data.test_set)) == (45, 15)
+
+
+@pytest.mark.parametrize("fields", [("bytes",), ("path",)])
+def test_an_image_struct_of_one_field_is_read(fields: tuple[str, ...], tmp_path: Path) -> None:
+    """A hand-made image column of ``struct<bytes>`` (or of paths only) crashed the start-up's "listed once" rule."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from helpers.hf import digits_rows
+
+    from vitlit.data.hf import HFDataModule
+
+    images, targets = digits_rows(30)
+    for i, image in enumerate(images):
+        (tmp_path / f"{i}.png").write_bytes(image["bytes"])
+    rows = [
+        {"bytes": image["bytes"]} if fields == ("bytes",) else {"path": f"{i}.png"} for i, image in enumerate(images)
+    ]
+    column = pa.array(rows, pa.struct([(field, pa.binary() if field == "bytes" else pa.string()) for field in fields]))
+    pq.write_table(pa.table({"image": column, "label": pa.array(targets, pa.int64())}), tmp_path / "train.parquet")
+    data = HFDataModule(str(tmp_path / "train.parquet"), img_size=16, num_workers=0, val_size=3, test_size=3)
+    data.setup("fit")
+    assert len(data.train_set) == 24 and data.train_set[0][0].shape == (3, 16, 16)
 
 
 @pytest.mark.parametrize(

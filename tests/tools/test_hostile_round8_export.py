@@ -6,6 +6,7 @@ vitlit's line, not torch's logs.
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import warnings
@@ -193,6 +194,10 @@ def test_a_model_card_says_where_its_checkpoint_was_saved_beside_the_runs_facts(
         export(run / "checkpoints" / name, tmp_path / name, "timm")
         readme = (tmp_path / name / "README.md").read_text()
         assert f"- this checkpoint: {saved}\n" in readme and "- the run's best validation accuracy: " in readme
+    early["args"] = argparse.Namespace(note="a pickled object")  # read only with --weights_only false
+    torch.save(early, run / "checkpoints" / "pickled.ckpt")
+    export(run / "checkpoints" / "pickled.ckpt", tmp_path / "pickled", "timm", weights_only=False)
+    assert "- this checkpoint: epoch 0, step 1\n" in (tmp_path / "pickled" / "README.md").read_text()
 
 
 def test_a_timm_folder_says_a_centre_crop_whatever_the_base_models_config(ckpt: Path, tmp_path: Path) -> None:

@@ -72,7 +72,7 @@ def load_splits(path: str) -> dict[str, Any]:
                 raise ConfigError(f"--data.path {path} has no training rows; give a data set with images in its "
                                   f"train split.") from None  # fmt: skip
         elif not hub:
-            loaded = datasets.load_dataset("parquet", data_files=parquet_splits(path))
+            loaded = datasets.load_dataset("parquet", data_files=_as_patterns(parquet_splits(path)))
         else:
             try:
                 if offline is not None and not datasets.config.HF_HUB_OFFLINE:
@@ -93,17 +93,24 @@ def load_splits(path: str) -> dict[str, Any]:
 
 #: The words of a file's name that datasets reads as its split: vitlit's names, and "eval" for a test file.
 FILE_SPLIT_NAMES = {**SPLIT_NAMES, "test": (*SPLIT_NAMES["test"], "eval", "evaluation")}
+#: The hub's shard names: ``<split>-00000-of-00003.parquet`` names its split, whichever word (SVHN's ``extra``).
+SHARD = re.compile(r"(\w+?)-\d{5}-of-\d{5}\b")
 
 
 def _named_split(relative: str) -> str | None:
-    """The split a file's path says by datasets' words, in any case: its name's first, then its folders'; or None.
+    """The split a file's path says, or None: ``train``, ``val``, ``test``, or a hub shard's other split name.
 
-    ``test-00000-of-00001.parquet``, ``Test/0.parquet`` and ``eval.parquet`` are test files.
+    A hub shard's name says its split (`SHARD`); otherwise datasets' words do, in any case, in the file's name first
+    and then its folders': ``test-00000-of-00001.parquet``, ``Test/0.parquet`` and ``eval.parquet`` are test files.
 
     Args:
         relative: The file's path below the folder or the glob's fixed part: the folders above that name no split.
     """
-    for part in reversed(Path(relative).parts):
+    parts = Path(relative).parts
+    if (shard := SHARD.match(parts[-1])) is not None:
+        word = shard[1].lower()
+        return next((role for role, spelled in FILE_SPLIT_NAMES.items() if word in spelled), word)
+    for part in reversed(parts):
         words = set(re.split(r"[-._ 0-9]+", part.lower()))
         role = next((role for role, spelled in FILE_SPLIT_NAMES.items() if words & set(spelled)), None)
         if role is not None:
@@ -111,13 +118,21 @@ def _named_split(relative: str) -> str | None:
     return None
 
 
+def _hidden(relative: str, path: str) -> bool:
+    """Whether datasets' search would leave the file out: hidden, by a name of its path ``--data.path`` does not give.
+
+    A name starting with ``.`` or ``__``: a backup's ``.old/``, macOS's ``._x.parquet`` and ``__MACOSX/``.
+    """
+    return any(part.startswith((".", "__")) and part not in Path(path).parts for part in Path(relative).parts)
+
+
 def parquet_splits(path: str) -> dict[str, list[str]]:
     """``--data.path``'s Parquet files by split, for ``datasets.load_dataset("parquet", data_files=...)``.
 
     A folder's files name their splits (`_named_split`), or none do and all are training; a glob (``**`` too) and a
-    file are training, and a glob's file that names another split is refused. vitlit assigns the splits itself:
-    datasets' own search is case-sensitive (``Test.parquet`` was trained on), and leaves out a file that names no
-    split beside files that do.
+    file are training, and a glob's file that names a validation or test split is refused. Hidden files are left out
+    (`_hidden`), as datasets' search leaves them. vitlit assigns the splits itself: datasets' search is
+    case-sensitive (``Test.parquet`` was trained on), and leaves out a file that names no split beside files that do.
 
     Raises:
         ConfigError: For no Parquet files, a file that is no Parquet file, or a file that names no split or another.
@@ -125,22 +140,21 @@ def parquet_splits(path: str) -> dict[str, list[str]]:
     local = Path(path).expanduser()
     if local.is_dir():
         files, base = parquet_files(local), local
-        if not files:
-            raise ConfigError(f"--data.path {path} holds neither a save_to_disk data set nor Parquet files; give one "
-                              f"of them, or a hub name.")  # fmt: skip
     else:
         files = sorted(glob.glob(str(local), recursive=True)) if glob.has_magic(path) else [str(local)]
         base = root_of(path) or local.parent
-        if not files:
-            raise ConfigError(f"--data.path {path} matches no file; give a Parquet file or glob, a save_to_disk "
-                              f"folder or a hub name.")  # fmt: skip
+    files = [f for f in files if not _hidden(os.path.relpath(f, base), path)]
+    if not files:
+        what = "holds neither a save_to_disk data set nor Parquet files" if local.is_dir() else "matches no file"
+        raise ConfigError(f"--data.path {path} {what}; give a Parquet file, folder or glob, a save_to_disk folder or "
+                          f"a hub name.")  # fmt: skip
     other = next((f for f in files if not f.endswith(".parquet")), None)
     if other is not None:  # datasets would read it as Parquet and fail deep inside (DatasetGenerationError)
         raise ConfigError(f"--data.path {path} matches {shown(other)}, which is no Parquet file; give a glob of "
                           f"*.parquet files.")  # fmt: skip
     roles = {f: _named_split(os.path.relpath(f, base)) for f in files}
     if not local.is_dir():  # a file given by name is read as training, whatever its name
-        named = next((f for f in files if roles[f] not in (None, "train")), None) if glob.has_magic(path) else None
+        named = next((f for f in files if roles[f] in ("val", "test")), None) if glob.has_magic(path) else None
         if named is not None:
             raise ConfigError(f"--data.path {path} matches {shown(named)}, a {roles[named]} split's file by its "
                               f"name or folder, which a glob would train on; give the folder that holds the files "
@@ -151,9 +165,17 @@ def parquet_splits(path: str) -> dict[str, list[str]]:
         raise ConfigError(f"--data.path {path} holds {shown(unnamed)}, whose name says no split beside files whose "
                           f"names do; name it (train, validation or test, in its name or its folder's) or move it "
                           f"out.")  # fmt: skip
-    keys = {"train": "train", "val": "validation", "test": "test"}
-    return {keys[role]: [f for f in files if (roles[f] or "train") == role] for role in keys
-            if any((roles[f] or "train") == role for f in files)}  # fmt: skip
+    # Training first: datasets takes the columns from the first split's files (a test file may lack the labels).
+    splits: dict[str, list[str]] = {"train": [], "validation": [], "test": []}
+    for file in files:
+        role = roles[file] or "train"
+        splits.setdefault({"val": "validation"}.get(role, role), []).append(file)
+    return {split: split_files for split, split_files in splits.items() if split_files}
+
+
+def _as_patterns(splits: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The files as datasets reads ``data_files``: patterns, so a ``[`` or ``*`` in a folder's name is escaped."""
+    return {split: [glob.escape(file) for file in files] for split, files in splits.items()}
 
 
 def parquet_files(folder: Path) -> list[str]:
@@ -163,6 +185,7 @@ def parquet_files(folder: Path) -> list[str]:
     """
     found = []
     for dirpath, dirnames, filenames in os.walk(folder, onerror=refuse_unlisted, followlinks=False):
+        dirnames[:] = [name for name in dirnames if not name.startswith((".", "__"))]  # hidden: never read (`_hidden`)
         link = next((name for name in dirnames if os.path.islink(os.path.join(dirpath, name))), None)
         if link is not None:
             raise ConfigError(f"--data.path {folder} holds {shown(os.path.join(dirpath, link))}, a link to a folder, "
@@ -283,11 +306,13 @@ class HFImages(Dataset):
         a file named by two rows (`vitlit.data.table.ItemTableDataModule`), as it refuses a table's.
         """
         column = self.table.with_format("arrow")[self.image_column]
-        if self.root is None or not str(column.type).startswith("struct"):  # raw bytes, or a hub name: no files
+        fields = [column.type.field(i).name for i in range(column.type.num_fields)]  # none: raw bytes
+        if self.root is None or "path" not in fields:  # a hub name, or no row names a file
             return [None] * len(self.rows)
         import pyarrow.compute as pc  # pyarrow comes with datasets
 
-        sizes = pc.fill_null(pc.binary_length(pc.struct_field(column, "bytes")), 0).to_pylist()
+        embedded = pc.fill_null(pc.binary_length(pc.struct_field(column, "bytes")), 0) if "bytes" in fields else None
+        sizes = [0] * len(column) if embedded is None else embedded.to_pylist()
         paths = pc.struct_field(column, "path").to_pylist()
         return [None if sizes[row] else file_inside(self.root, paths[row]) for row in self.rows]
 

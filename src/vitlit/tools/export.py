@@ -286,7 +286,9 @@ def export(
     report: dict[str, Any] = {"format": format, "output": str(output), "batch": len(batch)}
     if format == "timm":
         with folders_made_for(output.parent):  # checked: a missing folder is created, as by prepare
-            report |= write_timm_folder(net, card, batch, output, ckpt_path, license or "other", TOLERANCE)
+            report |= write_timm_folder(
+                net, card, batch, output, ckpt_path, license or "other", TOLERANCE, weights_only
+            )
         say(f"vitlit: wrote {output}/ ({', '.join(report['files'])}; {report['bytes'] / 2**20:.1f} MiB); timm's "
               f"model from it against the checkpoint on {len(batch)} images: max |logit difference| "
               f"{report['max_abs_diff']:.2e}")  # fmt: skip

@@ -70,7 +70,7 @@ def check_folder_output(output: Path, ckpt_path: Path, overwrite: bool, license:
 
 def write_timm_folder(
     net: torch.nn.Module, card: ModelCard, batch: torch.Tensor, output: Path, ckpt_path: Path, license: str,
-    tolerance: float,
+    tolerance: float, weights_only: bool | None = True,
 ) -> dict[str, Any]:  # fmt: skip
     """Write, load back with timm, compare on ``batch``, and move into ``output``; return the figures.
 
@@ -91,7 +91,7 @@ def write_timm_folder(
         cfg = {key: value for key, value in config["pretrained_cfg"].items() if key not in inherited}
         config["pretrained_cfg"] = cfg | {"license": license, "crop_mode": "center"}
         (staged / "config.json").write_text(json.dumps(config, indent=4) + "\n", encoding="utf-8")
-        text = model_card(card, run_of_checkpoint(ckpt_path), license, output.name, ckpt_path)
+        text = model_card(card, run_of_checkpoint(ckpt_path), license, output.name, ckpt_path, weights_only)
         (staged / "README.md").write_text(text, encoding="utf-8")  # `markdown` wrote undecodable bytes as escapes
         for file in staged.iterdir():  # safetensors writes its file for its owner alone (0600): as every other file
             os.chmod(file, 0o666 & ~umask())
@@ -124,13 +124,13 @@ def _tested(facts: dict[str, Any], checkpoint: Path | None) -> float | None:
     return tested if isinstance(tested, float) else None
 
 
-def _saved_at(checkpoint: Path | None) -> str | None:
+def _saved_at(checkpoint: Path | None, weights_only: bool | None = True) -> str | None:
     """Where in its run a checkpoint was saved (``epoch 2, step 9``, as Lightning counts them), or ``None``.
 
-    Read memory-mapped; ``None`` where the file does not say, or cannot be read without running its pickled code.
+    Read memory-mapped, as the export read it (``weights_only``); ``None`` where the file does not say.
     """
     try:
-        saved = read_checkpoint(checkpoint) if checkpoint is not None else {}
+        saved = read_checkpoint(checkpoint, weights_only) if checkpoint is not None else {}
     except ConfigError:
         return None
     epoch, step = saved.get("epoch"), saved.get("global_step")
@@ -143,7 +143,10 @@ def _rounded(values: Any) -> tuple[float, ...]:
     return tuple(float(f"{float(v):.6g}") for v in values)
 
 
-def model_card(card: ModelCard, run: Path | None, license: str, name: str, checkpoint: Path | None = None) -> str:
+def model_card(
+    card: ModelCard, run: Path | None, license: str, name: str, checkpoint: Path | None = None,
+    weights_only: bool | None = True,
+) -> str:  # fmt: skip
     """The folder's README.md: what the model is, how it was trained and scored, how to load and upload it.
 
     Every text that comes from the data, the checkpoint or the run card (class names, the model's and folder's names,
@@ -159,7 +162,7 @@ def model_card(card: ModelCard, run: Path | None, license: str, name: str, check
     tested = _tested(facts, checkpoint)
     facts["test_acc"] = "not measured for this checkpoint" if tested is None else f"{tested:.4f} (this checkpoint)"
     facts |= {key: f"{facts[key]:.4f}" for key in ("best_val_acc",) if isinstance(facts.get(key), float)}
-    facts["saved_at"] = _saved_at(checkpoint)
+    facts["saved_at"] = _saved_at(checkpoint, weights_only)
     # The run card's facts are the run's: this file may be an earlier snapshot than its best or last checkpoint.
     trained = [f"- {label}: {markdown(facts[key])}" for key, label in (
         ("saved_at", "this checkpoint"), ("epochs_done", "epochs the run trained"), ("seed", "seed"),
