@@ -64,7 +64,7 @@ def test_a_pretrained_file_with_this_datas_head_keeps_it(tmp_path: Path, caplog:
     torch.testing.assert_close(other.net.blocks[1].attn.qkv.weight, source.blocks[1].attn.qkv.weight)
 
 
-def test_a_pretrained_file_of_another_model_is_refused_naming_what_it_lacks(tmp_path: Path) -> None:
+def test_a_pretrained_file_of_another_model_is_refused_naming_what_it_lacks_or_holds(tmp_path: Path) -> None:
     """A file sharing a few names with the model (another depth): timm loaded those non-strictly and left every block
     random, and the log said only the head was new (a review's)."""
     weights = {k: v for k, v in timm.create_model("test_vit").state_dict().items() if not k.startswith("blocks.1.")}
@@ -81,6 +81,13 @@ def test_a_pretrained_file_of_another_model_is_refused_naming_what_it_lacks(tmp_
     torch.save(swin, tmp_path / "swin.pth")
     with pytest.raises(ConfigError, match=r"all of layers\.2\.blocks\.5,"):
         ViTClassifier("swin_tiny_patch4_window7_224", num_classes=7, pretrained_file=str(tmp_path / "swin.pth"))
+    # A deeper model's file: timm skipped its extra blocks without a word, and the final norm was the deeper one's.
+    depth = len(timm.create_model("test_vit").blocks)
+    torch.save(timm.create_model("test_vit", depth=depth + 2).state_dict(), tmp_path / "deeper.pth")
+    with pytest.raises(ConfigError, match=rf"it holds blocks\.{depth}, which VisionTransformer of this depth has not"):
+        ViTClassifier(
+            "test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "deeper.pth")
+        )
     # A released file in its own layout, whose names timm converts as it loads (DeiT III's gamma_1 for ls1.gamma,
     # DINOv2's register tokens), is no other model's: a few names absent, no part absent whole.
     deit3 = timm.create_model("deit3_small_patch16_224").state_dict()

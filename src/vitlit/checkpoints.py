@@ -357,7 +357,7 @@ SPEED_ONLY = (*(f"data.init_args.{key}" for key in ("num_workers", "pin_memory",
 
 
 #: What a resume restores from the checkpoint, whatever the config says: a change there would silently not apply.
-RESTORED = ("model.init_args.optimizer", "model.init_args.scheduler")
+RESTORED = ("model.init_args.optimizer", "model.init_args.scheduler", "model.init_args.layer_decay")  # its groups
 #: The trainer's settings that make a run another experiment; not its length, which a resume may extend.
 EXPERIMENT_TRAINER = ("accumulate_grad_batches", "precision", "gradient_clip_val", "gradient_clip_algorithm")
 

@@ -91,7 +91,7 @@ def _classifiers(probe: nn.Module) -> tuple[str, ...]:
 
 
 def _another_models(weights: dict[str, Any], probe: nn.Module) -> str | None:
-    """What a weights file lacks of the model if it is another model's (the refusal's words), else ``None``.
+    """What shows a weights file to be another model's (the refusal's words), else ``None``.
 
     timm renames some keys of released files before it loads them (DeiT III's ``gamma_1``, DINOv2's register
     tokens), so a few absent names are no proof; a numbered part absent whole (a block of another depth), or most of
@@ -105,10 +105,27 @@ def _another_models(weights: dict[str, Any], probe: nn.Module) -> str | None:
                           if word.isdigit()]  # fmt: skip
     present = {part for name in weights for part in parts(name)}
     absent = next((part for name in missing for part in parts(name) if part not in present), None)
+    # A deeper model's file: timm skips its extra blocks without a word. Only a name's first numbered part is
+    # proof (blocks.6 of a 6-block model); a released file's deeper numbering (DINOv2's blocks.0.3) is renamed.
+    ours = {part for name in probe.state_dict() for part in parts(name)[:1]}
+    extra = next((part for name in weights if not name.startswith(heads) for part in parts(name)[:1]
+                  if part not in ours), None)  # fmt: skip
+    if extra is not None:
+        return f"it holds {extra}, which {type(probe).__name__} of this depth has not: a deeper or other model's file"
     if absent is None and len(missing) * 2 <= len(needed):
         return None
     return (f"it lacks {len(missing)} of the model's {len(needed)} tensors besides the head"
             f"{f', all of {absent}' if absent else ''}, the first {missing[0]}")  # fmt: skip
+
+
+def load_error(err: BaseException) -> str:
+    """The line of a weights file's load error that names its cause (a key, a shape), for a one-line refusal.
+
+    torch's report starts "Error(s) in loading state_dict for ...:", and the line after it names the key.
+    """
+    lines = [line.strip() for line in str(err).strip("'\" \n").splitlines() if line.strip()]
+    first = lines[1:2] if lines and lines[0].startswith("Error(s) in loading") else lines[:1]
+    return first[0] if first else type(err).__name__
 
 
 def _file_classes(weights: dict[str, Any], probe: nn.Module) -> dict[str, Any]:
@@ -176,13 +193,9 @@ def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.M
             overlay = {"file": str(path), **_file_classes(weights, probe)}
             net = timm.create_model(hp.model_name, pretrained=True, **{**kwargs, "pretrained_cfg_overlay": overlay})
         except (*UNREADABLE, KeyError) as err:
-            # torch's report starts "Error(s) in loading state_dict for ...:"; the line after it names the key.
-            lines = [line.strip() for line in str(err).strip("'\" \n").splitlines() if line.strip()]
-            first_line = lines[1:2] if lines and lines[0].startswith("Error(s) in loading") else lines[:1]
-            first_line = first_line[0] if first_line else type(err).__name__
             raise ConfigError(
                 f"pretrained_file={hp.pretrained_file!r} is not a readable state dict of {hp.model_name} "
-                f"({first_line[:200]}); give a .pth/.safetensors file of that timm model's weights."
+                f"({load_error(err)[:200]}); give a .pth/.safetensors file of that timm model's weights."
             ) from None
         say_adapted(hp.model_name, probe, str(path), weights)
         return net

@@ -66,6 +66,8 @@ def test_linear_probe_trains_the_head_alone(digits_dir: Path, weights: Path, tmp
     assert changed == head_parameter_names(cli.model.net) == {"head.weight", "head.bias"}
     in_optimizer = sum(p.numel() for g in cli.trainer.optimizers[0].param_groups for p in g["params"])
     assert in_optimizer == sum(p.numel() for p in cli.model.net.head.parameters())
+    # The frozen blocks give the head the features evaluation sees: the recipe's stochastic depth is off.
+    assert not any(type(m).__name__ == "DropPath" for m in cli.model.net.modules())
 
 
 def test_a_fine_tuned_run_is_evaluated_without_its_pretrained_weights(

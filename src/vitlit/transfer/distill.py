@@ -31,7 +31,7 @@ from torchvision.transforms.v2.functional import resize
 from vitlit.checkpoints import UNREADABLE, refuse_compressed
 from vitlit.errors import ConfigError
 from vitlit.model import ViTClassifier
-from vitlit.pretrained import hub_or_cache
+from vitlit.pretrained import hub_or_cache, load_error
 from vitlit.trained import load_classifier
 from vitlit.types import PositiveFloat, PositiveInt, Probability
 
@@ -176,10 +176,9 @@ class Distillation:
         try:
             net.load_state_dict(timm.models.load_state_dict(str(path)))
         except (*UNREADABLE, RuntimeError, KeyError) as err:
-            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
             raise ConfigError(
                 f"teacher_file={self.teacher_file!r} is not a readable state dict of {self.teacher_name} with "
-                f"{num_classes} classes ({first})."
+                f"{num_classes} classes ({load_error(err)[:160]})."
             ) from None
         return net
 
