@@ -261,6 +261,13 @@ def test_a_glob_over_a_test_splits_shards_is_refused_not_trained_on(
         ({**HUB, "._train-00000-of-00001.parquet": "junk", "__MACOSX/._test-00000-of-00001.parquet": "junk"}, "", None),
         ({**HUB, "extra-00000-of-00001.parquet": "train"}, "", None),  # the hub's SVHN: extra is a split, left out
         ({f"a[1]/{name}": split for name, split in HUB.items()}, "", None),  # a pattern's character in a folder's name
+        ({"train/data-00000-of-00001.parquet": "train", "test/data-00000-of-00001.parquet": "test"}, "", None),
+        ({"train_data-00000-of-00001.parquet": "train", "test_data-00000-of-00001.parquet": "test"}, "", None),
+        (
+            {"train/data-00000-of-00001.parquet": "train", "test/data-00000-of-00001.parquet": "test"},
+            "**/*.parquet",
+            "test/data-00000-of-00001.parquet, a test split's",
+        ),
     ],
     ids=[
         "capitalised",
@@ -272,6 +279,9 @@ def test_a_glob_over_a_test_splits_shards_is_refused_not_trained_on(
         "macos-leftovers",
         "svhn-extra",
         "bracket",
+        "shards-in-split-folders",
+        "split-words-in-shard-names",
+        "glob-of-shards-in-split-folders",
     ],
 )
 def test_parquet_files_are_tested_as_their_names_say_or_refused(

@@ -88,6 +88,10 @@ def test_a_pretrained_file_of_another_model_is_refused_naming_what_it_lacks_or_h
         ViTClassifier(
             "test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "deeper.pth")
         )
+    # A pretraining file with parts of its own beside the model's (MAE's decoder_blocks): the encoder is whole.
+    mae = {**timm.create_model("test_vit").state_dict(), "decoder_blocks.0.mlp.fc1.weight": torch.zeros(2, 2)}
+    torch.save(mae, tmp_path / "mae.pth")
+    ViTClassifier("test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "mae.pth"))
     # A released file in its own layout, whose names timm converts as it loads (DeiT III's gamma_1 for ls1.gamma,
     # DINOv2's register tokens), is no other model's: a few names absent, no part absent whole.
     deit3 = timm.create_model("deit3_small_patch16_224").state_dict()

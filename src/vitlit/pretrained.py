@@ -105,11 +105,13 @@ def _another_models(weights: dict[str, Any], probe: nn.Module) -> str | None:
                           if word.isdigit()]  # fmt: skip
     present = {part for name in weights for part in parts(name)}
     absent = next((part for name in missing for part in parts(name) if part not in present), None)
-    # A deeper model's file: timm skips its extra blocks without a word. Only a name's first numbered part is
-    # proof (blocks.6 of a 6-block model); a released file's deeper numbering (DINOv2's blocks.0.3) is renamed.
+    # A deeper model's file: timm skips its extra blocks without a word. Proof is a number past the model's own in
+    # one of its lists (blocks.6 of a 6-block model); other lists (MAE's decoder_blocks) and a released file's deeper
+    # numbering (DINOv2's blocks.0.3, renamed as it loads) are not.
     ours = {part for name in probe.state_dict() for part in parts(name)[:1]}
+    lists = {part.rsplit(".", 1)[0] for part in ours}
     extra = next((part for name in weights if not name.startswith(heads) for part in parts(name)[:1]
-                  if part not in ours), None)  # fmt: skip
+                  if part not in ours and part.rsplit(".", 1)[0] in lists), None)  # fmt: skip
     if extra is not None:
         return f"it holds {extra}, which {type(probe).__name__} of this depth has not: a deeper or other model's file"
     if absent is None and len(missing) * 2 <= len(needed):

@@ -93,24 +93,20 @@ def load_splits(path: str) -> dict[str, Any]:
 
 #: The words of a file's name that datasets reads as its split: vitlit's names, and "eval" for a test file.
 FILE_SPLIT_NAMES = {**SPLIT_NAMES, "test": (*SPLIT_NAMES["test"], "eval", "evaluation")}
-#: The hub's shard names: ``<split>-00000-of-00003.parquet`` names its split, whichever word (SVHN's ``extra``).
-SHARD = re.compile(r"(\w+?)-\d{5}-of-\d{5}\b")
+#: The hub's shard names: ``<split>-00000-of-00003.parquet`` names a split of any word (SVHN's ``extra``).
+SHARD = re.compile(r"([A-Za-z]+)-\d{5}-of-\d{5}\b")
 
 
 def _named_split(relative: str) -> str | None:
-    """The split a file's path says, or None: ``train``, ``val``, ``test``, or a hub shard's other split name.
+    """The split a file's path says by datasets' words, in any case: its name's first, then its folders'; or None.
 
-    A hub shard's name says its split (`SHARD`); otherwise datasets' words do, in any case, in the file's name first
-    and then its folders': ``test-00000-of-00001.parquet``, ``Test/0.parquet`` and ``eval.parquet`` are test files.
+    ``test-00000-of-00001.parquet``, ``Test/0.parquet``, ``test/data-00000-of-00001.parquet`` and ``eval.parquet``
+    are test files.
 
     Args:
         relative: The file's path below the folder or the glob's fixed part: the folders above that name no split.
     """
-    parts = Path(relative).parts
-    if (shard := SHARD.match(parts[-1])) is not None:
-        word = shard[1].lower()
-        return next((role for role, spelled in FILE_SPLIT_NAMES.items() if word in spelled), word)
-    for part in reversed(parts):
+    for part in reversed(Path(relative).parts):
         words = set(re.split(r"[-._ 0-9]+", part.lower()))
         role = next((role for role, spelled in FILE_SPLIT_NAMES.items() if words & set(spelled)), None)
         if role is not None:
@@ -160,6 +156,8 @@ def parquet_splits(path: str) -> dict[str, list[str]]:
                               f"name or folder, which a glob would train on; give the folder that holds the files "
                               f"(their names say their splits), or a glob of the training files alone.")  # fmt: skip
         return {"train": files}
+    if any(roles.values()):  # beside files that name theirs, a hub shard's other word names a split (left out)
+        roles |= {f: shard[1].lower() for f in files if roles[f] is None and (shard := SHARD.match(Path(f).name))}
     unnamed = next((f for f in files if roles[f] is None), None)
     if unnamed is not None and any(roles.values()):
         raise ConfigError(f"--data.path {path} holds {shown(unnamed)}, whose name says no split beside files whose "
