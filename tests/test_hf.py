@@ -268,6 +268,12 @@ def test_a_glob_over_a_test_splits_shards_is_refused_not_trained_on(
             "**/*.parquet",
             "test/data-00000-of-00001.parquet, a test split's",
         ),
+        (  # the hub's camelyon17: data/ shards name their splits by their whole word, none of them train
+            {"data/id_train-00000-of-00001.parquet": "train", "data/ood_test-00000-of-00001.parquet": "test"},
+            "",
+            "has the splits id_train, ood_test but none named train",
+        ),
+        ({**HUB, "test-dev.parquet": "test"}, "", "test-dev.parquet, whose name says both a val and a test split"),
     ],
     ids=[
         "capitalised",
@@ -282,6 +288,8 @@ def test_a_glob_over_a_test_splits_shards_is_refused_not_trained_on(
         "shards-in-split-folders",
         "split-words-in-shard-names",
         "glob-of-shards-in-split-folders",
+        "hub-splits-of-other-names",
+        "two-splits-in-one-name",
     ],
 )
 def test_parquet_files_are_tested_as_their_names_say_or_refused(

@@ -81,6 +81,11 @@ def test_a_pretrained_file_of_another_model_is_refused_naming_what_it_lacks_or_h
     torch.save(swin, tmp_path / "swin.pth")
     with pytest.raises(ConfigError, match=r"all of layers\.2\.blocks\.5,"):
         ViTClassifier("swin_tiny_patch4_window7_224", num_classes=7, pretrained_file=str(tmp_path / "swin.pth"))
+    # And a deeper stage's file (Swin-S's layers.2.blocks.6 into Swin-T): timm's own converter raised AttributeError.
+    swin["layers.2.blocks.6.norm1.weight"] = swin["layers.2.blocks.0.norm1.weight"]
+    torch.save(swin, tmp_path / "swin.pth")
+    with pytest.raises(ConfigError, match=r"it holds layers\.2\.blocks\.6, which SwinTransformer of this depth"):
+        ViTClassifier("swin_tiny_patch4_window7_224", num_classes=7, pretrained_file=str(tmp_path / "swin.pth"))
     # A deeper model's file: timm skipped its extra blocks without a word, and the final norm was the deeper one's.
     depth = len(timm.create_model("test_vit").blocks)
     torch.save(timm.create_model("test_vit", depth=depth + 2).state_dict(), tmp_path / "deeper.pth")

@@ -106,11 +106,11 @@ def _another_models(weights: dict[str, Any], probe: nn.Module) -> str | None:
     present = {part for name in weights for part in parts(name)}
     absent = next((part for name in missing for part in parts(name) if part not in present), None)
     # A deeper model's file: timm skips its extra blocks without a word. Proof is a number past the model's own in
-    # one of its lists (blocks.6 of a 6-block model); other lists (MAE's decoder_blocks) and a released file's deeper
-    # numbering (DINOv2's blocks.0.3, renamed as it loads) are not.
-    ours = {part for name in probe.state_dict() for part in parts(name)[:1]}
+    # one of its lists, at any depth (blocks.6 of a 6-block model, Swin's layers.2.blocks.6); other lists (MAE's
+    # decoder_blocks) are not.
+    ours = {part for name in probe.state_dict() for part in parts(name)}
     lists = {part.rsplit(".", 1)[0] for part in ours}
-    extra = next((part for name in weights if not name.startswith(heads) for part in parts(name)[:1]
+    extra = next((part for name in weights if not name.startswith(heads) for part in parts(name)
                   if part not in ours and part.rsplit(".", 1)[0] in lists), None)  # fmt: skip
     if extra is not None:
         return f"it holds {extra}, which {type(probe).__name__} of this depth has not: a deeper or other model's file"

@@ -95,22 +95,34 @@ def load_splits(path: str) -> dict[str, Any]:
 FILE_SPLIT_NAMES = {**SPLIT_NAMES, "test": (*SPLIT_NAMES["test"], "eval", "evaluation")}
 #: The hub's shard names: ``<split>-00000-of-00003.parquet`` names a split of any word (SVHN's ``extra``).
 SHARD = re.compile(r"([A-Za-z]+)-\d{5}-of-\d{5}\b")
+#: The hub's layout for splits of any name (datasets' ``data/{split}-00000-of-00003*``): the whole word names it.
+HUB_SHARD = re.compile(r"data/(\w+)-\d{5}-of-\d{5}[^/]*")
 
 
 def _named_split(relative: str) -> str | None:
-    """The split a file's path says by datasets' words, in any case: its name's first, then its folders'; or None.
+    """The split a file's path says, or None: ``train``, ``val``, ``test``, or a hub split's own name.
 
-    ``test-00000-of-00001.parquet``, ``Test/0.parquet``, ``test/data-00000-of-00001.parquet`` and ``eval.parquet``
-    are test files.
+    As datasets reads them: a hub shard in ``data/`` by its whole word (camelyon17's ``data/id_train-...`` is the
+    split ``id_train``, no training split); else its split words, in any case, in its name first and then its
+    folders' (``Test/0.parquet``, ``test/data-00000-of-00001.parquet`` and ``eval.parquet`` are test files).
 
     Args:
         relative: The file's path below the folder or the glob's fixed part: the folders above that name no split.
+
+    Raises:
+        ConfigError: For a name that says two splits (``test-dev.parquet``), which datasets reads into both.
     """
+    if (hub := HUB_SHARD.fullmatch(Path(relative).as_posix())) is not None:
+        word = hub[1].lower()
+        return next((role for role, spelled in SPLIT_NAMES.items() if word in spelled), word)
     for part in reversed(Path(relative).parts):
         words = set(re.split(r"[-._ 0-9]+", part.lower()))
-        role = next((role for role, spelled in FILE_SPLIT_NAMES.items() if words & set(spelled)), None)
-        if role is not None:
-            return role
+        roles = [role for role, spelled in FILE_SPLIT_NAMES.items() if words & set(spelled)]
+        if len(roles) > 1:
+            raise ConfigError(f"--data.path holds {shown(relative)}, whose name says both a {roles[0]} and a "
+                              f"{roles[1]} split; rename it to say one.")  # fmt: skip
+        if roles:
+            return roles[0]
     return None
 
 
