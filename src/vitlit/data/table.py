@@ -306,7 +306,7 @@ class ItemTableDataModule(ImageClassificationDataModule):
         listed: dict[str, Any],
         given: list[str] | None,
         hold_out_test: bool | str | None,
-        given_from: str = "Scan's classes",
+        given_from: str,
     ) -> tuple[dict[str, Any], list[str]]:
         """Each split's rows as items, after the rules every format shares: split names, rows, labels, files, classes.
 
@@ -334,12 +334,12 @@ class ItemTableDataModule(ImageClassificationDataModule):
         total = sum(len(split_rows) for split_rows in rows.values())
         if total >= MANY_ROWS:  # seconds of work: said before it starts
             say(f"vitlit: {name}: checking {total:,} rows (labels, files inside {self.root}, each listed once)")
-        files, labels, seen = self._rows(rows)
+        files, labels, first_rows = self._rows(rows)
         # A dataset's items may name files too, where they embed no image (a Hugging Face row's path): once as well.
         for split, dataset in splits.items():
             for i, path in enumerate(dataset.files() if split not in rows and hasattr(dataset, "files") else ()):
                 if path is not None:
-                    _listed_once(seen, os.path.realpath(path), split, i, str(path), name)
+                    _listed_once(first_rows, os.path.realpath(path), split, i, str(path), name)
         # The classes in index order: a `Scan`'s (checked as labels are), else the training labels', sorted.
         train = labels.get("train", [])
         if given is None:
