@@ -105,6 +105,27 @@ def test_a_pretrained_file_of_another_model_is_refused_naming_what_it_lacks_or_h
     torch.testing.assert_close(model.net.blocks[0].ls1.gamma, deit3["blocks.0.ls1.gamma"], rtol=0, atol=0)
 
 
+def test_a_released_file_in_a_layout_timm_converts_loads_and_a_deeper_one_is_still_refused(tmp_path: Path) -> None:
+    """OpenCLIP keeps a timm ViT under ``visual.trunk.``; timm's loader renames it, so the file is the model's own.
+
+    The check read the names as stored and refused it as another model's: "lacks 78 of the model's 78 tensors".
+    """
+    source = timm.create_model("test_vit", num_classes=7, img_size=32, patch_size=4)
+    torch.save({f"visual.trunk.{k}": v for k, v in source.state_dict().items()}, tmp_path / "open_clip.pth")
+    model = ViTClassifier(
+        "test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "open_clip.pth")
+    )
+    for name, value in source.state_dict().items():
+        torch.testing.assert_close(model.net.state_dict()[name], value, rtol=0, atol=0)
+    depth = len(source.blocks)  # the same layout of a deeper model: its extra blocks are seen once converted
+    deeper = timm.create_model("test_vit", num_classes=7, img_size=32, patch_size=4, depth=depth + 1)
+    torch.save({f"visual.trunk.{k}": v for k, v in deeper.state_dict().items()}, tmp_path / "deeper.pth")
+    with pytest.raises(ConfigError, match=rf"it holds blocks\.{depth}, which VisionTransformer of this depth has not"):
+        ViTClassifier(
+            "test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "deeper.pth")
+        )
+
+
 def test_gradient_checkpointing_gives_the_same_gradients() -> None:
     torch.manual_seed(0)
     plain = ViTClassifier("test_vit", img_size=32, patch_size=4, drop_path_rate=0.0)

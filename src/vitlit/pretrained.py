@@ -9,6 +9,7 @@ saved ``config.yaml``, so evaluation, exports and resume use the same ones.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,22 @@ def _another_models(weights: dict[str, Any], probe: nn.Module) -> str | None:
             f"{f', all of {absent}' if absent else ''}, the first {missing[0]}")  # fmt: skip
 
 
+def as_timm_loads(weights: dict[str, Any], net: nn.Module) -> dict[str, Any]:
+    """A weights file's tensors as timm converts them when it loads a pretrained file into ``net``.
+
+    Released files keep their own layout (OpenAI's and OpenCLIP's CLIP, Meta's DINOv2 and ConvNeXt); the model's timm
+    module converts them with its ``checkpoint_filter_fn``, which timm runs on every pretrained file. A converter
+    that cannot run on ``net`` (a model on the meta device) leaves them as stored; ``weights`` itself is returned.
+    """
+    convert = getattr(sys.modules.get(type(net).__module__), "checkpoint_filter_fn", None)
+    if convert is None:
+        return weights
+    try:
+        return dict(convert(dict(weights), net))
+    except Exception:  # another library's code on an untrusted file: the names as stored are checked instead
+        return weights
+
+
 def load_error(err: BaseException) -> str:
     """The line of a weights file's load error that names its cause (a key, a shape), for a one-line refusal.
 
@@ -188,8 +205,11 @@ def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.M
         try:  # timm reads the file with torch.load(weights_only=True), or safetensors: no code runs from it
             # timm loads non-strictly when the class count changes, so a file of another model would be skipped
             # without a word and training would start from random weights: check the names first.
-            weights = timm.models.load_state_dict(str(path))
+            weights, source = timm.models.load_state_dict(str(path)), str(path)
             lacking = _another_models(weights, probe)
+            if lacking and (converted := as_timm_loads(weights, probe)) is not weights:  # a layout timm renames
+                weights, source = converted, f"{path} (converted by timm from its own layout and geometry)"
+                lacking = _another_models(weights, probe)  # the words name what timm would load
             if lacking:  # another depth or architecture: timm would leave its blocks random without a word
                 raise KeyError(lacking)
             overlay = {"file": str(path), **_file_classes(weights, probe)}
@@ -199,7 +219,7 @@ def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.M
                 f"pretrained_file={hp.pretrained_file!r} is not a readable state dict of {hp.model_name} "
                 f"({load_error(err)[:200]}); give a .pth/.safetensors file of that timm model's weights."
             ) from None
-        say_adapted(hp.model_name, probe, str(path), weights)
+        say_adapted(hp.model_name, probe, source, weights)
         return net
     offline = ("give them as a file (--model.pretrained_file <weights>), or train from scratch "
                "(configs/own_images_scratch.yaml for your own images)")  # fmt: skip
