@@ -56,6 +56,10 @@ def test_prepare_writes_every_split_and_a_fit_trains_tests_and_predicts_from_it(
     assert len(rows) == 449
     # A stream keeps no file names: each row names its image's stored position, in the split's order.
     assert [row["source"] for row in rows] == [str(i) for i in range(449)]
+    # Its test split is labelled: each row says its image's class and whether the prediction was it (they had none).
+    labels = [str(predict.datamodule.predict_set[i][1]) for i in range(449)]
+    assert [row["label"] for row in rows] == labels and len(set(labels)) == 10
+    assert [row["correct"] for row in rows] == [str(r["label"] == r["predicted"]).lower() for r in rows]
     # Issue 53, 3: the stream shuffles with the run's seed, as every other source's order does (not data.seed).
     assert (fit.datamodule.train_set.seed, fit.datamodule.seed) == (3, 7)
 
@@ -333,8 +337,12 @@ def test_streamed_predictions_are_in_the_splits_order_with_two_workers(tiny_chun
         images, _ = data.on_before_batch_transfer(batch, 0)
         rows += [split.index(image.numpy().tobytes()) for image in images]
     assert rows != sorted(rows)  # the workers' order, not the split's
-    probs, stored = in_stored_order([torch_tensor(rows)], [_stored_indices(data, len(rows))])
+    positions, labels = _stored_indices(data, len(rows))
+    probs, stored = in_stored_order([torch_tensor(rows)], [positions])
     assert probs.squeeze(1).tolist() == stored == list(range(24))
+    # Each row's label goes with it: the split's own, in the split's order.
+    ordered = in_stored_order([labels.unsqueeze(1)], [positions])[0].squeeze(1).tolist()
+    assert ordered == [data.predict_set[i][1] for i in range(24)] and len(set(ordered)) > 1
 
 
 def test_an_odd_batch_under_mixup_is_refused_for_a_stream_too(tiny_chunks: Path) -> None:

@@ -507,8 +507,11 @@ class StreamingDataModule(ImageClassificationDataModule):
         self._train_loader: Any = None  # its place in the stream goes into checkpoints (`state_dict`)
         self._resume_from: dict[str, Any] | None = None
         self._resume_epoch_done = False  # the checkpoint's epoch had handed out every batch asked of it
-        #: The stored position of each item predicted so far, batch by batch (`vitlit.runs.prediction_table`).
+        #: The stored position and the class index of each item predicted so far, batch by batch, for the rows of
+        #: ``predictions.csv`` (`vitlit.runs.prediction_table`): a stream keeps no file names, and hands items out
+        #: worker by worker.
         self.predicted_indices: list[torch.Tensor] | None = None
+        self.predicted_labels: list[torch.Tensor] = []
         self.default_mean, self.default_std = tuple(meta["mean"]), tuple(meta["std"])
 
     @property
@@ -566,7 +569,7 @@ class StreamingDataModule(ImageClassificationDataModule):
             return super()._loader(split, train)
         self._device_transforms.pop(True, None)
         if split is self.predict_set:
-            self.predicted_indices = []  # filled batch by batch (`on_before_batch_transfer`)
+            self.predicted_indices, self.predicted_labels = [], []  # filled batch by batch (`on_before_batch_transfer`)
         loader = epoch_loader()(
             split, batch_size=self.batch_size, num_workers=self.workers,
             pin_memory=self.pin_memory and torch.cuda.is_available(), persistent_workers=False,
@@ -593,6 +596,7 @@ class StreamingDataModule(ImageClassificationDataModule):
         if isinstance(batch, (list, tuple)) and len(batch) == 3 and self.predicted_indices is not None:
             images, targets, indices = batch
             self.predicted_indices.append(torch.as_tensor(indices).cpu())
+            self.predicted_labels.append(torch.as_tensor(targets).cpu())
             batch = [images, targets]
         return super().on_before_batch_transfer(batch, dataloader_idx)
 

@@ -53,8 +53,9 @@ def write_predictions(
     """
     stored = _stored_indices(trainer.datamodule, len(probs))
     if stored is not None:  # a stream's items, in the order its workers and processes handed them out
-        shards = all_gather_objects((probs, stored), trainer)
-        probs, stored_order = in_stored_order([p for p, _ in shards], [i for _, i in shards])
+        shards = all_gather_objects((probs, *stored), trainer)
+        probs, stored_order = in_stored_order([p for p, _, _ in shards], [i for _, i, _ in shards])
+        stream_labels = in_stored_order([t.unsqueeze(1) for _, _, t in shards], [i for _, i, _ in shards])[0]
     elif trainer.world_size > 1:  # each process predicted its shard: back in data order (collectives: all call)
         probs = interleave(all_gather_objects(probs, trainer))
     path = Path(trainer.log_dir or trainer.default_root_dir) / filename
@@ -67,7 +68,9 @@ def write_predictions(
     if not trainer.is_global_zero:
         return
     data = trainer.datamodule
-    files, labels = _files(data), _true_labels(data)
+    files = _files(data)
+    labels = _true_labels(data) if stored is None else stream_labels.squeeze(1).tolist()
+    labels = None if labels is None or any(label < 0 for label in labels) else labels  # -1: a row without a label
     # Items are predicted in order: under --trainer.limit_predict_batches the rows are the files' first ones.
     sources = files[: len(probs)] if files is not None and len(files) >= len(probs) else [""] * len(probs)
     if stored is not None:  # a stream keeps no file names: each row names its item's stored position
@@ -77,20 +80,25 @@ def write_predictions(
     rank_zero_info(f"vitlit: wrote {len(probs)} predictions to {path}")
 
 
-def _stored_indices(data: object, count: int) -> torch.Tensor | None:
-    """Each predicted item's stored position in its split, where a stream handed them over; else ``None``.
+def _stored_indices(data: object, count: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Each predicted item's stored position in its split and its class index, where a stream handed them over.
 
     Args:
-        data: The data module (a `vitlit.data.streaming.StreamingDataModule` keeps ``predicted_indices``).
+        data: The data module (a `vitlit.data.streaming.StreamingDataModule` keeps ``predicted_indices`` and
+            ``predicted_labels``).
         count: The predictions this process made: the positions are this process's, one per prediction.
+
+    Returns:
+        ``(positions, class indices)``, one each per prediction; ``None`` for data that is not a stream.
     """
-    kept = getattr(data, "predicted_indices", None)
+    kept, labels = getattr(data, "predicted_indices", None), getattr(data, "predicted_labels", None)
     if not isinstance(kept, list):  # not a stream: every process takes the other way, as the collectives need
         return None
     stored = torch.cat(kept).long() if kept else torch.zeros(0, dtype=torch.long)
-    if len(stored) != count:  # a row named by another item's position would be a wrong answer, said nowhere
+    targets = torch.cat(labels).long() if labels else torch.zeros(0, dtype=torch.long)
+    if not len(stored) == len(targets) == count:  # a row with another item's position or label would be wrong
         raise CheckFailed(f"the stream handed over {len(stored)} items but {count} were predicted; predict again")
-    return stored
+    return stored, targets
 
 
 def in_stored_order(probs: list[torch.Tensor], indices: list[torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
@@ -125,12 +133,11 @@ def _files(data: object) -> list[str] | None:
 def _true_labels(data: object) -> list[int] | None:
     """Each predicted image's class index where the data knows it (the test split), else ``None`` (a predict_dir)."""
     split = getattr(data, "predict_set", None)
-    if not isinstance(data, ImageClassificationDataModule) or not hasattr(split, "indices"):  # a stream: no targets
+    if not isinstance(data, ImageClassificationDataModule) or not hasattr(split, "indices"):  # a stream: its own
         return None
     if data.is_predict_dir_images(split.dataset):
         return None
-    targets = data.split_targets(split)
-    return None if any(target < 0 for target in targets) else targets  # -1: a split without labels (predict reads it)
+    return data.split_targets(split)
 
 
 def _class_names(trainer: Trainer, pl_module: LightningModule, n: int) -> list[str]:
