@@ -296,7 +296,7 @@ class VitLitCLI(LightningCLI):
         """Parse, check the run's settings as a whole (`check_run`), and resolve its nulls and relative paths."""
         super().parse_arguments(parser, args)
         config = self.config[self.config["subcommand"]]
-        cfg.check_finite_values(config)
+        cfg.check_finite(config.as_dict(), "--")  # YAML's .inf typed: a number once the parser has typed it
         check_run(self.config["subcommand"], config)
         resolve_config(config)
         model = config["model"]["init_args"]

@@ -51,7 +51,7 @@ def check_config_files(argv: list[str]) -> None:
         if not isinstance(content, dict):
             what = "is empty" if content is None else f"holds a {type(content).__name__}, not options"
             raise ConfigError(f"{where} {what}; start from a file in configs/.")
-        _finite(content, f"{where}: ")
+        check_finite(content, f"{where}: ")
     check_finite_flags(argv)
 
 
@@ -137,22 +137,17 @@ def invalid_yaml(err: Exception, where: str) -> ConfigError:
     return ConfigError(f"{where} is not valid YAML{at}; fix it or start from a file in configs/.")
 
 
-def _finite(content: Any, where: str, key: str = "") -> None:
-    """Refuse a float of ``content`` (a parsed YAML document) that is NaN or infinite, naming its key."""
+def check_finite(content: Any, where: str, key: str = "") -> None:
+    """Refuse a float of ``content`` (a parsed YAML document or run config) that is NaN or infinite, naming its key.
+
+    No option of vitlit takes one. YAML's ``.inf`` and ``.nan`` typed on the command line are read as numbers for a
+    number's option only (a folder named ``.inf`` stays a folder), so the parsed config is checked too.
+    """
     if isinstance(content, float) and not math.isfinite(content):
         raise ConfigError(f"{where}{key}={content} is not a finite number; give a number such as 0.1.")
     items = content.items() if isinstance(content, dict) else enumerate(content) if isinstance(content, list) else ()
     for name, value in items:
-        _finite(value, where, f"{key}.{name}" if key else str(name))
-
-
-def check_finite_values(config: Any) -> None:
-    """Refuse a parsed option that is NaN or infinite, as no option of vitlit takes one.
-
-    YAML's ``.inf`` and ``.nan`` on the command line: the parser reads them as numbers for a number's option only (a
-    folder named ``.inf`` stays a folder).
-    """
-    _finite(config.as_dict() if hasattr(config, "as_dict") else config, "--")
+        check_finite(value, where, f"{key}.{name}" if key else str(name))
 
 
 def check_finite_flags(argv: list[str]) -> None:
@@ -168,7 +163,7 @@ def check_finite_flags(argv: list[str]) -> None:
         try:
             number = float(value)
         except ValueError:
-            number = 0.0  # not a number (YAML's .inf: `check_finite_values`, once the parser has typed it)
+            number = 0.0  # not a number (YAML's .inf: `check_finite`, once the parser has typed it)
         if not named and not math.isfinite(number):  # nan, inf, 1e400 (read as inf)
             raise ConfigError(f"{flag}={value} is not a finite number; give a number such as 0.1.")
         if ("&" in value and "*" in value) or ("\\" in value and '"' in value and _is_yaml(value)):
