@@ -37,6 +37,7 @@ from vitlit.checks import check_activations, check_built_callbacks, check_metric
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import ConfigError, TrainingHalted
 from vitlit.exits import STOP, ended, one_line_error, parser_error, refused_arguments, refused_run, stop
+from vitlit.model import WEIGHTS_FROM_CHECKPOINT
 from vitlit.run_dir import Placed, place_run, unlock
 from vitlit.text import clean, learn_secrets, redacted, say, tell
 
@@ -260,6 +261,7 @@ class VitLitCLI(LightningCLI):
         self.commands = commands  # the subcommands whose parsers are built
         self.run: Placed | None = None  # the run's folder, once placed
         self._checkpoint_classes: list[str] | None = None  # a predict of predict_dir's classes (`classes`)
+        self._resumes_file = False  # a fit from a checkpoint file: its weights replace the pretrained ones
         try:
             super().__init__(*args, **kwargs)
         except (SIGTERMException, TrainingHalted, KeyboardInterrupt, SystemExit) as err:
@@ -314,6 +316,7 @@ class VitLitCLI(LightningCLI):
             # The word or the file checked before the data are listed (memory-mapped: no weights are read).
             if checkpoint_word(ckpt, self.config["subcommand"]) is None:
                 checkpoint = read_checkpoint(ckpt, config.get("weights_only"))
+                self._resumes_file = self.config["subcommand"] == "fit"
                 if self.config["subcommand"] == "predict" and config["data"]["init_args"].get("predict_dir"):
                     self._checkpoint_classes = class_names_of(checkpoint, ckpt)
         # Held back until the run starts (`_check_and_place_run`): given a checkpoint, LightningCLI would copy the
@@ -334,6 +337,7 @@ class VitLitCLI(LightningCLI):
 
     def instantiate_classes(self) -> None:
         """Build the configured classes; one whose constructor refuses its arguments is a user error, in one line."""
+        resumed = WEIGHTS_FROM_CHECKPOINT.set(self._resumes_file)
         try:
             super().instantiate_classes()
         except Exception as err:
@@ -341,6 +345,8 @@ class VitLitCLI(LightningCLI):
             if refused is None:
                 raise
             raise refused from None
+        finally:
+            WEIGHTS_FROM_CHECKPOINT.reset(resumed)
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """Lightning's Trainer, once no two stateful callbacks share a state key (a checkpoint keeps one state each)."""

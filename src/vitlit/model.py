@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from contextvars import ContextVar
 from typing import Any
 
 import timm
@@ -10,6 +11,7 @@ import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 from torch.optim import Optimizer
 from torchmetrics import MeanMetric, Metric, MetricCollection
@@ -18,6 +20,10 @@ from torchmetrics.classification import MulticlassAccuracy
 from vitlit.errors import ConfigError
 from vitlit.optim import WarmupCosineLR, check_factories, fit_to_run, is_logged_step, param_groups
 from vitlit.types import Fraction, PositiveInt, Rate, as_builtin
+
+#: Set while the CLI builds the model of a fit resumed from a checkpoint file, whose every weight the checkpoint
+#: replaces: its pretrained weights are then not read (a run copied to a machine without them, or offline, resumes).
+WEIGHTS_FROM_CHECKPOINT: ContextVar[bool] = ContextVar("WEIGHTS_FROM_CHECKPOINT", default=False)
 
 
 class ViTClassifier(LightningModule):
@@ -146,7 +152,8 @@ class ViTClassifier(LightningModule):
         """Refuse options no timm model of ``model_name`` takes, then build the timm model, pretrained if asked.
 
         Built first without memory or a download (``meta``), the probe says whether the model takes ``img_size`` and
-        ``patch_size`` and what its patches are; pretrained weights are then loaded into the real model.
+        ``patch_size`` and what its patches are; pretrained weights are then loaded into the real model, unless a
+        checkpoint replaces them (`WEIGHTS_FROM_CHECKPOINT`).
 
         Raises:
             ConfigError: For an unknown model, class names of another count, a model that takes no image size, or
@@ -170,7 +177,10 @@ class ViTClassifier(LightningModule):
         if patch and hp.img_size % patch:
             raise ConfigError(f"img_size={hp.img_size} is not divisible by the patch size {patch} of {name}; change "
                               f"--data.img_size or --model.patch_size.")  # fmt: skip
-        if hp.pretrained_file is not None or hp.pretrained:
+        if (hp.pretrained_file is not None or hp.pretrained) and WEIGHTS_FROM_CHECKPOINT.get():
+            rank_zero_info("vitlit: the pretrained weights are not read: the checkpoint this fit resumes from replaces "
+                           "every weight")  # fmt: skip
+        elif hp.pretrained_file is not None or hp.pretrained:
             from vitlit.pretrained import create_pretrained  # runs from pretrained weights only
 
             return create_pretrained(hp, probe, kwargs)

@@ -90,6 +90,27 @@ def test_a_fine_tuned_run_is_evaluated_without_its_pretrained_weights(
     assert validate.trainer.ckpt_path == str(run / "checkpoints" / "last.ckpt")
 
 
+def test_a_fine_tuned_run_resumes_without_its_pretrained_weights(
+    digits_dir: Path, weights: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fit resumed from a checkpoint file built its model from pretrained_file first, which the checkpoint then
+    replaced: a run copied to a machine without the weights file was refused ("pretrained_file=... does not exist")."""
+    import logging
+    import shutil
+
+    mine = shutil.copy(weights, tmp_path / "mine.pth")
+    fit = run_cli(*_finetune(digits_dir, mine, tmp_path / "runs"), "--trainer.max_epochs", "1")
+    run, saved = Path(fit.trainer.log_dir), {k: v.detach().clone() for k, v in fit.model.named_parameters()}
+    Path(mine).unlink()  # the run moved to where the weights are not
+    with caplog.at_level(logging.INFO):
+        resumed = run_cli("fit", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt",
+                          "--trainer.max_epochs", "2", "--trainer.callbacks+=helpers.probes.WeightProbe")  # fmt: skip
+    assert "the pretrained weights are not read" in caplog.text
+    assert resumed.trainer.global_step == 2 * 3 and resumed.model.hparams.pretrained_file == str(mine)
+    for name, value in _probe(resumed, WeightProbe).before.items():  # as the second epoch starts: the checkpoint's
+        torch.testing.assert_close(value, saved[name].float(), rtol=0, atol=0)
+
+
 @pytest.mark.slow  # two digits fits; exact resume is the slow tests' theme
 def test_unfreezing_schedule_survives_a_resume_exactly(digits_dir: Path, weights: Path, tmp_path: Path) -> None:
     schedule = tmp_path / "schedule.yaml"
