@@ -105,25 +105,44 @@ def test_a_pretrained_file_of_another_model_is_refused_naming_what_it_lacks_or_h
     torch.testing.assert_close(model.net.blocks[0].ls1.gamma, deit3["blocks.0.ls1.gamma"], rtol=0, atol=0)
 
 
-def test_a_released_file_in_a_layout_timm_converts_loads_and_a_deeper_one_is_still_refused(tmp_path: Path) -> None:
+def test_a_released_file_in_a_layout_timm_converts_loads_and_a_deeper_one_is_still_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """OpenCLIP keeps a timm ViT under ``visual.trunk.``; timm's loader renames it, so the file is the model's own.
 
     The check read the names as stored and refused it as another model's: "lacks 78 of the model's 78 tensors".
     """
-    source = timm.create_model("test_vit", num_classes=7, img_size=32, patch_size=4)
+    source = timm.create_model("test_vit", num_classes=7)  # a released file: the model's own geometry, 160 px
     torch.save({f"visual.trunk.{k}": v for k, v in source.state_dict().items()}, tmp_path / "open_clip.pth")
-    model = ViTClassifier(
-        "test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "open_clip.pth")
-    )
-    for name, value in source.state_dict().items():
-        torch.testing.assert_close(model.net.state_dict()[name], value, rtol=0, atol=0)
+    with caplog.at_level(logging.INFO):
+        model = ViTClassifier(
+            "test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "open_clip.pth")
+        )
+    for name, value in source.blocks.state_dict().items():
+        torch.testing.assert_close(model.net.blocks.state_dict()[name], value, rtol=0, atol=0)
+    # What timm's converter resampled is said against the model's own geometry (the file's, once converted, would
+    # show nothing adapted).
+    said_with(caplog.text, "open_clip.pth (converted by timm from its own layout)", "pos_embed (1, 101, 64) -> "
+              "(1, 65, 64) (resampled)")  # fmt: skip
     depth = len(source.blocks)  # the same layout of a deeper model: its extra blocks are seen once converted
-    deeper = timm.create_model("test_vit", num_classes=7, img_size=32, patch_size=4, depth=depth + 1)
+    deeper = timm.create_model("test_vit", num_classes=7, depth=depth + 1)
     torch.save({f"visual.trunk.{k}": v for k, v in deeper.state_dict().items()}, tmp_path / "deeper.pth")
     with pytest.raises(ConfigError, match=rf"it holds blocks\.{depth}, which VisionTransformer of this depth has not"):
         ViTClassifier(
             "test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "deeper.pth")
         )
+
+
+def test_a_pretrained_file_that_is_no_state_dict_is_one_line(tmp_path: Path) -> None:
+    """A bare tensor, a list or a damaged .safetensors file ended in words about ViTClassifier's arguments
+    (AttributeError, SafetensorError), not naming the file."""
+    torch.save(torch.zeros(3), tmp_path / "tensor.pth")
+    torch.save([torch.zeros(3)], tmp_path / "list.pth")
+    torch.save({"blocks.0.norm1.weight": 3}, tmp_path / "numbers.pth")
+    (tmp_path / "damaged.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage" + b"x" * 64)
+    for name in ("tensor.pth", "list.pth", "numbers.pth", "damaged.safetensors"):
+        with pytest.raises(ConfigError, match=rf"pretrained_file='.*{name}' is not a readable state dict of test_vit"):
+            ViTClassifier("test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / name))
 
 
 def test_gradient_checkpointing_gives_the_same_gradients() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import timm
 import torch
 from lightning.pytorch.utilities import rank_zero_info
+from safetensors import SafetensorError
 from timm.models import get_pretrained_cfg
 from torch import nn
 
@@ -121,20 +122,20 @@ def _another_models(weights: dict[str, Any], probe: nn.Module) -> str | None:
             f"{f', all of {absent}' if absent else ''}, the first {missing[0]}")  # fmt: skip
 
 
-def as_timm_loads(weights: dict[str, Any], net: nn.Module) -> dict[str, Any]:
-    """A weights file's tensors as timm converts them when it loads a pretrained file into ``net``.
+def as_timm_loads(weights: dict[str, Any], net: nn.Module) -> dict[str, Any] | None:
+    """A weights file's tensors as timm converts them when it loads a pretrained file into ``net``, if it does.
 
     Released files keep their own layout (OpenAI's and OpenCLIP's CLIP, Meta's DINOv2 and ConvNeXt); the model's timm
-    module converts them with its ``checkpoint_filter_fn``, which timm runs on every pretrained file. A converter
-    that cannot run on ``net`` (a model on the meta device) leaves them as stored; ``weights`` itself is returned.
+    module converts them with its ``checkpoint_filter_fn``, which timm runs on every pretrained file. ``None`` where
+    the module has none, or it cannot run on ``net`` (a model on the meta device).
     """
     convert = getattr(sys.modules.get(type(net).__module__), "checkpoint_filter_fn", None)
     if convert is None:
-        return weights
+        return None
     try:
         return dict(convert(dict(weights), net))
     except Exception:  # another library's code on an untrusted file: the names as stored are checked instead
-        return weights
+        return None
 
 
 def load_error(err: BaseException) -> str:
@@ -205,21 +206,29 @@ def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.M
         try:  # timm reads the file with torch.load(weights_only=True), or safetensors: no code runs from it
             # timm loads non-strictly when the class count changes, so a file of another model would be skipped
             # without a word and training would start from random weights: check the names first.
-            weights, source = timm.models.load_state_dict(str(path)), str(path)
-            lacking = _another_models(weights, probe)
-            if lacking and (converted := as_timm_loads(weights, probe)) is not weights:  # a layout timm renames
-                weights, source = converted, f"{path} (converted by timm from its own layout and geometry)"
-                lacking = _another_models(weights, probe)  # the words name what timm would load
+            weights = timm.models.load_state_dict(str(path))
+            if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
+                raise KeyError(f"it holds a {type(weights).__name__}, not a mapping of names to tensors")
+            lacking, converted = _another_models(weights, probe), None
+            if lacking:  # a layout timm converts as it loads (OpenCLIP's visual.trunk.*): the names it would load
+                converted = as_timm_loads(weights, probe)
+                lacking = lacking if converted is None else _another_models(converted, probe)
             if lacking:  # another depth or architecture: timm would leave its blocks random without a word
                 raise KeyError(lacking)
-            overlay = {"file": str(path), **_file_classes(weights, probe)}
+            overlay = {"file": str(path), **_file_classes(weights if converted is None else converted, probe)}
+            # The file's shapes, for the log line; its tensors are let go, as timm reads the file again.
+            shapes = {k: torch.empty(v.shape, device="meta") for k, v in weights.items()} if converted is None else None
+            del weights, converted
             net = timm.create_model(hp.model_name, pretrained=True, **{**kwargs, "pretrained_cfg_overlay": overlay})
-        except (*UNREADABLE, KeyError) as err:
+        except (*UNREADABLE, KeyError, SafetensorError, AttributeError, TypeError) as err:  # timm meets no mapping
             raise ConfigError(
                 f"pretrained_file={hp.pretrained_file!r} is not a readable state dict of {hp.model_name} "
                 f"({load_error(err)[:200]}); give a .pth/.safetensors file of that timm model's weights."
             ) from None
-        say_adapted(hp.model_name, probe, source, weights)
+        # A converted file's geometry is taken to be the model's own (timm's released files are): its converter
+        # resampled the tensors already, so the file's shapes would show nothing adapted.
+        source = str(path) if shapes is not None else f"{path} (converted by timm from its own layout)"
+        say_adapted(hp.model_name, probe, source, shapes)
         return net
     offline = ("give them as a file (--model.pretrained_file <weights>), or train from scratch "
                "(configs/own_images_scratch.yaml for your own images)")  # fmt: skip

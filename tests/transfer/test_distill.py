@@ -97,16 +97,6 @@ def test_a_teacher_that_cannot_take_the_students_images_is_refused_in_one_line(
         between.build(10, None, [0.5] * 3, [0.5] * 3)
 
 
-def test_a_teacher_file_in_a_layout_timm_converts_is_loaded_as_timm_loads_it(tmp_path: Path) -> None:
-    """An OpenCLIP file (the ViT under ``visual.trunk.``) was refused: its names were loaded as stored, strictly."""
-    source = timm.create_model("test_vit", num_classes=10)
-    torch.save({f"visual.trunk.{k}": v for k, v in source.state_dict().items()}, tmp_path / "open_clip.pth")
-    distillation = Distillation("test_vit", teacher_file=str(tmp_path / "open_clip.pth"))
-    distillation.build(10, None, [0.5] * 3, [0.5] * 3)
-    for name, value in source.state_dict().items():
-        torch.testing.assert_close(distillation.teacher.state_dict()[name], value, rtol=0, atol=0)
-
-
 def test_the_teacher_follows_a_true_precisions_dtype(tmp_path: Path) -> None:
     """bf16-true casts the student and its batches; the teacher (no submodule) stayed fp32: a dtype error."""
     torch.save(timm.create_model("test_vit", num_classes=10).state_dict(), tmp_path / "teacher.pth")

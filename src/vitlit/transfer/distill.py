@@ -31,7 +31,7 @@ from torchvision.transforms.v2.functional import resize
 from vitlit.checkpoints import UNREADABLE, refuse_compressed
 from vitlit.errors import ConfigError
 from vitlit.model import ViTClassifier
-from vitlit.pretrained import as_timm_loads, hub_or_cache, load_error
+from vitlit.pretrained import hub_or_cache, load_error
 from vitlit.trained import load_classifier
 from vitlit.types import PositiveFloat, PositiveInt, Probability
 
@@ -174,7 +174,7 @@ class Distillation:
         net = timm.create_model(self.teacher_name, pretrained=False, num_classes=num_classes)
         refuse_compressed(path, "teacher_file")
         try:
-            net.load_state_dict(as_timm_loads(timm.models.load_state_dict(str(path)), net))  # as timm loads it
+            net.load_state_dict(timm.models.load_state_dict(str(path)))
         except (*UNREADABLE, RuntimeError, KeyError) as err:
             raise ConfigError(
                 f"teacher_file={self.teacher_file!r} is not a readable state dict of {self.teacher_name} with "
