@@ -319,9 +319,9 @@ def test_auto_and_last_take_a_run_of_this_seed_recipe_and_optimizer(tmp_path: Pa
     experiment's run, and one of another learning rate took a run it then refused (fifteenth session's read)."""
     from vitlit.checkpoints import newest_checkpoint
 
-    def run(name: str, seed: int = 42, accumulate: int = 1, lr: float = 1e-3) -> dict:
+    def run(name: str, seed: int = 42, accumulate: int = 1, lr: float = 1e-3, batch: int = 64) -> dict:
         config = {"seed_everything": seed, "trainer": {"accumulate_grad_batches": accumulate, "max_epochs": 5},
-                  "data": {"class_path": "vitlit.data.DigitsDataModule", "init_args": {"batch_size": 64}},
+                  "data": {"class_path": "vitlit.data.DigitsDataModule", "init_args": {"batch_size": batch}},
                   "model": {"class_path": "vitlit.ViTClassifier", "init_args": {"optimizer": {
                       "class_path": "torch.optim.AdamW", "init_args": {"lr": lr}}}}}  # fmt: skip
         if name:
@@ -344,6 +344,13 @@ def test_auto_and_last_take_a_run_of_this_seed_recipe_and_optimizer(tmp_path: Pa
     faster["data"]["init_args"] |= {"num_workers": 16, "source": "workers", "pin_memory": False}
     faster["model"]["init_args"] |= {"grad_checkpointing": True, "compile": True}
     assert newest_checkpoint("auto", tmp_path, faster).parent.parent.name == "version_1"
+    # Another batch is another experiment (a review's: auto continued a run of batch 64 at 32), unless the run's
+    # BatchSizeSearch chose it: the saved config then holds the batch the search found.
+    assert newest_checkpoint("auto", tmp_path, run("", batch=32)) is None
+    searched = run("version_4", batch=128)
+    searched["trainer"]["callbacks"] = [{"class_path": "vitlit.runs.batch_size.BatchSizeSearch"}]
+    (tmp_path / "version_4" / "config.yaml").write_text(yaml.safe_dump(searched))
+    assert newest_checkpoint("auto", tmp_path, run("", batch=32)).parent.parent.name == "version_4"
 
 
 def test_resuming_a_finished_run_says_that_nothing_is_left(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -355,3 +362,22 @@ def test_resuming_a_finished_run_says_that_nothing_is_left(tmp_path: Path, capsy
     again = run_cli("fit", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt")
     assert again.trainer.global_step == 2  # nothing more trained, and said:
     said_with(capsys.readouterr().err, "1 epochs", "--trainer.max_epochs 1")
+
+
+def test_a_resume_to_fewer_epochs_than_trained_is_refused_and_leaves_the_run_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Lightning refused it with its loops restored and the optimizer not: the last.ckpt saved on the way out held a
+    fresh optimizer and schedule, which a later resume continued from without a word (a review's)."""
+    from helpers.cli import refused
+
+    short = ["--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1"]
+    fit = run_cli("fit", "--config", DIGITS_CONFIG, "--trainer.max_epochs", "3", *short,
+                  "--trainer.default_root_dir", tmp_path)  # fmt: skip
+    run = Path(fit.trainer.log_dir)
+    before = {p.name: p.read_bytes() for p in [*run.glob("*.*"), *(run / "checkpoints").iterdir()] if p.is_file()}
+    line = refused(capsys, "fit", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt",
+                   "--trainer.max_epochs", "1")  # fmt: skip
+    assert "has trained 3 epochs, more than --trainer.max_epochs 1; give --trainer.max_epochs 3 or more" in line
+    after = {p.name: p.read_bytes() for p in [*run.glob("*.*"), *(run / "checkpoints").iterdir()] if p.is_file()}
+    assert after == before  # last.ckpt, the card and the configs, byte for byte

@@ -162,6 +162,12 @@ def check_restorable(
                           f"validate or test.")  # fmt: skip
     done = ((checkpoint.get("loops") or {}).get("fit_loop") or {}).get("epoch_progress", {}).get("current", {})
     epochs = done.get("processed", 0)  # an epoch-end checkpoint is saved before its epoch counts as completed
+    if resume and max_epochs is not None and max_epochs >= 0 and done.get("completed", 0) > max_epochs:
+        # Lightning refuses it too, but with the loops restored and the optimizer not: the last.ckpt saved on the
+        # way out would hold a fresh optimizer and schedule in place of the run's.
+        raise ConfigError(f"{path} has trained {epochs} epochs, more than --trainer.max_epochs {max_epochs}; give "
+                          f"--trainer.max_epochs {epochs} or more to resume it, or evaluate it with validate or "
+                          f"test.")  # fmt: skip
     if resume and max_epochs is not None and max_epochs >= 0 and epochs >= max_epochs:
         say(f"vitlit: {path} has trained all {epochs} epochs of --trainer.max_epochs {max_epochs}: "
             f"nothing is left to train; give a larger --trainer.max_epochs to train on", error=True)  # fmt: skip
@@ -343,10 +349,10 @@ def checkpoint_word(ckpt_path: str, subcommand: str) -> str | None:
 
 
 #: Keys that do not make a run another experiment: the optimizer and the schedule, which a resume restores from the
-#: checkpoint (`vitlit.runs.batch_size.BatchSizeSearch` also rewrites the rate in the saved config), the batch the
-#: search rewrites, and the model's keys that the CLI links from the data (`vitlit.cli.VitLitCLI`), which the data's
-#: own keys decide.
-REWRITTEN = ("data.init_args.batch_size", "model.init_args.optimizer", "model.init_args.scheduler",
+#: checkpoint (`vitlit.runs.batch_size.BatchSizeSearch` also rewrites the rate in the saved config), and the model's
+#: keys that the CLI links from the data (`vitlit.cli.VitLitCLI`), which the data's own keys decide. The batch is one
+#: only where the search rewrote it (`differs`).
+REWRITTEN = ("model.init_args.optimizer", "model.init_args.scheduler",
              *(f"model.init_args.{key}" for key in ("num_classes", "class_names", "img_size", "in_chans", "input_mean",
                                                     "input_std", "input_crop_pct", "input_interpolation")))  # fmt: skip
 #: Keys that change only speed or memory (both data sources give the same batches): a job restarted on a machine of
@@ -395,9 +401,10 @@ def differs(
         return "its config.yaml (unreadable)"
     if not isinstance(theirs, dict):
         return "its config.yaml (no mapping)"
-    skip: tuple[str, ...] = (*REWRITTEN, *SPEED_ONLY, *ignore)
-    if only:  # BatchSizeSearch's rewrite of the batch and the rate is the run's own
-        searched = "BatchSizeSearch" in str((theirs.get("trainer") or {}).get("callbacks"))
+    # BatchSizeSearch's rewrite of the batch and the rate is the run's own; another batch is another experiment.
+    searched = "BatchSizeSearch" in str((theirs.get("trainer") or {}).get("callbacks"))
+    skip: tuple[str, ...] = (*REWRITTEN, *SPEED_ONLY, *ignore, *(["data.init_args.batch_size"] if searched else []))
+    if only:
         skip = ("data.init_args.batch_size", "model.init_args.optimizer.init_args.lr") if searched else ()
     ours, theirs = _experiment(config), _experiment(theirs)
     if ours["seed_everything"] is None or theirs["seed_everything"] is None:  # a random seed matches any
