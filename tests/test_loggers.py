@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers.cli import DIGITS_CONFIG, run_cli
 
 SHORT = ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "1"]
@@ -43,6 +44,31 @@ def test_a_fit_takes_the_version_its_logger_names_and_refuses_one_taken(
     before = sorted(p.name for p in run.iterdir())
     line = refused(capsys, "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, *named)
     assert f"{run} exists" in line and "--ckpt_path" in line and sorted(p.name for p in run.iterdir()) == before
+
+
+def test_a_named_run_resumed_from_an_earlier_checkpoint_goes_beside_it_and_its_config_names_the_file_absolute(
+    tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resume from a checkpoint older than the run's last.ckpt goes into a new folder beside the run: for a run
+    named by its logger's version that was refused as "names an earlier run" (a review's). And a relative --ckpt_path
+    was saved as typed, so the saved config, run from another folder, resumed that folder's run (a review's)."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    named = ["--trainer.logger.class_path", "TensorBoardLogger", "--trainer.logger.init_args.version", "baseline",
+             "--trainer.logger.init_args.save_dir", tmp_path, "--data.root", digits_dir,
+             "--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1"]  # fmt: skip
+    run_cli("fit", "--config", DIGITS_CONFIG, "--trainer.max_epochs", "1", *named)
+    run = tmp_path / "lightning_logs" / "baseline"
+    shutil.copy(run / "checkpoints" / "last.ckpt", run / "checkpoints" / "early.ckpt")  # its state after one epoch
+    run_cli("fit", "--config", DIGITS_CONFIG, "--trainer.max_epochs", "2", *named, "--ckpt_path", "last")
+    before = {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    beside = run_cli("fit", "--config", DIGITS_CONFIG, "--trainer.max_epochs", "2", *named,
+                     "--ckpt_path", "lightning_logs/baseline/checkpoints/early.ckpt")  # fmt: skip
+    assert Path(beside.trainer.log_dir).parent == run.parent and Path(beside.trainer.log_dir) != run
+    assert beside.trainer.global_step == 2 and {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    saved = yaml.safe_load((Path(beside.trainer.log_dir) / "config.yaml").read_text())
+    assert saved["ckpt_path"] == str(run / "checkpoints" / "early.ckpt")
 
 
 @pytest.mark.slow  # a fit (or a fresh process): the default suite stays within its time

@@ -315,13 +315,15 @@ class VitLitCLI(LightningCLI):
 
             # The word or the file checked before the data are listed (memory-mapped: no weights are read).
             if checkpoint_word(ckpt, self.config["subcommand"]) is None:
+                if "://" not in str(ckpt):  # saved absolute: run from another folder, the config resumes this run
+                    ckpt = os.path.abspath(os.path.expanduser(ckpt))
                 checkpoint = read_checkpoint(ckpt, config.get("weights_only"))
                 self._resumes_file = self.config["subcommand"] == "fit"
                 if self.config["subcommand"] == "predict" and config["data"]["init_args"].get("predict_dir"):
                     self._checkpoint_classes = class_names_of(checkpoint, ckpt)
         # Held back until the run starts (`_check_and_place_run`): given a checkpoint, LightningCLI would copy the
         # checkpoint's hyperparameters over the parsed config (flags typed on the command line could vanish silently).
-        self._ckpt_path, config["ckpt_path"] = config.get("ckpt_path"), None
+        self._ckpt_path, config["ckpt_path"] = ckpt, None
 
     def classes(self, data: ImageClassificationDataModule) -> list[str]:
         """The class names the model gets: the data's, or a checkpoint's where it predicts a folder of new images.
@@ -358,7 +360,7 @@ class VitLitCLI(LightningCLI):
         """Check ``--ckpt_path``, the memory and the loggers' services, then place the run: before Lightning writes."""
         subcommand, trainer, model = self.subcommand, self.trainer, self.model
         config, ckpt, run = self.config[subcommand], None, None
-        config["ckpt_path"] = self._ckpt_path  # as typed, in the saved config
+        config["ckpt_path"] = self._ckpt_path  # a word as typed, a file absolute, in the saved config
         if config["trainer"].get("default_root_dir") is None:  # the saved config names the root the run took: a
             config["trainer"]["default_root_dir"] = os.getcwd()  # resume from another folder finds it (auto, last)
         if self._ckpt_path is not None:

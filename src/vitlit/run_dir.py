@@ -157,7 +157,7 @@ def place_run(trainer: Trainer, subcommand: str, ckpt: Path | None = None, run: 
     configured = hasattr(spec, "get") and str(spec.get("class_path")).endswith(type(logger).__name__)
     init_args = dict(spec.get("init_args") or {}) if configured else {}
     made: tuple[Path, ...] = ()
-    if version is None and subcommand == "fit" and init_args.get("version") is not None:  # a new run, named
+    if version is None and run is None and subcommand == "fit" and init_args.get("version") is not None:  # named
         version = init_args["version"]
         named = save_dir / name / (f"version_{version}" if isinstance(version, int) else str(version))
         made = tuple(d for d in named.parents if not d.exists())
