@@ -38,7 +38,7 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit.errors import NO_SPACE, PATH_REFUSED, CheckFailed, ConfigError, TrainingHalted
-from vitlit.run_dir import saved_config, trained_since
+from vitlit.run_dir import checkpoint_step, saved_config, trained_since
 from vitlit.text import shell_word, stream_gone, tell
 
 #: The signal that stopped this process's fit (``signal_name``, e.g. ``SIGINT``), ``None`` while none has; set by
@@ -179,6 +179,8 @@ def stopped_line(err: BaseException, trainer: Any, run_dir: Path | None) -> tupl
     The line names what stopped it and the command that resumes from ``last.ckpt`` (or that there is none).
     """
     logger = failed_logger(err) if isinstance(err, Exception) else None  # not an interrupt met inside a logger
+    last = run_dir / "checkpoints" / "last.ckpt" if run_dir is not None else None
+    last = last if last is not None and last.is_file() else None
     if isinstance(err, TrainingHalted):
         line, status = f"vitlit: error: {err}", 1
     elif logger is not None:  # before `interrupted`, which Lightning sets for any exception
@@ -186,14 +188,20 @@ def stopped_line(err: BaseException, trainer: Any, run_dir: Path | None) -> tupl
         line, status = f"vitlit: error: {type(logger).__name__} failed during the run ({reason})", 1
     elif trainer is not None and (isinstance(err, SIGTERMException) or trainer.interrupted):
         name = STOP.signal_name or ("SIGTERM" if isinstance(err, SIGTERMException) else "SIGINT")
-        line = f"vitlit: interrupted by {name} at epoch {trainer.current_epoch}, step {trainer.global_step}"
+        step = checkpoint_step(last) if last is not None else -1
+        if trainer.global_step < step:  # a resume stopped before it restored its step (its data's setup)
+            line = f"vitlit: interrupted by {name} before the resume from step {step} began"
+        else:
+            line = f"vitlit: interrupted by {name} at epoch {trainer.current_epoch}, step {trainer.global_step}"
         status = 128 + signal.Signals[name].value  # the shell's convention
     else:
         return None
-    last = run_dir / "checkpoints" / "last.ckpt" if run_dir is not None else None
-    if last is not None and last.is_file():
-        config, ckpt = shell_word(saved_config(trainer, run_dir)), shell_word(last)  # a path's spaces
-        line += f"; resume with: python -m vitlit fit --config {config} --ckpt_path {ckpt}"
+    if last is not None:
+        config = saved_config(trainer, run_dir)
+        if not config.is_file():  # a resume stopped before Lightning saved its config: the run's newest one
+            written = [p for p in run_dir.glob("config*.yaml") if p.is_file()]
+            config = max(written, key=lambda p: p.stat().st_mtime_ns, default=config)
+        line += f"; resume with: python -m vitlit fit --config {shell_word(config)} --ckpt_path {shell_word(last)}"
     else:
         line += "; no checkpoint was written, so there is nothing to resume"
     return line, status
