@@ -37,7 +37,7 @@ def test_the_search_stops_at_the_training_split_and_the_rate_schedule_and_config
 ) -> None:
     """Issue 45: 1,348 images got a batch of 8192, the learning rate of batch 64, and a config that resumed at 64."""
     cli = run_cli(
-        "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.source", "memory",
+        "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.source", "memory", "--data.img_size", "16",
         "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch", "--trainer.callbacks.init_val", "64",
         "--trainer.callbacks.steps_per_trial", "1", "--trainer.max_epochs", "2", "--trainer.limit_val_batches", "1",
         "--trainer.callbacks.min_steps", "1", "--trainer.callbacks.max_lr_scale", "16",  # issue 45's search, unbounded
@@ -67,7 +67,8 @@ def test_the_search_keeps_steps_in_an_epoch_and_bounds_the_learning_rate(
     caplog.set_level("INFO")
     cli = run_cli(
         "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.source", "memory", "--data.batch_size",
-        "8", "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch", "--trainer.callbacks.steps_per_trial", "1",
+        "8", "--data.img_size", "16", "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch",
+        "--trainer.callbacks.steps_per_trial", "1",
         "--trainer.max_epochs", "1", "--trainer.limit_val_batches", "1", "--trainer.default_root_dir", tmp_path,
     )  # fmt: skip
     images = len(cli.datamodule.train_set)
@@ -78,7 +79,8 @@ def test_the_search_keeps_steps_in_an_epoch_and_bounds_the_learning_rate(
     # Under accumulation a step takes several batches: the epoch keeps min_steps optimizer steps (was 5 of 10).
     cli = run_cli(
         "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.source", "memory", "--data.batch_size",
-        "8", "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch", "--trainer.callbacks.steps_per_trial", "1",
+        "8", "--data.img_size", "16", "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch",
+        "--trainer.callbacks.steps_per_trial", "1",
         "--trainer.accumulate_grad_batches", "4", "--trainer.max_epochs", "1", "--trainer.limit_val_batches", "1",
         "--trainer.default_root_dir", tmp_path,
     )  # fmt: skip
@@ -148,7 +150,8 @@ def test_a_search_decodes_once_says_its_warmup_again_and_no_lightning_note(
     caplog.set_level("INFO")
     cli = run_cli(
         "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.source", "memory", "--data.batch_size",
-        "8", "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch", "--trainer.callbacks.steps_per_trial", "1",
+        "8", "--data.img_size", "16", "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch",
+        "--trainer.callbacks.steps_per_trial", "1",
         "--trainer.max_epochs", "1", "--trainer.limit_val_batches", "1", "--model.scheduler.init_args.warmup_steps",
         "0.1", "--trainer.default_root_dir", tmp_path,
     )  # fmt: skip
@@ -173,9 +176,10 @@ def test_a_resume_of_a_searched_run_keeps_its_training_state_and_its_batch(
             self.step, self.moments = trainer.global_step, len(trainer.optimizers[0].state)
 
     args = ["fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.source", "memory",
-            "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch", "--trainer.callbacks.init_val", "16",
-            "--trainer.callbacks.max_trials", "2", "--trainer.callbacks.steps_per_trial", "1",
-            "--trainer.limit_val_batches", "1", "--trainer.default_root_dir", tmp_path]  # fmt: skip
+            "--data.img_size", "16", "--trainer.callbacks+=vitlit.runs.batch_size.BatchSizeSearch",
+            "--trainer.callbacks.init_val", "16", "--trainer.callbacks.max_trials", "2",
+            "--trainer.callbacks.steps_per_trial", "1", "--trainer.limit_val_batches", "1",
+            "--trainer.default_root_dir", tmp_path]  # fmt: skip
     first = run_cli(*args, "--trainer.max_epochs", "1")
     steps, lr = first.trainer.global_step, first.trainer.optimizers[0].defaults["lr"]
     assert first.datamodule.batch_size == 32 and lr == pytest.approx(2e-3 * 32 / 64)  # the default rate follows

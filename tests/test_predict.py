@@ -14,17 +14,16 @@ import torch
 from helpers.cli import DIGITS_CONFIG, carries, run_cli, tiny_cifar_fit
 from PIL import Image
 
-from vitlit.data.digits import write_digits_folder
-
 QUICK = ["--trainer.max_steps", "4", "--trainer.limit_val_batches", "1", "--data.val_size", "16"]
 
 
 @pytest.fixture(scope="module")
-def digits_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A few steps of the digits recipe; its run folder (config.yaml, checkpoints/last.ckpt)."""
+def digits_run(tmp_path_factory: pytest.TempPathFactory, digits_dir: Path) -> Path:
+    """A few steps of the digits recipe on the session's digits; its run folder (config.yaml, checkpoints/last.ckpt)."""
     root = tmp_path_factory.mktemp("predict")
-    data = write_digits_folder(root / "digits")
-    fit = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", data, "--trainer.default_root_dir", root, *QUICK)
+    fit = run_cli(
+        "fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.default_root_dir", root, *QUICK
+    )
     return Path(fit.trainer.log_dir)
 
 
@@ -193,9 +192,9 @@ def test_file_names_that_are_not_utf8_are_written_and_read_back_unchanged(digits
     assert all(Path(row["source"]).is_file() for row in rows)  # each names the file, byte for byte
 
 
-def test_a_file_size_limit_leaves_no_partial_predictions(digits_run: Path, tmp_path: Path) -> None:
+def test_a_file_size_limit_leaves_no_partial_predictions(digits_run: Path, digits_dir: Path, tmp_path: Path) -> None:
     """Issue 36, class 2: whole or not at all, and the fix of a size limit is not "free some space"."""
-    folder = write_digits_folder(tmp_path / "digits") / "test"  # 360 images: a predictions.csv of ~70 kB
+    folder = digits_dir / "test"  # 449 images: a predictions.csv of ~70 kB
     limit = "import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
     limit += "resource.setrlimit(resource.RLIMIT_FSIZE, (30_000, 30_000)); from vitlit.cli import main; main()"
     done = subprocess.run(
