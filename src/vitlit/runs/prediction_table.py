@@ -68,9 +68,7 @@ def write_predictions(
     if not trainer.is_global_zero:
         return
     data = trainer.datamodule
-    files = _files(data)
-    labels = _true_labels(data) if stored is None else stream_labels.squeeze(1).tolist()
-    labels = None if labels is None or any(label < 0 for label in labels) else labels  # -1: a row without a label
+    files, labels = _files(data), _true_labels(data, None if stored is None else stream_labels.squeeze(1).tolist())
     # Items are predicted in order: under --trainer.limit_predict_batches the rows are the files' first ones.
     sources = files[: len(probs)] if files is not None and len(files) >= len(probs) else [""] * len(probs)
     if stored is not None:  # a stream keeps no file names: each row names its item's stored position
@@ -130,14 +128,19 @@ def _files(data: object) -> list[str] | None:
     return None if files is None else [files[i] for i in split.indices]
 
 
-def _true_labels(data: object) -> list[int] | None:
-    """Each predicted image's class index where the data knows it (the test split), else ``None`` (a predict_dir)."""
+def _true_labels(data: object, streamed: list[int] | None = None) -> list[int] | None:
+    """Each predicted image's class index where the data knows it (the test split), else ``None`` (a predict_dir).
+
+    A stream's are ``streamed``, those it handed over with its items, in stored order.
+    """
     split = getattr(data, "predict_set", None)
-    if not isinstance(data, ImageClassificationDataModule) or not hasattr(split, "indices"):  # a stream: its own
-        return None
-    if data.is_predict_dir_images(split.dataset):
-        return None
-    return data.split_targets(split)
+    if streamed is None:
+        if not isinstance(data, ImageClassificationDataModule) or not hasattr(split, "indices"):
+            return None
+        if data.is_predict_dir_images(split.dataset):  # new images: no labels
+            return None
+    targets = data.split_targets(split) if streamed is None else streamed
+    return None if any(target < 0 for target in targets) else targets  # -1: a split without labels (predict reads it)
 
 
 def _class_names(trainer: Trainer, pl_module: LightningModule, n: int) -> list[str]:
