@@ -346,11 +346,13 @@ def test_auto_and_last_take_a_run_of_this_seed_recipe_and_optimizer(tmp_path: Pa
     assert newest_checkpoint("auto", tmp_path, faster).parent.parent.name == "version_1"
     # Another batch is another experiment (a review's: auto continued a run of batch 64 at 32), unless the run's
     # BatchSizeSearch chose it: the saved config then holds the batch the search found.
-    assert newest_checkpoint("auto", tmp_path, run("", batch=32)) is None
+    assert newest_checkpoint("auto", tmp_path, run("", batch=32), callbacks=[]) is None
+    # An evaluation's batch is its own: `validate --ckpt_path last --data.batch_size 32` takes the run.
+    assert newest_checkpoint("last", tmp_path, run("", batch=32)).parent.parent.name == "version_0"
     searched = run("version_4", batch=128)
     searched["trainer"]["callbacks"] = [{"class_path": "vitlit.runs.batch_size.BatchSizeSearch"}]
     (tmp_path / "version_4" / "config.yaml").write_text(yaml.safe_dump(searched))
-    assert newest_checkpoint("auto", tmp_path, run("", batch=32)).parent.parent.name == "version_4"
+    assert newest_checkpoint("auto", tmp_path, run("", batch=32), callbacks=[]).parent.parent.name == "version_4"
 
 
 def test_resuming_a_finished_run_says_that_nothing_is_left(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -378,6 +380,6 @@ def test_a_resume_to_fewer_epochs_than_trained_is_refused_and_leaves_the_run_as_
     before = {p.name: p.read_bytes() for p in [*run.glob("*.*"), *(run / "checkpoints").iterdir()] if p.is_file()}
     line = refused(capsys, "fit", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "last.ckpt",
                    "--trainer.max_epochs", "1")  # fmt: skip
-    assert "has trained 3 epochs, more than --trainer.max_epochs 1; give --trainer.max_epochs 3 or more" in line
+    assert "has trained 3 epochs, more than --trainer.max_epochs 1; give --trainer.max_epochs 4 or more" in line
     after = {p.name: p.read_bytes() for p in [*run.glob("*.*"), *(run / "checkpoints").iterdir()] if p.is_file()}
     assert after == before  # last.ckpt, the card and the configs, byte for byte

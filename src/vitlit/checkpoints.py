@@ -166,7 +166,7 @@ def check_restorable(
         # Lightning refuses it too, but with the loops restored and the optimizer not: the last.ckpt saved on the
         # way out would hold a fresh optimizer and schedule in place of the run's.
         raise ConfigError(f"{path} has trained {epochs} epochs, more than --trainer.max_epochs {max_epochs}; give "
-                          f"--trainer.max_epochs {epochs} or more to resume it, or evaluate it with validate or "
+                          f"--trainer.max_epochs {epochs + 1} or more to train on, or evaluate it with validate or "
                           f"test.")  # fmt: skip
     if resume and max_epochs is not None and max_epochs >= 0 and epochs >= max_epochs:
         say(f"vitlit: {path} has trained all {epochs} epochs of --trainer.max_epochs {max_epochs}: "
@@ -463,7 +463,8 @@ def newest_checkpoint(
         ConfigError: For ``last`` where no run of this config has a ``last.ckpt``.
     """
     found = sorted((p for p in root.glob("*/checkpoints/last.ckpt") if p.is_file()), key=lambda p: -p.stat().st_mtime)
-    ignore = NOT_EVALUATED if callbacks is None else ()  # an evaluation's are null: the checkpoint has the weights
+    # An evaluation's weights are null (the checkpoint has them), and its batch is its own (it trains nothing).
+    ignore = (*NOT_EVALUATED, "data.init_args.batch_size") if callbacks is None else ()
     if found and config is not None:  # only this experiment's runs
         other = {p: differs(p.parent.parent / "config.yaml", config, ignore=ignore)
                  or _restored_differ(p.parent.parent, config) for p in found}  # fmt: skip

@@ -157,9 +157,12 @@ def place_run(trainer: Trainer, subcommand: str, ckpt: Path | None = None, run: 
     configured = hasattr(spec, "get") and str(spec.get("class_path")).endswith(type(logger).__name__)
     init_args = dict(spec.get("init_args") or {}) if configured else {}
     made: tuple[Path, ...] = ()
-    if version is None and run is None and subcommand == "fit" and init_args.get("version") is not None:  # named
-        version = init_args["version"]
-        named = save_dir / name / (f"version_{version}" if isinstance(version, int) else str(version))
+    named_version = init_args.get("version")
+    named = save_dir / name / (f"version_{named_version}" if isinstance(named_version, int) else str(named_version))
+    # A new run named by its logger's version; a resume going beside its run takes a name, but not the run's own.
+    own = run is not None and named.resolve() == run.resolve()
+    if version is None and subcommand == "fit" and named_version is not None and not own:
+        version = named_version
         made = tuple(d for d in named.parents if not d.exists())
         named.parent.mkdir(parents=True, exist_ok=True)
         try:
