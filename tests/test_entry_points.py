@@ -68,6 +68,7 @@ def test_a_fit_whose_output_reader_left_stops_at_the_next_step_and_saves(
     monkeypatch.setattr("sys.stdout", _GoneReader(lines=2))
     with pytest.raises(SystemExit) as stop:
         run_cli("fit", "--config", DIGITS_CONFIG, *CPU, "--data.root", digits_dir, "--trainer.max_epochs", "6",
+                "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",  # a line an epoch: 2 steps do
                 "--trainer.default_root_dir", tmp_path)  # fmt: skip
     err = capsys.readouterr().err
     last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
@@ -81,6 +82,9 @@ class _ClosedTerminal(io.StringIO):
     def __init__(self, writes: int) -> None:
         super().__init__()
         self.left = writes
+
+    def close_now(self) -> None:
+        self.left = 0
 
     def write(self, text: str) -> int:
         self.left -= 1
@@ -106,11 +110,25 @@ def test_a_fit_whose_terminal_closed_while_the_bar_draws_stops_at_the_next_step_
     if system == "windows" and hasattr(signal, "SIGHUP"):
         monkeypatch.delattr(signal, "SIGHUP")
     hangup = getattr(signal, "SIGHUP", signal.SIGINT)
-    monkeypatch.setattr("sys.stdout", _ClosedTerminal(writes=200))
+    from lightning.pytorch.callbacks import Callback
+
+    from vitlit.cli import main
+
+    terminal = _ClosedTerminal(writes=10**9)
+
+    class CloseAfterTheFirstEpoch(Callback):
+        """The terminal closes once an epoch is done (not after a count of writes: the bar's refresh thread writes by
+        the clock, so a count was seconds of training, and the first epoch done or not as the machine's load had it)."""
+
+        def on_train_epoch_end(self, trainer, pl_module) -> None:
+            terminal.close_now()
+
+    monkeypatch.setattr("sys.stdout", terminal)
     monkeypatch.setattr("sys.stderr", _ClosedTerminal(writes=0))  # the same terminal: the stop's line has nowhere to go
     with pytest.raises(SystemExit) as stop:
-        run_cli("fit", "--config", DIGITS_CONFIG, *CPU, "--data.root", digits_dir, "--trainer.max_epochs", "30",
-                "--trainer.default_root_dir", tmp_path)  # fmt: skip
+        main(["fit", "--config", str(DIGITS_CONFIG), *CPU, "--data.root", str(digits_dir), "--trainer.max_epochs", "30",
+              "--trainer.default_root_dir", str(tmp_path), "--model.scheduler.init_args.warmup_steps", "0"],
+             callbacks=[CloseAfterTheFirstEpoch()])  # fmt: skip
     run = tmp_path / "lightning_logs" / "version_0"
     card = json.loads((run / "run_card.json").read_text())
     assert stop.value.code == 128 + hangup and (run / "checkpoints" / "last.ckpt").is_file()
