@@ -113,17 +113,27 @@ def test_a_released_file_in_a_layout_timm_converts_loads_and_a_deeper_one_is_sti
     The check read the names as stored and refused it as another model's: "lacks 78 of the model's 78 tensors".
     """
     source = timm.create_model("test_vit", num_classes=7)  # a released file: the model's own geometry, 160 px
-    torch.save({f"visual.trunk.{k}": v for k, v in source.state_dict().items()}, tmp_path / "open_clip.pth")
+    trunk = {f"visual.trunk.{k}": v for k, v in source.state_dict().items() if not k.startswith("head.")}
+    # Its projection becomes the head (timm's converter); with this data's 7 classes, the head is the file's.
+    torch.save({**trunk, "visual.head.proj.weight": source.head.weight}, tmp_path / "open_clip.pth")
     with caplog.at_level(logging.INFO):
         model = ViTClassifier(
             "test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "open_clip.pth")
         )
     for name, value in source.blocks.state_dict().items():
         torch.testing.assert_close(model.net.blocks.state_dict()[name], value, rtol=0, atol=0)
+    torch.testing.assert_close(model.net.head.weight, source.head.weight, rtol=0, atol=0)
     # What timm's converter resampled is said against the model's own geometry (the file's, once converted, would
-    # show nothing adapted).
-    said_with(caplog.text, "open_clip.pth (converted by timm from its own layout)", "pos_embed (1, 101, 64) -> "
-              "(1, 65, 64) (resampled)")  # fmt: skip
+    # show nothing adapted), and the head as the file's (it was said to be new, from timm's 1000 classes).
+    line = said_with(caplog.text, "open_clip.pth (converted by timm from its own layout)", "pos_embed (1, 101, 64) -> "
+                     "(1, 65, 64) (resampled)")  # fmt: skip
+    assert "head" not in line.split("adapted:")[1]
+    # I-JEPA keeps the ViT under its encoder, as DataParallel named it: a mapping of mappings, which timm unwraps.
+    torch.save({"encoder": {f"module.{k}": v for k, v in source.state_dict().items()}}, tmp_path / "ijepa.pth")
+    model = ViTClassifier(
+        "test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "ijepa.pth")
+    )
+    torch.testing.assert_close(model.net.blocks[2].mlp.fc1.weight, source.blocks[2].mlp.fc1.weight, rtol=0, atol=0)
     depth = len(source.blocks)  # the same layout of a deeper model: its extra blocks are seen once converted
     deeper = timm.create_model("test_vit", num_classes=7, depth=depth + 1)
     torch.save({f"visual.trunk.{k}": v for k, v in deeper.state_dict().items()}, tmp_path / "deeper.pth")

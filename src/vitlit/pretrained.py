@@ -207,17 +207,31 @@ def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.M
             # timm loads non-strictly when the class count changes, so a file of another model would be skipped
             # without a word and training would start from random weights: check the names first.
             weights = timm.models.load_state_dict(str(path))
-            if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
-                raise KeyError(f"it holds a {type(weights).__name__}, not a mapping of names to tensors")
-            lacking, converted = _another_models(weights, probe), None
-            if lacking:  # a layout timm converts as it loads (OpenCLIP's visual.trunk.*): the names it would load
+            if not isinstance(weights, dict):
+                raise KeyError(f"it holds a {type(weights).__name__}, not a state dict")
+            lacking, converted = "it holds values that are not tensors", None
+            if all(isinstance(v, torch.Tensor) for v in weights.values()):
+                lacking = _another_models(weights, probe)
+            if lacking:  # a layout timm converts as it loads (OpenCLIP's visual.trunk.*, I-JEPA's encoder)
                 converted = as_timm_loads(weights, probe)
-                lacking = lacking if converted is None else _another_models(converted, probe)
+                if converted is not None and all(isinstance(v, torch.Tensor) for v in converted.values()):
+                    lacking = _another_models(converted, probe)  # the words name what timm would load
+                else:
+                    converted = None
             if lacking:  # another depth or architecture: timm would leave its blocks random without a word
                 raise KeyError(lacking)
             overlay = {"file": str(path), **_file_classes(weights if converted is None else converted, probe)}
-            # The file's shapes, for the log line; its tensors are let go, as timm reads the file again.
-            shapes = {k: torch.empty(v.shape, device="meta") for k, v in weights.items()} if converted is None else None
+            # The file's shapes, for the log line. A converted file's are the model's own geometry (timm's released
+            # files have it; its converter resampled them already) and its head's; its tensors are let go, as timm
+            # reads the file again.
+            if converted is None:
+                shapes = {k: torch.empty(v.shape, device="meta") for k, v in weights.items()}
+            else:
+                with torch.device("meta"):
+                    shapes = timm.create_model(hp.model_name, pretrained=False).state_dict()
+                heads = tuple(f"{name}." for name in _classifiers(probe))
+                shapes |= {k: torch.empty(v.shape, device="meta") for k, v in converted.items() if k.startswith(heads)}
+            source = str(path) if converted is None else f"{path} (converted by timm from its own layout)"
             del weights, converted
             net = timm.create_model(hp.model_name, pretrained=True, **{**kwargs, "pretrained_cfg_overlay": overlay})
         except (*UNREADABLE, KeyError, SafetensorError, AttributeError, TypeError) as err:  # timm meets no mapping
@@ -225,9 +239,6 @@ def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.M
                 f"pretrained_file={hp.pretrained_file!r} is not a readable state dict of {hp.model_name} "
                 f"({load_error(err)[:200]}); give a .pth/.safetensors file of that timm model's weights."
             ) from None
-        # A converted file's geometry is taken to be the model's own (timm's released files are): its converter
-        # resampled the tensors already, so the file's shapes would show nothing adapted.
-        source = str(path) if shapes is not None else f"{path} (converted by timm from its own layout)"
         say_adapted(hp.model_name, probe, source, shapes)
         return net
     offline = ("give them as a file (--model.pretrained_file <weights>), or train from scratch "
