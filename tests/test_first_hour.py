@@ -350,9 +350,13 @@ def test_auto_and_last_take_a_run_of_this_seed_recipe_and_optimizer(tmp_path: Pa
     # An evaluation's batch is its own: `validate --ckpt_path last --data.batch_size 32` takes the run.
     assert newest_checkpoint("last", tmp_path, run("", batch=32)).parent.parent.name == "version_0"
     searched = run("version_4", batch=128)
-    searched["trainer"]["callbacks"] = [{"class_path": "vitlit.runs.batch_size.BatchSizeSearch"}]
+    searched["trainer"]["callbacks"] = search = [{"class_path": "vitlit.runs.batch_size.BatchSizeSearch"}]
     (tmp_path / "version_4" / "config.yaml").write_text(yaml.safe_dump(searched))
-    assert newest_checkpoint("auto", tmp_path, run("", batch=32), callbacks=[]).parent.parent.name == "version_4"
+    again = run("", batch=32)
+    again["trainer"]["callbacks"] = search
+    assert newest_checkpoint("auto", tmp_path, again, callbacks=[]).parent.parent.name == "version_4"
+    # Without the search the run would go on at the batch typed, not the one it found (a review's).
+    assert newest_checkpoint("auto", tmp_path, run("", batch=32), callbacks=[]) is None
 
 
 def test_resuming_a_finished_run_says_that_nothing_is_left(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -401,9 +401,12 @@ def differs(
         return "its config.yaml (unreadable)"
     if not isinstance(theirs, dict):
         return "its config.yaml (no mapping)"
-    # BatchSizeSearch's rewrite of the batch and the rate is the run's own; another batch is another experiment.
+    # BatchSizeSearch's rewrite of the batch and the rate is the run's own; another batch is another experiment. A
+    # searched run's batch is restored by the search alone: a command without it would train at the one typed.
     searched = "BatchSizeSearch" in str((theirs.get("trainer") or {}).get("callbacks"))
-    skip: tuple[str, ...] = (*REWRITTEN, *SPEED_ONLY, *ignore, *(["data.init_args.batch_size"] if searched else []))
+    searching = "BatchSizeSearch" in str((config.get("trainer") or {}).get("callbacks"))
+    batch = ["data.init_args.batch_size"] if searched and searching else []
+    skip: tuple[str, ...] = (*REWRITTEN, *SPEED_ONLY, *ignore, *batch)
     if only:
         skip = ("data.init_args.batch_size", "model.init_args.optimizer.init_args.lr") if searched else ()
     ours, theirs = _experiment(config), _experiment(theirs)
