@@ -262,6 +262,7 @@ class VitLitCLI(LightningCLI):
         self.run: Placed | None = None  # the run's folder, once placed
         self._checkpoint_classes: list[str] | None = None  # a predict of predict_dir's classes (`classes`)
         self._resumes_file = False  # a fit from a checkpoint file: its weights replace the pretrained ones
+        self._resumed: Path | None = None  # the checkpoint a fit resumes from, for the line of a stop
         try:
             super().__init__(*args, **kwargs)
         except (SIGTERMException, TrainingHalted, KeyboardInterrupt, SystemExit) as err:
@@ -369,6 +370,7 @@ class VitLitCLI(LightningCLI):
             weights_only = self.config_init[subcommand].get("weights_only")
             ckpt, run = start_from(self._ckpt_path, subcommand, trainer, model, config, weights_only)
         self.config_init[subcommand]["ckpt_path"] = None if ckpt is None else str(ckpt)  # what the run loads
+        self._resumed = ckpt if subcommand == "fit" else None
         check_activations(model, self.datamodule, trainer, subcommand)
         reach_loggers(trainer)
         self.run = place_run(trainer, subcommand, ckpt, run)
@@ -383,7 +385,7 @@ class VitLitCLI(LightningCLI):
 
     def _stopped(self, err: BaseException) -> None:
         """End a fit stopped by a signal or a guard in one line with the command that resumes it, and its status."""
-        stop(err, getattr(self, "trainer", None), self.run.run_dir if self.run is not None else None)
+        stop(err, getattr(self, "trainer", None), self.run.run_dir if self.run is not None else None, self._resumed)
 
 
 def resolve_config(config: Any) -> None:

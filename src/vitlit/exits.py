@@ -173,14 +173,15 @@ def failed_logger(err: BaseException | None) -> Logger | None:
     return None
 
 
-def stopped_line(err: BaseException, trainer: Any, run_dir: Path | None) -> tuple[str, int] | None:
+def stopped_line(
+    err: BaseException, trainer: Any, run_dir: Path | None, resumed: Path | None = None
+) -> tuple[str, int] | None:
     """The last line and exit status of a fit stopped by a signal, a guard or a logger's service; ``None`` otherwise.
 
-    The line names what stopped it and the command that resumes from ``last.ckpt`` (or that there is none).
+    The line names what stopped it and the command that resumes from ``last.ckpt`` (or that there is none); a fit
+    resuming from ``resumed`` and stopped before it restored that step (its data's setup) is to be run again as typed.
     """
     logger = failed_logger(err) if isinstance(err, Exception) else None  # not an interrupt met inside a logger
-    last = run_dir / "checkpoints" / "last.ckpt" if run_dir is not None else None
-    last = last if last is not None and last.is_file() else None
     if isinstance(err, TrainingHalted):
         line, status = f"vitlit: error: {err}", 1
     elif logger is not None:  # before `interrupted`, which Lightning sets for any exception
@@ -188,20 +189,18 @@ def stopped_line(err: BaseException, trainer: Any, run_dir: Path | None) -> tupl
         line, status = f"vitlit: error: {type(logger).__name__} failed during the run ({reason})", 1
     elif trainer is not None and (isinstance(err, SIGTERMException) or trainer.interrupted):
         name = STOP.signal_name or ("SIGTERM" if isinstance(err, SIGTERMException) else "SIGINT")
-        step = checkpoint_step(last) if last is not None else -1
-        if trainer.global_step < step:  # a resume stopped before it restored its step (its data's setup)
-            line = f"vitlit: interrupted by {name} before the resume from step {step} began"
-        else:
-            line = f"vitlit: interrupted by {name} at epoch {trainer.current_epoch}, step {trainer.global_step}"
         status = 128 + signal.Signals[name].value  # the shell's convention
+        step = checkpoint_step(resumed) if resumed is not None else -1
+        if trainer.global_step < step:  # stopped before the resume restored its step: nothing of it was written
+            return (f"vitlit: interrupted by {name} before the resume from step {step} of {shell_word(resumed)} "
+                    f"began; run the same command again to resume"), status  # fmt: skip
+        line = f"vitlit: interrupted by {name} at epoch {trainer.current_epoch}, step {trainer.global_step}"
     else:
         return None
-    if last is not None:
-        config = saved_config(trainer, run_dir)
-        if not config.is_file():  # a resume stopped before Lightning saved its config: the run's newest one
-            written = [p for p in run_dir.glob("config*.yaml") if p.is_file()]
-            config = max(written, key=lambda p: p.stat().st_mtime_ns, default=config)
-        line += f"; resume with: python -m vitlit fit --config {shell_word(config)} --ckpt_path {shell_word(last)}"
+    last = run_dir / "checkpoints" / "last.ckpt" if run_dir is not None else None
+    if last is not None and last.is_file():
+        config, ckpt = shell_word(saved_config(trainer, run_dir)), shell_word(last)  # a path's spaces
+        line += f"; resume with: python -m vitlit fit --config {config} --ckpt_path {ckpt}"
     else:
         line += "; no checkpoint was written, so there is nothing to resume"
     return line, status
@@ -245,9 +244,9 @@ def parser_error(message: str, ex: Exception | None, tools: dict[str, str]) -> s
     return f"{text} (`vitlit <subcommand> --help` lists the options)"
 
 
-def stop(err: BaseException, trainer: Any, run_dir: Path | None) -> None:
+def stop(err: BaseException, trainer: Any, run_dir: Path | None, resumed: Path | None = None) -> None:
     """End a fit stopped by a signal, a guard or a logger's service: its last line (`stopped_line`) and status."""
-    stopped = stopped_line(err, trainer, run_dir)
+    stopped = stopped_line(err, trainer, run_dir, resumed)
     if stopped is None:
         return
     if trainer is None or trainer.is_global_zero:  # one line, not one per DDP process
