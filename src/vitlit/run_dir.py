@@ -175,6 +175,8 @@ def place_run(trainer: Trainer, subcommand: str, ckpt: Path | None = None, run: 
     elif version is None:
         made = tuple(d for d in (save_dir / name, *(save_dir / name).parents) if not d.exists())
         version = allocate_version(save_dir / name)
+        if own and subcommand == "fit":  # its saved config names the folder it took, not its run's, to resume it
+            spec["init_args"]["version"] = version
     run_dir = save_dir / name / (f"version_{version}" if isinstance(version, int) else version)
     fd = lock(run_dir) if subcommand == "fit" else None
     if note:
