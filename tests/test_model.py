@@ -128,6 +128,15 @@ def test_a_released_file_in_a_layout_timm_converts_loads_and_a_deeper_one_is_sti
     line = said_with(caplog.text, "open_clip.pth (converted by timm from its own layout)", "pos_embed (1, 101, 64) -> "
                      "(1, 65, 64) (resampled)")  # fmt: skip
     assert "head" not in line.split("adapted:")[1]
+    # At the run's own geometry nothing is resampled, and nothing is said to be (it was, against timm's 160 px).
+    caplog.clear()
+    small = timm.create_model("test_vit", num_classes=7, img_size=32, patch_size=4).state_dict()
+    torch.save({f"visual.trunk.{k}": v for k, v in small.items()}, tmp_path / "open_clip_32.pth")
+    with caplog.at_level(logging.INFO):
+        ViTClassifier(
+            "test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "open_clip_32.pth")
+        )
+    said_with(caplog.text, "open_clip_32.pth (converted by timm from its own layout)", "adapted: nothing")
     # I-JEPA keeps the ViT under its encoder, as DataParallel named it: a mapping of mappings, which timm unwraps.
     torch.save({"encoder": {f"module.{k}": v for k, v in source.state_dict().items()}}, tmp_path / "ijepa.pth")
     model = ViTClassifier(

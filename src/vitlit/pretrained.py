@@ -221,16 +221,25 @@ def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.M
             if lacking:  # another depth or architecture: timm would leave its blocks random without a word
                 raise KeyError(lacking)
             overlay = {"file": str(path), **_file_classes(weights if converted is None else converted, probe)}
-            # The file's shapes, for the log line. A converted file's are the model's own geometry (timm's released
-            # files have it; its converter resampled them already) and its head's; its tensors are let go, as timm
-            # reads the file again.
+            # The file's shapes, for the log line; its tensors are let go, as timm reads the file again. A converted
+            # file's are those stored under a name that ends in the model's (OpenCLIP's visual.trunk.pos_embed), else
+            # the converted head's (a projection made the head), else the model's own geometry (timm's files have it).
             if converted is None:
                 shapes = {k: torch.empty(v.shape, device="meta") for k, v in weights.items()}
             else:
                 with torch.device("meta"):
                     shapes = timm.create_model(hp.model_name, pretrained=False).state_dict()
+                stored: dict[str, torch.Size] = {}
+                for k, v in weights.items():  # one level of mappings (I-JEPA's encoder) read through
+                    for name, value in v.items() if isinstance(v, dict) else [("", v)]:
+                        if isinstance(value, torch.Tensor):
+                            stored[f"{k}.{name}" if name else k] = value.shape
                 heads = tuple(f"{name}." for name in _classifiers(probe))
-                shapes |= {k: torch.empty(v.shape, device="meta") for k, v in converted.items() if k.startswith(heads)}
+                for key, value in converted.items():
+                    found = [shape for name, shape in stored.items() if name == key or name.endswith(f".{key}")]
+                    if key.startswith(heads) or len(found) == 1:
+                        shape = value.shape if key.startswith(heads) else found[0]
+                        shapes[key] = torch.empty(shape, device="meta")
             source = str(path) if converted is None else f"{path} (converted by timm from its own layout)"
             del weights, converted
             net = timm.create_model(hp.model_name, pretrained=True, **{**kwargs, "pretrained_cfg_overlay": overlay})
