@@ -385,7 +385,8 @@ class VitLitCLI(LightningCLI):
 
     def _stopped(self, err: BaseException) -> None:
         """End a fit stopped by a signal or a guard in one line with the command that resumes it, and its status."""
-        stop(err, getattr(self, "trainer", None), self.run.run_dir if self.run is not None else None, self._resumed)
+        resumed = getattr(self, "_resumed", None)  # none before the run is placed
+        stop(err, getattr(self, "trainer", None), self.run.run_dir if self.run is not None else None, resumed)
 
 
 def resolve_config(config: Any) -> None:
