@@ -69,8 +69,9 @@ def test_a_named_run_resumed_from_an_earlier_checkpoint_goes_beside_it_and_its_c
     assert beside.trainer.global_step == 2 and {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
     saved = yaml.safe_load((Path(beside.trainer.log_dir) / "config.yaml").read_text())
     assert saved["ckpt_path"] == str(run / "checkpoints" / "early.ckpt")
-    # Its config names the folder it took: resumed with it, it is that run, not "baseline" (a read of the mends).
-    assert f"version_{saved['trainer']['logger']['init_args']['version']}" == Path(beside.trainer.log_dir).name
+    # Its own config, which names "baseline" and early.ckpt, goes beside again (it was refused as "baseline exists").
+    again = run_cli("fit", "--config", Path(beside.trainer.log_dir) / "config.yaml", "--trainer.max_epochs", "2")
+    assert Path(again.trainer.log_dir).parent == run.parent and again.trainer.global_step == 2
     # A name typed for it is its folder's (it was dropped for a number while the saved config kept the name).
     branch = run_cli("fit", "--config", DIGITS_CONFIG, "--trainer.max_epochs", "2", *named[:3], "branch", *named[4:],
                      "--ckpt_path", "lightning_logs/baseline/checkpoints/early.ckpt")  # fmt: skip

@@ -418,6 +418,30 @@ def test_a_resume_stopped_before_it_restored_its_step_says_to_run_the_same_comma
     assert "at epoch 0, step 9;" in line and f"--config {tmp_path / 'config.resume-1.yaml'} " in line
 
 
+def test_a_resume_stopped_while_its_data_are_set_up_leaves_its_run_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each Ctrl-C during a resume's data setup left an events file in the run (or a folder beside it holding one),
+    a run TensorBoard then showed (a read of the mends)."""
+    from vitlit.data.base import ImageClassificationDataModule
+
+    short = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]
+    fit = run_cli("fit", "--config", DIGITS_CONFIG, "--trainer.max_epochs", "1", *short,
+                  "--trainer.default_root_dir", tmp_path)  # fmt: skip
+    run = Path(fit.trainer.log_dir)
+    before = tree_digest(run)
+
+    def interrupted(self: ImageClassificationDataModule, stage: str) -> None:
+        raise KeyboardInterrupt  # Ctrl-C before Lightning listens for it: at once
+
+    monkeypatch.setattr(ImageClassificationDataModule, "setup", interrupted)
+    with pytest.raises(SystemExit) as stop:
+        run_cli("fit", "--config", run / "config.yaml", "--trainer.max_epochs", "2", "--ckpt_path",
+                run / "checkpoints" / "last.ckpt")  # fmt: skip
+    assert stop.value.code == 130 and "before the resume from step 2 of" in capsys.readouterr().err
+    assert tree_digest(run) == before
+
+
 def test_the_resume_line_and_the_closing_commands_quote_a_path_with_spaces(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -36,9 +36,9 @@ from vitlit import config as cfg
 from vitlit.checks import check_activations, check_built_callbacks, check_metrics, check_run, reach_loggers
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import ConfigError, TrainingHalted
-from vitlit.exits import STOP, ended, one_line_error, parser_error, refused_arguments, refused_run, stop
+from vitlit.exits import STOP, discard, ended, one_line_error, parser_error, refused_arguments, refused_run, stop
 from vitlit.model import WEIGHTS_FROM_CHECKPOINT
-from vitlit.run_dir import Placed, place_run, unlock
+from vitlit.run_dir import Placed, checkpoint_step, place_run, unlock
 from vitlit.text import clean, learn_secrets, redacted, say, tell
 
 PROG = "vitlit"
@@ -385,8 +385,11 @@ class VitLitCLI(LightningCLI):
 
     def _stopped(self, err: BaseException) -> None:
         """End a fit stopped by a signal or a guard in one line with the command that resumes it, and its status."""
-        resumed = getattr(self, "_resumed", None)  # none before the run is placed
-        stop(err, getattr(self, "trainer", None), self.run.run_dir if self.run is not None else None, resumed)
+        trainer, resumed = getattr(self, "trainer", None), getattr(self, "_resumed", None)  # none before placing
+        begun = resumed is None or getattr(trainer, "global_step", 0) >= checkpoint_step(resumed)
+        if not begun and self.run is not None:  # the resume had not begun: what it made goes, as a refused run's
+            discard(self.run)
+        stop(err, trainer, self.run.run_dir if self.run is not None else None, resumed)
 
 
 def resolve_config(config: Any) -> None:

@@ -235,10 +235,11 @@ def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.M
                         if isinstance(value, torch.Tensor):
                             stored[f"{k}.{name}" if name else k] = value.shape
                 heads = tuple(f"{name}." for name in _classifiers(probe))
-                for key, value in converted.items():
-                    found = [shape for name, shape in stored.items() if name == key or name.endswith(f".{key}")]
+                shapes = {k: v for k, v in shapes.items() if not k.startswith(heads) or k in converted}  # no head: new
+                for key, value in converted.items():  # one shape under every name that ends in the key (I-JEPA's two)
+                    found = {shape for name, shape in stored.items() if name == key or name.endswith(f".{key}")}
                     if key.startswith(heads) or len(found) == 1:
-                        shape = value.shape if key.startswith(heads) else found[0]
+                        shape = value.shape if key.startswith(heads) else found.pop()
                         shapes[key] = torch.empty(shape, device="meta")
             source = str(path) if converted is None else f"{path} (converted by timm from its own layout)"
             del weights, converted

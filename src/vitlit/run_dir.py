@@ -159,9 +159,10 @@ def place_run(trainer: Trainer, subcommand: str, ckpt: Path | None = None, run: 
     made: tuple[Path, ...] = ()
     named_version = init_args.get("version")
     named = save_dir / name / (f"version_{named_version}" if isinstance(named_version, int) else str(named_version))
-    # A new run named by its logger's version; a resume going beside its run takes a name, but not the run's own.
-    own = run is not None and named.resolve() == run.resolve()
-    if version is None and subcommand == "fit" and named_version is not None and not own:
+    # A new run named by its logger's version; a resume going beside its run takes a name not yet taken (its saved
+    # config names the run it came from, whose folder exists), else a number.
+    taken = run is not None and named.exists()
+    if version is None and subcommand == "fit" and named_version is not None and not taken:
         version = named_version
         made = tuple(d for d in named.parents if not d.exists())
         named.parent.mkdir(parents=True, exist_ok=True)
@@ -175,8 +176,6 @@ def place_run(trainer: Trainer, subcommand: str, ckpt: Path | None = None, run: 
     elif version is None:
         made = tuple(d for d in (save_dir / name, *(save_dir / name).parents) if not d.exists())
         version = allocate_version(save_dir / name)
-        if own and subcommand == "fit":  # its saved config names the folder it took, not its run's, to resume it
-            spec["init_args"]["version"] = version
     run_dir = save_dir / name / (f"version_{version}" if isinstance(version, int) else version)
     fd = lock(run_dir) if subcommand == "fit" else None
     if note:
