@@ -392,15 +392,18 @@ def test_a_copied_run_folder_resumes_with_its_best_checkpoint_known(tmp_path: Pa
     assert Path(best.best_model_path).name == kept[0] and len(best.best_k_models) == 1
 
 
-def test_a_resume_stopped_before_it_restored_its_step_says_to_run_the_same_command(tmp_path: Path) -> None:
+def test_a_resume_stopped_before_it_restored_its_step_says_to_run_the_same_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Ctrl-C while a resume set up its data: the line named config.resume-1.yaml, which Lightning had not written
     yet ("config file ... does not exist" when pasted), and said step 0 of a checkpoint at step 7 (a review's); a
     config of the run's own would drop the flags typed (a longer run), and last.ckpt would not be the checkpoint
     resumed (a newer snapshot, a resume beside its run: a read of the mends)."""
     from lightning.pytorch.cli import SaveConfigCallback
 
-    from vitlit.exits import stopped_line
+    from vitlit.exits import STOP, stopped_line
 
+    monkeypatch.setattr(STOP, "signal_name", None)  # Ctrl-C: not the signal an earlier test's fit left there
     (tmp_path / "checkpoints").mkdir()
     torch.save({"global_step": 7}, tmp_path / "checkpoints" / "snapshot-step0000007.ckpt")
     torch.save({"global_step": 6}, tmp_path / "checkpoints" / "last.ckpt")
@@ -409,12 +412,12 @@ def test_a_resume_stopped_before_it_restored_its_step_says_to_run_the_same_comma
     saver.config_filename = "config.resume-1.yaml"
     resumed = tmp_path / "checkpoints" / "snapshot-step0000007.ckpt"
     trainer = SimpleNamespace(interrupted=True, current_epoch=0, global_step=0, callbacks=[saver])
-    line, status = stopped_line(KeyboardInterrupt(), trainer, tmp_path, resumed)
+    line, status = stopped_line(KeyboardInterrupt(), trainer, tmp_path, resumed, 7)
     assert status == 130 and line == (f"vitlit: interrupted by SIGINT before the resume from step 7 of {resumed} "
                                       f"began; run the same command again to resume")  # fmt: skip
     (tmp_path / "config.resume-1.yaml").write_text("seed_everything: 42\n")  # restored, and its config written
     trainer.global_step = 9
-    line, _ = stopped_line(KeyboardInterrupt(), trainer, tmp_path, resumed)
+    line, _ = stopped_line(KeyboardInterrupt(), trainer, tmp_path, resumed, 7)
     assert "at epoch 0, step 9;" in line and f"--config {tmp_path / 'config.resume-1.yaml'} " in line
 
 

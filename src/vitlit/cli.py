@@ -36,9 +36,9 @@ from vitlit import config as cfg
 from vitlit.checks import check_activations, check_built_callbacks, check_metrics, check_run, reach_loggers
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import ConfigError, TrainingHalted
-from vitlit.exits import STOP, discard, ended, one_line_error, parser_error, refused_arguments, refused_run, stop
+from vitlit.exits import STOP, ended, one_line_error, parser_error, refused_arguments, refused_run, stop
 from vitlit.model import WEIGHTS_FROM_CHECKPOINT
-from vitlit.run_dir import Placed, checkpoint_step, place_run, unlock
+from vitlit.run_dir import Placed, place_run, unlock
 from vitlit.text import clean, learn_secrets, redacted, say, tell
 
 PROG = "vitlit"
@@ -261,8 +261,9 @@ class VitLitCLI(LightningCLI):
         self.commands = commands  # the subcommands whose parsers are built
         self.run: Placed | None = None  # the run's folder, once placed
         self._checkpoint_classes: list[str] | None = None  # a predict of predict_dir's classes (`classes`)
-        self._resumes_file = False  # a fit from a checkpoint file: its weights replace the pretrained ones
-        self._resumed: Path | None = None  # the checkpoint a fit resumes from, for the line of a stop
+        # The checkpoint a fit starts from: a file once parsed (its weights replace the pretrained ones), and
+        # ``auto``/``last`` once resolved (`_check_and_place_run`), for the line of a stop.
+        self._resumed: str | Path | None = None
         try:
             super().__init__(*args, **kwargs)
         except (SIGTERMException, TrainingHalted, KeyboardInterrupt, SystemExit) as err:
@@ -319,7 +320,7 @@ class VitLitCLI(LightningCLI):
                 if "://" not in str(ckpt):  # saved absolute: run from another folder, the config resumes this run
                     ckpt = os.path.abspath(os.path.expanduser(ckpt))
                 checkpoint = read_checkpoint(ckpt, config.get("weights_only"))
-                self._resumes_file = self.config["subcommand"] == "fit"
+                self._resumed = ckpt if self.config["subcommand"] == "fit" else None
                 if self.config["subcommand"] == "predict" and config["data"]["init_args"].get("predict_dir"):
                     self._checkpoint_classes = class_names_of(checkpoint, ckpt)
         # Held back until the run starts (`_check_and_place_run`): given a checkpoint, LightningCLI would copy the
@@ -340,7 +341,7 @@ class VitLitCLI(LightningCLI):
 
     def instantiate_classes(self) -> None:
         """Build the configured classes; one whose constructor refuses its arguments is a user error, in one line."""
-        resumed = WEIGHTS_FROM_CHECKPOINT.set(self._resumes_file)
+        resumed = WEIGHTS_FROM_CHECKPOINT.set(self._resumed is not None)
         try:
             super().instantiate_classes()
         except Exception as err:
@@ -385,11 +386,7 @@ class VitLitCLI(LightningCLI):
 
     def _stopped(self, err: BaseException) -> None:
         """End a fit stopped by a signal or a guard in one line with the command that resumes it, and its status."""
-        trainer, resumed = getattr(self, "trainer", None), getattr(self, "_resumed", None)  # none before placing
-        begun = resumed is None or getattr(trainer, "global_step", 0) >= checkpoint_step(resumed)
-        if not begun and self.run is not None:  # the resume had not begun: what it made goes, as a refused run's
-            discard(self.run)
-        stop(err, trainer, self.run.run_dir if self.run is not None else None, resumed)
+        stop(err, getattr(self, "trainer", None), self.run, getattr(self, "_resumed", None))  # none before built
 
 
 def resolve_config(config: Any) -> None:

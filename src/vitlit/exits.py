@@ -38,7 +38,7 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitlit.errors import NO_SPACE, PATH_REFUSED, CheckFailed, ConfigError, TrainingHalted
-from vitlit.run_dir import checkpoint_step, saved_config, trained_since
+from vitlit.run_dir import Placed, checkpoint_step, saved_config, trained_since
 from vitlit.text import shell_word, stream_gone, tell
 
 #: The signal that stopped this process's fit (``signal_name``, e.g. ``SIGINT``), ``None`` while none has; set by
@@ -174,12 +174,13 @@ def failed_logger(err: BaseException | None) -> Logger | None:
 
 
 def stopped_line(
-    err: BaseException, trainer: Any, run_dir: Path | None, resumed: Path | None = None
+    err: BaseException, trainer: Any, run_dir: Path | None, resumed: str | Path | None = None, step: int = -1
 ) -> tuple[str, int] | None:
     """The last line and exit status of a fit stopped by a signal, a guard or a logger's service; ``None`` otherwise.
 
     The line names what stopped it and the command that resumes from ``last.ckpt`` (or that there is none); a fit
-    resuming from ``resumed`` and stopped before it restored that step (its data's setup) is to be run again as typed.
+    resuming from ``resumed`` (saved at ``step``) and stopped before it restored that step (its data's setup) is to be
+    run again as typed.
     """
     logger = failed_logger(err) if isinstance(err, Exception) else None  # not an interrupt met inside a logger
     if isinstance(err, TrainingHalted):
@@ -190,8 +191,7 @@ def stopped_line(
     elif trainer is not None and (isinstance(err, SIGTERMException) or trainer.interrupted):
         name = STOP.signal_name or ("SIGTERM" if isinstance(err, SIGTERMException) else "SIGINT")
         status = 128 + signal.Signals[name].value  # the shell's convention
-        step = checkpoint_step(resumed) if resumed is not None else -1
-        if trainer.global_step < step:  # stopped before the resume restored its step: nothing of it was written
+        if resumed is not None and trainer.global_step < step:  # the resume had not restored its step
             return (f"vitlit: interrupted by {name} before the resume from step {step} of {shell_word(resumed)} "
                     f"began; run the same command again to resume"), status  # fmt: skip
         line = f"vitlit: interrupted by {name} at epoch {trainer.current_epoch}, step {trainer.global_step}"
@@ -244,9 +244,16 @@ def parser_error(message: str, ex: Exception | None, tools: dict[str, str]) -> s
     return f"{text} (`vitlit <subcommand> --help` lists the options)"
 
 
-def stop(err: BaseException, trainer: Any, run_dir: Path | None, resumed: Path | None = None) -> None:
-    """End a fit stopped by a signal, a guard or a logger's service: its last line (`stopped_line`) and status."""
-    stopped = stopped_line(err, trainer, run_dir, resumed)
+def stop(err: BaseException, trainer: Any, run: Placed | None, resumed: str | Path | None = None) -> None:
+    """End a fit stopped by a signal, a guard or a logger's service: its last line (`stopped_line`) and status.
+
+    A resume stopped before it restored its checkpoint's step (its data's setup) made nothing worth keeping: what it
+    made goes, as a refused run's does (`discard`).
+    """
+    step = checkpoint_step(resumed) if resumed is not None else -1
+    if getattr(trainer, "global_step", 0) < step:
+        discard(run)
+    stopped = stopped_line(err, trainer, run.run_dir if run is not None else None, resumed, step)
     if stopped is None:
         return
     if trainer is None or trainer.is_global_zero:  # one line, not one per DDP process

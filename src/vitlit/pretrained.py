@@ -86,6 +86,31 @@ def say_adapted(model_name: str, net: nn.Module, source: str, original: dict[str
     rank_zero_info(f"vitlit: loaded {source} into {model_name}; adapted: {', '.join(said) or 'nothing'}")
 
 
+def _converted_shapes(
+    model_name: str, weights: dict[str, Any], converted: dict[str, torch.Tensor], probe: nn.Module
+) -> dict[str, torch.Tensor]:
+    """The stored geometry of a file timm converts as it loads, as meta tensors under the model's names.
+
+    Each tensor's shape is the one stored under a name that ends in the model's (OpenCLIP's ``visual.trunk.pos_embed``;
+    only where one shape is stored so: I-JEPA's file holds two encoders), else the converted head's (a projection
+    made the head), else the model's own geometry (timm's files have it). A file without a head lists none: it is new.
+    """
+    with torch.device("meta"):
+        shapes = timm.create_model(model_name, pretrained=False).state_dict()
+    stored: dict[str, torch.Size] = {}
+    for k, v in weights.items():  # one level of mappings (I-JEPA's encoder) read through
+        for name, value in v.items() if isinstance(v, dict) else [("", v)]:
+            if isinstance(value, torch.Tensor):
+                stored[f"{k}.{name}" if name else k] = value.shape
+    heads = tuple(f"{name}." for name in _classifiers(probe))
+    shapes = {k: v for k, v in shapes.items() if not k.startswith(heads) or k in converted}
+    for key, value in converted.items():
+        found = {shape for name, shape in stored.items() if name == key or name.endswith(f".{key}")}
+        if key.startswith(heads) or len(found) == 1:
+            shapes[key] = torch.empty(value.shape if key.startswith(heads) else found.pop(), device="meta")
+    return shapes
+
+
 def _classifiers(probe: nn.Module) -> tuple[str, ...]:
     """The names of the model's classifier layers (``head``; a distilled DeiT's ``head_dist`` too), as timm's config."""
     names = probe.pretrained_cfg.get("classifier") if isinstance(probe.pretrained_cfg, dict) else None
@@ -221,26 +246,11 @@ def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.M
             if lacking:  # another depth or architecture: timm would leave its blocks random without a word
                 raise KeyError(lacking)
             overlay = {"file": str(path), **_file_classes(weights if converted is None else converted, probe)}
-            # The file's shapes, for the log line; its tensors are let go, as timm reads the file again. A converted
-            # file's are those stored under a name that ends in the model's (OpenCLIP's visual.trunk.pos_embed), else
-            # the converted head's (a projection made the head), else the model's own geometry (timm's files have it).
+            # The file's shapes, for the log line; its tensors are let go, as timm reads the file again.
             if converted is None:
                 shapes = {k: torch.empty(v.shape, device="meta") for k, v in weights.items()}
             else:
-                with torch.device("meta"):
-                    shapes = timm.create_model(hp.model_name, pretrained=False).state_dict()
-                stored: dict[str, torch.Size] = {}
-                for k, v in weights.items():  # one level of mappings (I-JEPA's encoder) read through
-                    for name, value in v.items() if isinstance(v, dict) else [("", v)]:
-                        if isinstance(value, torch.Tensor):
-                            stored[f"{k}.{name}" if name else k] = value.shape
-                heads = tuple(f"{name}." for name in _classifiers(probe))
-                shapes = {k: v for k, v in shapes.items() if not k.startswith(heads) or k in converted}  # no head: new
-                for key, value in converted.items():  # one shape under every name that ends in the key (I-JEPA's two)
-                    found = {shape for name, shape in stored.items() if name == key or name.endswith(f".{key}")}
-                    if key.startswith(heads) or len(found) == 1:
-                        shape = value.shape if key.startswith(heads) else found.pop()
-                        shapes[key] = torch.empty(shape, device="meta")
+                shapes = _converted_shapes(hp.model_name, weights, converted, probe)
             source = str(path) if converted is None else f"{path} (converted by timm from its own layout)"
             del weights, converted
             net = timm.create_model(hp.model_name, pretrained=True, **{**kwargs, "pretrained_cfg_overlay": overlay})
