@@ -7,7 +7,8 @@ wherever it is called from; module bodies (imports) and comprehensions do not co
 (``sys.setprofile``), so nothing in vitlit is instrumented for it.
 
     python scripts/main_path.py           # the two windows, file by file, in the order they were first called
-    python scripts/main_path.py --json    # the same as JSON: {"start": {file: [functions]}, "step": {...}}
+    python scripts/main_path.py --json    # the same as JSON ({"start": {file: [functions]}, "step": {...}}), then
+                                          # the vitlit modules the fit loaded ({module: file})
     python scripts/main_path.py --tour    # the tour in CONTRIBUTING.md (tests/test_layout.py keeps the two equal)
 """
 
@@ -69,15 +70,20 @@ def profile(args: list[str]) -> dict[str, dict[str, list[str]]]:
     return windows
 
 
-def measure(args: list[str] = FIT) -> dict[str, dict[str, list[str]]]:
-    """`profile` of a fit in a fresh process (nothing imported or cached before it), with a run folder of its own."""
+def measure(args: list[str] = FIT) -> tuple[dict[str, dict[str, list[str]]], dict[str, str]]:
+    """`profile` of a fit in a fresh process (nothing imported or cached before it), with a run folder of its own.
+
+    Returns:
+        The two windows, and the file of each vitlit module the fit loaded (`scripts/code_size.py` counts its lines).
+    """
     with tempfile.TemporaryDirectory() as root:
         command = [sys.executable, __file__, "--json", *args, "--trainer.default_root_dir", root]
         done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    line = next((x for x in done.stdout.splitlines() if x.startswith("WINDOWS ")), None)
-    if line is None:
+    lines = [x.split(" ", 1) for x in done.stdout.splitlines() if x.startswith(("WINDOWS ", "LOADED "))]
+    printed = dict(lines)
+    if len(printed) != 2:
         raise RuntimeError(f"the run failed:\n{done.stderr[-3000:]}")
-    return json.loads(line[len("WINDOWS ") :])
+    return json.loads(printed["WINDOWS"]), json.loads(printed["LOADED"])
 
 
 def counts(window: dict[str, list[str]]) -> tuple[int, int]:
@@ -169,8 +175,10 @@ def main() -> None:
     if sys.argv[1:2] == ["--json"]:
         windows = profile(sys.argv[2:])
         print("WINDOWS " + json.dumps(windows), flush=True)
+        loaded = {m: getattr(sys.modules[m], "__file__", None) for m in sys.modules if m.split(".")[0] == "vitlit"}
+        print("LOADED " + json.dumps(loaded), flush=True)
         return
-    windows = measure()
+    windows, _ = measure()
     if sys.argv[1:2] == ["--tour"]:
         print(tour(windows), end="")
         return

@@ -101,8 +101,14 @@ def test_parts_meet_only_through_the_core() -> None:
     assert not {k: v for k, v in crossing.items() if v}, crossing  # the core imports no part, no part another
 
 
-def test_a_default_run_loads_what_the_shared_settings_name_within_the_bound(digits_dir: Path) -> None:
-    loaded = code_size.loaded_by([*code_size.DEFAULT_FIT, "--data.root", str(digits_dir)])
+@pytest.fixture(scope="module")
+def digits_fit() -> tuple[dict[str, dict[str, list[str]]], dict[str, str]]:
+    """A short digits fit in a fresh process, profiled: its windows (`scripts/main_path.py`), the modules it loaded."""
+    return main_path.measure()
+
+
+def test_a_default_run_loads_what_the_shared_settings_name_within_the_bound(digits_fit: tuple) -> None:
+    loaded = {name: code_size.code_lines(Path(file)) for name, file in digits_fit[1].items() if file}
     assert len(loaded) <= MAX_DEFAULT_RUN_MODULES, sorted(loaded)
     assert sum(loaded.values()) <= MAX_DEFAULT_RUN_LINES, sorted(loaded.items(), key=lambda item: -item[1])
     # Every module of a part that runs is one the shared settings name (or one such a module imports).
@@ -115,12 +121,12 @@ def test_a_default_run_loads_what_the_shared_settings_name_within_the_bound(digi
                                            for m in listed if m.startswith("vitlit.")), module  # fmt: skip
 
 
-def test_the_path_from_main_to_a_training_step_is_short_and_the_tour_shows_it() -> None:
+def test_the_path_from_main_to_a_training_step_is_short_and_the_tour_shows_it(digits_fit: tuple) -> None:
     """Issue 74: a forker reads the functions a fit calls; the profile counts them (imports and comprehensions not).
 
     CONTRIBUTING.md's tour is what ``python scripts/main_path.py --tour`` prints, between its two markers.
     """
-    windows = main_path.measure()
+    windows = digits_fit[0]
     text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
     start, end = "<!-- tour: python scripts/main_path.py --tour -->\n", "<!-- end of tour -->"
     assert start in text and end in text
