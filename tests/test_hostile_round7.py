@@ -345,6 +345,7 @@ def test_a_killed_litdata_writer_is_one_line(
     assert not list(tmp_path.glob(".out.*"))
 
 
+@pytest.mark.slow  # a signalled run in a process of its own
 @pytest.mark.posix  # SIGTERM to another process
 def test_sigterm_to_prepare_leaves_no_copy_and_a_killed_ones_is_removed_later(digits_dir: Path, tmp_path: Path) -> None:
     """Class 6: SIGTERM exited 143 and left the hidden ``.X.<random>.partial`` copy forever."""

@@ -152,6 +152,7 @@ def test_a_label_past_the_described_classes_and_a_split_too_small_are_one_line(
     assert "Dir(" not in line
 
 
+@pytest.mark.slow  # a signalled run in a process of its own
 @pytest.mark.posix  # SIGINT to another process
 def test_ctrl_c_while_litdata_writes_stops_with_130_and_leaves_nothing(digits_dir: Path, tmp_path: Path) -> None:
     """LitData's Ctrl-C handler ends its process with status 0: a prepare interrupted mid-write said nothing, exited
