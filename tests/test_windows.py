@@ -19,7 +19,7 @@ from helpers.cli import CPU, DIGITS_CONFIG, NO_WARMUP
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from vitlit import atomic
-from vitlit.cli import main, stop_signals
+from vitlit.cli import interrupts_stop_the_fit, main
 from vitlit.errors import ConfigError
 from vitlit.run_dir import lock, unlock
 
@@ -59,8 +59,11 @@ def test_ctrl_c_saves_and_says_how_to_resume_without_sighup_or_a_gentle_kill(
 
 def test_ctrl_break_stops_a_fit_where_the_system_has_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(signal, "SIGHUP", raising=False)
-    monkeypatch.setattr(signal, "SIGBREAK", 21, raising=False)
-    assert stop_signals() == (signal.SIGINT, 21)
+    monkeypatch.setattr(signal, "SIGBREAK", signal.SIGTERM, raising=False)  # one every system has, as Ctrl-Break
+    before = signal.getsignal(signal.SIGTERM)
+    with interrupts_stop_the_fit():
+        assert signal.getsignal(signal.SIGTERM) is signal.getsignal(signal.SIGINT) is not before
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 class _Msvcrt:

@@ -169,7 +169,7 @@ def quiet() -> Iterator[None]:
 
 @contextlib.contextmanager
 def interrupts_stop_the_fit() -> Iterator[None]:
-    """While a fit runs, the first Ctrl-C (or SIGHUP, or Ctrl-Break: `stop_signals`) stops it at the next step.
+    """While a fit runs, the first Ctrl-C (or SIGHUP, or Ctrl-Break, where they exist) stops it at the next step.
 
     Python raises KeyboardInterrupt wherever the main thread happens to be (inside an optimizer step, or swallowed in a
     finaliser); Lightning's SIGTERM handling stops between steps and saves ``last.ckpt`` on the way out, so the signal
@@ -188,18 +188,15 @@ def interrupts_stop_the_fit() -> Iterator[None]:
         tell("vitlit: stopping at the next step; Ctrl-C again to stop at once")
         signal.raise_signal(signal.SIGTERM)
 
-    handled = stop_signals() if threading.current_thread() is threading.main_thread() else ()
+    # Ctrl-C, and SIGHUP (POSIX) or Ctrl-Break (Windows) where they exist; a signal handler is the main thread's.
+    names = ("SIGINT", "SIGHUP", "SIGBREAK") if threading.current_thread() is threading.main_thread() else ()
+    handled = [getattr(signal, name) for name in names if hasattr(signal, name)]
     previous = {s: signal.signal(s, stop_at_next_step) for s in handled}
     try:
         yield
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-
-
-def stop_signals() -> tuple[signal.Signals, ...]:
-    """What stops a fit at the next step: Ctrl-C, and SIGHUP (POSIX) or Ctrl-Break (Windows) where they exist."""
-    return tuple(getattr(signal, name) for name in ("SIGINT", "SIGHUP", "SIGBREAK") if hasattr(signal, name))
 
 
 def run_tool(name: str, target: str, argv: list[str], parser_class: type[ArgumentParser]) -> Any:

@@ -4,6 +4,12 @@ The checks here are for what jsonargparse and Lightning would take without a wor
 inside a run, or silently replace. Each raises a `ConfigError`: one line ``vitlit: error: ...``, exit status 2
 (`vitlit.exits` says every user error in one line). Last, `absolute_paths` makes the parsed config's relative
 paths absolute, so that a saved run config reads the same from any folder.
+
+A range written as a type (`Probability`, `Rate`, `Fraction`, jsonargparse's `PositiveInt` ...) is checked once, by
+the parser, with a one-line message that names the key and the value, and ``--help`` shows it; hand-written checks
+remain only where several settings must agree. Python callers pass ordinary numbers; the parser passes instances of
+these ``int``/``float`` subclasses, which a class stores as plain numbers (`as_builtin`), so that its checkpoints stay
+readable.
 """
 
 from __future__ import annotations
@@ -14,6 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from jsonargparse.typing import ClosedUnitInterval, restricted_number_type
+from jsonargparse.typing import NonNegativeFloat as NonNegativeFloat  # the parser's own, for typed signatures
+from jsonargparse.typing import NonNegativeInt as NonNegativeInt
+from jsonargparse.typing import OpenUnitInterval as OpenUnitInterval
+from jsonargparse.typing import PositiveFloat as PositiveFloat
+from jsonargparse.typing import PositiveInt as PositiveInt
 
 from vitlit.errors import ConfigError
 
@@ -29,6 +41,26 @@ PATH_ARGUMENTS = ("root", "data_dir", "predict_dir", "pretrained_file", "teacher
 NAMED = (*PATH_ARGUMENTS, "path", "input_dir", "cache_dir", "output", "default_root_dir", "ckpt_path", "config")
 
 
+def as_builtin(value: Any) -> Any:
+    """``value`` as a plain ``int``/``float`` if it is a constrained number (e.g. ``PositiveInt(3)``), else as it is.
+
+    The parser hands over instances of these int/float subclasses. Stored in a module, they would travel into the
+    hyperparameters and states of every checkpoint, which ``torch.load(weights_only=True)`` then refuses to read; so
+    the classes keep plain numbers.
+    """
+    if isinstance(value, bool) or type(value) in (int, float) or not isinstance(value, (int, float)):
+        return value
+    return int(value) if isinstance(value, int) else float(value)
+
+
+#: A probability: 0 to 1, both included.
+Probability = ClosedUnitInterval
+#: A rate that must stay below 1 (dropout, stochastic depth, label smoothing): 0 included, 1 excluded.
+Rate = restricted_number_type("Rate", float, [(">=", 0), ("<", 1)])
+#: A share of something that must not be empty: above 0, at most 1 (a layer-decay factor, a fraction of the run).
+Fraction = restricted_number_type("Fraction", float, [(">", 0), ("<=", 1)])
+
+
 def check_config_files(argv: list[str]) -> None:
     """Refuse a config (``--config`` or ``-c``, the shared settings) that would be misread, and non-finite numbers.
 
@@ -39,9 +71,10 @@ def check_config_files(argv: list[str]) -> None:
     """
     for value in [str(DEFAULTS), *config_values(argv)]:
         path = Path(value).expanduser()
-        inline = not _exists(path) and _is_mapping(value)  # YAML given inline, as jsonargparse takes it
-        if not inline and not (_exists(path) and path.is_file()):
-            what = "is not a regular file" if _exists(path) else "does not exist"
+        exists = os.path.exists(path)  # False, not an error, for inline YAML too long for a name or holding a NUL
+        inline = not exists and _is_mapping(value)  # YAML given inline, as jsonargparse takes it
+        if not inline and not (exists and path.is_file()):
+            what = "is not a regular file" if exists else "does not exist"
             raise ConfigError(f"config file {value} {what}; give a YAML file such as configs/digits.yaml.")
         where = f"inline config {value}" if inline else f"config file {value}"
         try:
@@ -73,14 +106,6 @@ def config_values(argv: list[str]) -> list[str]:
         elif arg.startswith("-c") and not arg.startswith("--"):  # argparse reads -c=x and -cx as -c x
             values.append(arg[3:] if arg.startswith("-c=") else arg[2:])
     return values
-
-
-def _exists(path: Path) -> bool:
-    """Whether ``path`` names anything; inline YAML can be too long for a file name, or hold a NUL byte."""
-    try:
-        return path.exists()
-    except (OSError, ValueError):
-        return False
 
 
 def _is_mapping(text: str) -> bool:

@@ -17,9 +17,9 @@ from torch.optim import Optimizer
 from torchmetrics import MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
+from vitlit.config import Fraction, PositiveInt, Rate, as_builtin
 from vitlit.errors import ConfigError
 from vitlit.optim import WarmupCosineLR, check_factories, fit_to_run, is_logged_step, param_groups
-from vitlit.types import Fraction, PositiveInt, Rate, as_builtin
 
 #: Set while the CLI builds the model of a fit resumed from a checkpoint file, whose every weight the checkpoint
 #: replaces: its pretrained weights are then not read (a run copied to a machine without them, or offline, resumes).

@@ -19,9 +19,9 @@ from timm.optim import param_groups_layer_decay, param_groups_weight_decay
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
+from vitlit.config import PositiveInt, Probability
 from vitlit.errors import ConfigError
 from vitlit.text import say
-from vitlit.types import PositiveInt, Probability
 
 # Marks timm's decayed groups so that the optimizer's configured weight decay applies to them (see param_groups).
 _CONFIGURED_DECAY = -1.0
@@ -119,7 +119,7 @@ class WarmupCosineLR(LambdaLR):
         self.warmup_share = float(warmup_steps) if isinstance(warmup_steps, float) else None
         self.warmup_steps = 0 if self.warmup_share is not None else int(warmup_steps)  # a share: set with the length
         self.total_steps = None
-        # Plain numbers (`vitlit.types.as_builtin`): the checkpoint keeps the scheduler's state.
+        # Plain numbers (`vitlit.config.as_builtin`): the checkpoint keeps the scheduler's state.
         self.min_lr_ratio, self.decay_fraction = float(min_lr_ratio), float(decay_fraction)
         super().__init__(optimizer, self.lr_factor)
         if total_steps is not None:

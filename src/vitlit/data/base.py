@@ -35,6 +35,7 @@ from torch.utils.data import (
 )
 
 import vitlit.data.pipeline as pipeline
+from vitlit.config import Fraction, NonNegativeInt, PositiveFloat, PositiveInt, as_builtin
 from vitlit.data.images import PredictFolder
 from vitlit.data.pipeline import (
     Crop,
@@ -49,7 +50,6 @@ from vitlit.data.pipeline import (
 from vitlit.errors import ConfigError
 from vitlit.optim import training_progress
 from vitlit.text import shown
-from vitlit.types import Fraction, NonNegativeInt, PositiveFloat, PositiveInt, as_builtin
 
 #: Normalisation statistics of ImageNet, the default of data modules that name none of their own.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import torch
 from PIL import Image
 
+from vitlit.config import PositiveInt
 from vitlit.data.base import ImageClassificationDataModule
 from vitlit.data.images import PIL_MODES
 from vitlit.data.pipeline import ToStoredImage
@@ -40,7 +41,6 @@ from vitlit.data.streaming import (
 from vitlit.errors import ConfigError
 from vitlit.owned import check_replaceable, digest, folders_made_for, staged_folder, write_manifest
 from vitlit.text import say, shown
-from vitlit.types import PositiveInt
 
 #: LitData's units of ``chunk_bytes`` (decimal, as its own parser reads them), and a bare number of bytes.
 UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12,

@@ -15,7 +15,7 @@ import math
 import torch
 from timm.data import Mixup
 
-from vitlit.types import NonNegativeFloat, Probability
+from vitlit.config import NonNegativeFloat, Probability
 
 # timm's RandomErasing defaults, which DeiT's recipe uses.
 _MIN_AREA, _MAX_AREA = 0.02, 1 / 3

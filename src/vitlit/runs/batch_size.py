@@ -21,12 +21,12 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import BatchSizeFinder
 
 from vitlit.atomic import write_atomically
+from vitlit.config import PositiveFloat, PositiveInt
 from vitlit.errors import ConfigError
 from vitlit.optim import total_steps
 from vitlit.run_dir import saved_config
 from vitlit.runs.private import cap_batch_search, set_batch_size
 from vitlit.text import say
-from vitlit.types import PositiveFloat, PositiveInt
 
 #: Where Lightning says what each trial of its search did: sizes tried, each trial's "fit stopped", its checkpoint.
 _TRIAL_LOGGERS = ("lightning.pytorch.tuner.batch_size_scaling", "lightning.pytorch.utilities.rank_zero",

@@ -14,11 +14,11 @@ from typing import Any
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import Timer
 
+from vitlit.config import Fraction, PositiveInt
 from vitlit.errors import ConfigError
 from vitlit.optim import schedule_of, steps_per_epoch, total_steps
 from vitlit.runs.records import RunCard
 from vitlit.text import say
-from vitlit.types import Fraction, PositiveInt
 
 
 class TimeBudget(Callback):

@@ -18,7 +18,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import EMAWeightAveraging, WeightAveraging
 from torch.optim.swa_utils import get_ema_multi_avg_fn
 
-from vitlit.types import NonNegativeInt, Probability
+from vitlit.config import NonNegativeInt, Probability
 
 
 class EMA(EMAWeightAveraging):

@@ -7,7 +7,7 @@ import sys
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
 
-from vitlit.types import PositiveInt
+from vitlit.config import PositiveInt
 
 
 class WeightHistograms(Callback):

@@ -19,7 +19,7 @@ from lightning.fabric.utilities.throughput import Throughput, get_available_flop
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
 
-from vitlit.types import PositiveInt
+from vitlit.config import PositiveInt
 
 #: Compute dtype of each Trainer precision (the device's peak FLOP/s depends on it; autocast uses it).
 COMPUTE_DTYPE = {

@@ -19,10 +19,10 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.optim import Optimizer
 
+from vitlit.config import PositiveInt
 from vitlit.errors import TrainingHalted
 from vitlit.model import ViTClassifier, skip_step_if, take_skip_flag, unscales_internally
 from vitlit.optim import is_logged_step
-from vitlit.types import PositiveInt
 
 
 class NonFiniteGuard(Callback):

@@ -36,11 +36,11 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 import vitlit
 from vitlit.atomic import write_atomically
 from vitlit.cli import TOOLS
+from vitlit.config import PositiveInt
 from vitlit.exits import STOP
 from vitlit.optim import length_reached, planned_steps, schedule_of
 from vitlit.run_dir import CARD, read_card, saved_config
 from vitlit.text import markdown, redacted, shell_word, shown, tell
-from vitlit.types import PositiveInt
 
 
 def git_state(folder: Path) -> dict[str, Any]:
@@ -291,8 +291,8 @@ class SkippedImages(Callback):
     entries (path and problem) and logs their count as ``data/skipped_images``.
     """
 
-    def __init__(self) -> None:
-        self.listed = 0
+    #: The entries listed so far (this process's).
+    listed: int = 0
 
     @rank_zero_only
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:

@@ -10,10 +10,10 @@ from typing import Any
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from vitlit.config import Fraction, PositiveInt
 from vitlit.errors import ConfigError
 from vitlit.optim import planned_steps
 from vitlit.runs.private import set_checkpoint_interval
-from vitlit.types import Fraction, PositiveInt
 
 
 class Snapshots(ModelCheckpoint):

@@ -18,8 +18,8 @@ import timm
 import torch
 from lightning.fabric.utilities.throughput import measure_flops
 
+from vitlit.config import PositiveInt
 from vitlit.errors import ConfigError
-from vitlit.types import PositiveInt
 
 #: The timm modules whose models vitlit's `ViTClassifier` builds (they take ``img_size`` and ``patch_size``).
 MODULES = ("vision_transformer", "deit")

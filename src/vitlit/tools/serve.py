@@ -43,6 +43,7 @@ from PIL import Image, UnidentifiedImageError
 from starlette.datastructures import Headers
 from starlette.formparsers import MultiPartException, MultiPartParser
 
+from vitlit.config import NonNegativeInt, PositiveFloat, PositiveInt
 from vitlit.data.images import (
     FLOAT_PIXELS,
     MAX_PIXELS,
@@ -55,7 +56,6 @@ from vitlit.data.images import (
 from vitlit.errors import ConfigError
 from vitlit.text import say
 from vitlit.trained import ModelCard, load_classifier
-from vitlit.types import NonNegativeInt, PositiveFloat, PositiveInt
 
 #: Parts a multipart upload may have: the one ``image`` field, and a few a client library may add.
 MAX_FORM_PARTS = 8

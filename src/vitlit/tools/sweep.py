@@ -35,11 +35,10 @@ from typing import Any
 import yaml
 
 from vitlit.cli import main
-from vitlit.config import load_yaml
+from vitlit.config import NonNegativeInt, PositiveInt, load_yaml
 from vitlit.errors import ConfigError
 from vitlit.run_dir import check_writable_folder
 from vitlit.text import redacted, say, shown
-from vitlit.types import NonNegativeInt, PositiveInt
 
 #: A study's name: it names files and a folder inside ``--root`` (``<name>.db``, ``<name>/``), so never a path.
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")

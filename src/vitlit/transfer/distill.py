@@ -29,11 +29,11 @@ from torch import nn
 from torchvision.transforms.v2.functional import resize
 
 from vitlit.checkpoints import UNREADABLE, refuse_compressed
+from vitlit.config import PositiveFloat, PositiveInt, Probability
 from vitlit.errors import ConfigError
 from vitlit.model import ViTClassifier
 from vitlit.pretrained import hub_or_cache, load_error
 from vitlit.trained import load_classifier
-from vitlit.types import PositiveFloat, PositiveInt, Probability
 
 
 def soft_distillation_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:

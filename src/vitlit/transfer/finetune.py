@@ -24,10 +24,10 @@ from lightning.pytorch.callbacks import BaseFinetuning
 from timm.models import group_parameters
 from torch import nn
 
+from vitlit.config import Fraction, NonNegativeInt, PositiveInt
 from vitlit.errors import ConfigError
 from vitlit.optim import steps_per_epoch
 from vitlit.transfer.private import follow_new_param_groups
-from vitlit.types import Fraction, NonNegativeInt, PositiveInt
 
 
 def head_parameter_names(net: nn.Module) -> set[str]:
