@@ -110,7 +110,8 @@ class ToStoredImage:
         """A (C, H, W) uint8 tensor of ``image``."""
         mode = PIL_MODES.get(self.in_chans)
         if isinstance(image, Image.Image):
-            image = pil_to_tensor(image if mode is None else to_mode(image, mode))  # as files are (16-bit scaled)
+            # A file's image is in this mode already (`open_image`); another data set's is converted as files are.
+            image = pil_to_tensor(image if mode is None else to_mode(image, mode))
         if image.shape[0] != self.in_chans or image.dtype != torch.uint8:
             raise ValueError(f"an image of the data is {image.dtype} with {image.shape[0]} channels; vitlit reads "
                              f"uint8 images with in_chans={self.in_chans}.")  # fmt: skip
