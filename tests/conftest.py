@@ -77,3 +77,26 @@ def cifar_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def digits_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_digits_folder(tmp_path_factory.mktemp("digits"))
+
+
+@pytest.fixture(scope="session")
+def few_digits_dir(digits_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`digits_dir` with 40 images of each class in train/ (of its 1,348) and the whole test/: for the tests of what
+    a run does with its checkpoints, folders and flags, not of how much it trains on or how well it learns.
+
+    After validation's 10% (40 images: two batches of 32, one of 64) its training split holds 5 full batches of 64.
+    A fit decodes 400 images instead of 1,348 (a quarter of a second less on two cores). The test split is whole: a
+    test of a part of it (``--trainer.limit_test_batches``) scores other images than the whole, as with `digits_dir`.
+    """
+    import shutil
+
+    root = tmp_path_factory.mktemp("few_digits")
+    for split, keep in (("train", 40), ("test", None)):
+        for folder in sorted((digits_dir / split).iterdir()):
+            (root / split / folder.name).mkdir(parents=True)
+            for image in sorted(folder.iterdir())[:keep]:
+                try:  # the same files (a hard link is no link to a reader); a copy where links are not allowed
+                    os.link(image, root / split / folder.name / image.name)
+                except OSError:
+                    shutil.copy(image, root / split / folder.name / image.name)
+    return root

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import lightning.pytorch.callbacks.timer
 import pytest
-from helpers.cli import DIGITS_CONFIG, NO_WARMUP, ROOT, run_cli
+from helpers.cli import DIGITS_CONFIG, FEW_TOKENS, NO_WARMUP, ROOT, run_cli
 from lightning.pytorch import Callback
 
 from vitlit.cli import main
@@ -39,7 +39,8 @@ class Clock(Callback):
 
 def _budgeted(digits: Path, root: Path, clock: Clock, budget: str, *extra: str):
     flags = ["fit", "--config", DIGITS_CONFIG, "--config", BUDGET, "--data.root", digits, "--trainer.max_epochs",
-             "1000", "--trainer.max_time", budget, "--trainer.default_root_dir", root, *NO_WARMUP, *extra]  # fmt: skip
+             "1000", "--trainer.max_time", budget, "--trainer.default_root_dir", root, *NO_WARMUP, *FEW_TOKENS,
+             *extra]  # fmt: skip
     return main(flags, callbacks=[clock])
 
 

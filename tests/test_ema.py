@@ -146,13 +146,13 @@ def test_epoch_updates_are_validated_as_saved_and_a_stop_in_validation_saves_the
 
 
 def test_a_run_without_the_ema_never_continues_one_with_it(
-    digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    few_digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """An EMA run's checkpoint holds the average as its weights: a resume without the callback trained on from the
     average (and `auto` took such a run), while restoring the optimizer state of the training weights (a review's)."""
     from helpers.cli import refused, run_cli
 
-    short = ["fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path,
+    short = ["fit", "--config", DIGITS_CONFIG, "--data.root", few_digits_dir, "--trainer.default_root_dir", tmp_path,
              "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]  # fmt: skip
     ema = "--trainer.callbacks+=vitlit.runs.ema.EMA"
     first = run_cli(*short, "--trainer.max_epochs", "1", ema)

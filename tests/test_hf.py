@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.cli import DIGITS_CONFIG, carries, refused, run_cli, said_with, vitlit_command
+from helpers.cli import DIGITS_CONFIG, FEW_TOKENS, carries, refused, run_cli, said_with, vitlit_command
 from helpers.counting import calls_to
 from helpers.hf import write_hub_cache, write_parquet, write_saved
 
@@ -30,7 +30,7 @@ def _fit(path: Path, root: Path, *extra: object):
 
 def test_parquet_shards_train_test_and_predict_with_their_class_labels(tmp_path: Path) -> None:
     folder = write_parquet(tmp_path / "pq")
-    fit = _fit(folder, tmp_path / "runs", "--data.augment", "randaugment")
+    fit = _fit(folder, tmp_path / "runs", "--data.augment", "randaugment", *FEW_TOKENS)
     data = fit.datamodule
     assert data.class_names == [f"digit {d}" for d in range(10)]  # the ClassLabel's names
     assert len(data.train_set) + len(data.val_set) == 1347 and fit.trainer.global_step == 8  # 75% of 1,797

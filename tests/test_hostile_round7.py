@@ -220,7 +220,7 @@ def test_streamed_batches_mix_the_classes_as_in_memory_ones_do(digits_dir: Path,
 
 
 def test_a_resume_with_another_learning_rate_is_refused(
-    digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    few_digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Class 3b: --ckpt_path auto with a new rate continued the old run with the old one, the new one recorded.
 
@@ -228,7 +228,7 @@ def test_a_resume_with_another_learning_rate_is_refused(
     (fifteenth session: ``auto`` chose the other rate's run and refused it, so that job could never start), and
     ``auto`` starts afresh, said in one line.
     """
-    common = ["--config", DIGITS_CONFIG, "--data.root", digits_dir, "--trainer.default_root_dir", tmp_path,
+    common = ["--config", DIGITS_CONFIG, "--data.root", few_digits_dir, "--trainer.default_root_dir", tmp_path,
               "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
               *NO_WARMUP]  # fmt: skip
     run_cli("fit", *common)

@@ -47,7 +47,7 @@ def test_a_fit_takes_the_version_its_logger_names_and_refuses_one_taken(
 
 
 def test_a_named_run_resumed_from_an_earlier_checkpoint_goes_beside_it_and_its_config_names_the_file_absolute(
-    tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, few_digits_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A resume from a checkpoint older than the run's last.ckpt goes into a new folder beside the run: for a run
     named by its logger's version that was refused as "names an earlier run" (a review's). And a relative --ckpt_path
@@ -56,7 +56,7 @@ def test_a_named_run_resumed_from_an_earlier_checkpoint_goes_beside_it_and_its_c
 
     monkeypatch.chdir(tmp_path)
     named = ["--trainer.logger.class_path", "TensorBoardLogger", "--trainer.logger.init_args.version", "baseline",
-             "--trainer.logger.init_args.save_dir", tmp_path, "--data.root", digits_dir,
+             "--trainer.logger.init_args.save_dir", tmp_path, "--data.root", few_digits_dir,
              "--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1"]  # fmt: skip
     run_cli("fit", "--config", DIGITS_CONFIG, "--trainer.max_epochs", "1", *named)
     run = tmp_path / "lightning_logs" / "baseline"

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.cli import CPU, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
+from helpers.cli import CPU, FEW_TOKENS, TINY_CONFIG, TINY_MODEL, run_cli, tiny_cifar_fit
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer, seed_everything
 from scipy.stats import ks_2samp
 from torch.utils.data import Dataset
@@ -266,7 +266,7 @@ def test_in_memory_batches_shuffle_and_keep_every_image_once(cifar_dir: Path) ->
 def _fit(cifar_dir: Path, root: Path, *extra: object):
     flags = """--data.source memory --trainer.deterministic true
                --trainer.enable_progress_bar false --trainer.max_epochs 2""".split()
-    return tiny_cifar_fit(cifar_dir, root, *flags, *extra)
+    return tiny_cifar_fit(cifar_dir, root, *flags, *FEW_TOKENS, *extra)
 
 
 # The recipe's AutoAugment (its draws must resume too); without a policy with the slow tests. With DataLoader

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.cli import DIGITS_CONFIG, run_cli
+from helpers.cli import DIGITS_CONFIG, FEW_TOKENS, run_cli
 from helpers.learning import CASES as LEARNING
 from scipy.stats import binomtest, chisquare
 from torchvision.transforms import v2
@@ -291,7 +291,7 @@ def test_ema_averages_every_step_and_validates_the_average_on_both_paths(digits_
     for source in ("memory", "workers"):
         ema_flags = ["--trainer.callbacks+=EMAWeightAveraging", "--trainer.callbacks.decay", "0.9"]
         cli = run_cli("fit", "--config", DIGITS_CONFIG, "--data.root", digits_dir, "--data.source", source,
-                      "--data.augment", "autoaugment", "--trainer.max_epochs", "1", *ema_flags,
+                      "--data.augment", "autoaugment", "--trainer.max_epochs", "1", *ema_flags, *FEW_TOKENS,
                       "--trainer.default_root_dir", tmp_path / source)  # fmt: skip
         assert isinstance(cli.datamodule.train_dataloader().dataset, InMemory) == (source == "memory")
         ema = next(cb for cb in cli.trainer.callbacks if type(cb).__name__ == "EMAWeightAveraging")

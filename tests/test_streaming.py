@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers.cli import DIGITS_CONFIG, NO_WARMUP, ROOT, refused, run_cli, vitlit_command
+from helpers.cli import DIGITS_CONFIG, FEW_TOKENS, NO_WARMUP, ROOT, refused, run_cli, vitlit_command
 from helpers.shards import RecordBatches
 
 pytest.importorskip("litdata")
@@ -44,7 +44,8 @@ def test_prepare_writes_every_split_and_a_fit_trains_tests_and_predicts_from_it(
     described = read_meta(str(chunks))  # vitlit's description, itself a one-item LitData set beside the splits
     assert described["splits"] == {"train": 1213, "val": 135, "test": 449} and described["format"] == "raw"
     assert described["class_names"] == [str(d) for d in range(10)] and described["size"] == 32
-    fit = _fit(chunks, tmp_path / "runs", "--trainer.max_epochs", "2", "--seed_everything", "3", "--data.seed", "7")
+    fit = _fit(chunks, tmp_path / "runs", *FEW_TOKENS, "--trainer.max_epochs", "2", "--seed_everything", "3",
+               "--data.seed", "7")  # fmt: skip
     assert fit.trainer.global_step == 2 * (1213 // 64)  # full batches of every epoch
     run = Path(fit.trainer.log_dir)
     assert "LitData chunks at" in (run / "run_card.json").read_text()
@@ -114,12 +115,12 @@ def test_a_mid_epoch_stop_resumes_at_the_sample_it_stopped_at(chunks: Path, tmp_
     from helpers.kill import SignalOneRank
 
     whole = RecordBatches()
-    _fit(chunks, tmp_path / "whole", *PLAIN, "--trainer.max_epochs", "2", callbacks=[whole])
+    _fit(chunks, tmp_path / "whole", *PLAIN, *FEW_TOKENS, "--trainer.max_epochs", "2", callbacks=[whole])
     stopped = RecordBatches()
     os.environ["VITLIT_TEST_KILL"] = "1"
     try:
         with pytest.raises(SystemExit) as stop:
-            _fit(chunks, tmp_path / "cut", *PLAIN, "--trainer.max_epochs", "2",
+            _fit(chunks, tmp_path / "cut", *PLAIN, *FEW_TOKENS, "--trainer.max_epochs", "2",
                  callbacks=[stopped, SignalOneRank(15, rank=0, epoch=1, batch=5)])  # fmt: skip
     finally:
         del os.environ["VITLIT_TEST_KILL"]
