@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import csv
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -192,19 +190,30 @@ def test_file_names_that_are_not_utf8_are_written_and_read_back_unchanged(digits
     assert all(Path(row["source"]).is_file() for row in rows)  # each names the file, byte for byte
 
 
-def test_a_file_size_limit_leaves_no_partial_predictions(digits_run: Path, digits_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.posix  # a file-size limit (RLIMIT_FSIZE)
+def test_a_file_size_limit_leaves_no_partial_predictions(
+    digits_run: Path, digits_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Issue 36, class 2: whole or not at all, and the fix of a size limit is not "free some space"."""
+    import resource
+    import signal
+
     folder = digits_dir / "test"  # 449 images: a predictions.csv of ~70 kB
-    limit = "import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
-    limit += "resource.setrlimit(resource.RLIMIT_FSIZE, (30_000, 30_000)); from vitlit.cli import main; main()"
-    done = subprocess.run(
-        [sys.executable, "-c", limit, "predict", "--config", str(digits_run / "config.yaml"), "--ckpt_path",
-         str(digits_run / "checkpoints" / "last.ckpt"), "--data.predict_dir", str(folder), "--trainer.default_root_dir",
-         str(tmp_path / "out")], capture_output=True, text=True,
-    )  # fmt: skip
-    assert done.returncode == 2, done.stderr[-3000:]
-    line = done.stderr.strip().splitlines()[-1]
-    assert "Traceback" not in done.stderr and line.startswith("vitlit: error: the file is larger than"), line
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    ignored = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing
+    resource.setrlimit(resource.RLIMIT_FSIZE, (30_000, hard))  # this process's soft limit; the hard one is kept
+    try:
+        with pytest.raises(SystemExit) as stop:
+            run_cli("predict", "--config", digits_run / "config.yaml", "--ckpt_path",
+                    digits_run / "checkpoints" / "last.ckpt", "--data.predict_dir", folder,
+                    "--trainer.default_root_dir", tmp_path / "out")  # fmt: skip
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, ignored)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2, err[-3000:]
+    line = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and line.startswith("vitlit: error: the file is larger than"), line
     assert "ulimit -f unlimited" in line and "free some" not in line
     assert not [p for p in (tmp_path / "out").rglob("*") if "predictions" in p.name]  # no half file, no temporary
 
