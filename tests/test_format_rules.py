@@ -74,6 +74,18 @@ def test_a_link_to_another_class_folder_is_refused(tmp_path: Path) -> None:
         _ = ImageFolderDataModule(root, num_workers=0).class_names
 
 
+def test_a_folder_that_links_to_a_sibling_is_refused_before_any_file_is_listed(tmp_path: Path) -> None:
+    """A reader of the first files only (`vitlit export --images`' sample) meets the refusal too: a folder's
+    sub-folders are checked as it is listed (a fold of the check into the walk read through the link: a review's)."""
+    from vitlit.data.images import image_files
+
+    _png(tmp_path / "images" / "first.png", 0)
+    _png(tmp_path / "images" / "x" / "1.png", 1)
+    os.symlink("x", tmp_path / "images" / "a")  # sorts before x: the walk would enter it first
+    with pytest.raises(ConfigError, match=r"are the same folder .* reached through a symbolic link"):
+        next(iter(image_files(tmp_path / "images")))
+
+
 def test_a_test_class_folder_that_links_to_training_is_refused(tmp_path: Path) -> None:
     root = _classes(tmp_path / "data", {"train": 3})
     (root / "test").mkdir()

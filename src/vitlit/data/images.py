@@ -88,12 +88,9 @@ def image_files(top: Path, seen: dict[str, Path] | None = None) -> Iterator[Path
             or the same images twice), naming both paths; for a folder that cannot be listed (permissions), naming it.
     """
     seen = {} if seen is None else seen
+    _scanned_once(top, os.path.realpath(top), seen)  # another class folder may lead to it
     for dirpath, dirnames, filenames in os.walk(top, onerror=refuse_unlisted, followlinks=True):
         here = os.path.realpath(dirpath)
-        # Each folder once: a symbolic link (here, or in another class folder) that leads to one scanned before.
-        if (first := seen.setdefault(here, Path(dirpath))) != Path(dirpath):
-            raise ConfigError(f"{dirpath} and {first} are the same folder ({here}), reached through a symbolic link "
-                              f"(the same images twice); remove the link.")  # fmt: skip
         kept = []
         for name in sorted(dirnames):
             if name.startswith("."):
@@ -102,11 +99,20 @@ def image_files(top: Path, seen: dict[str, Path] | None = None) -> Iterator[Path
             if (here + os.sep).startswith(real.rstrip(os.sep) + os.sep):  # a loop ("/" is an ancestor too)
                 raise ConfigError(f"{link} is a symbolic link to {real}, a folder it lies in (a loop); remove the "
                                   f"link.")  # fmt: skip
+            _scanned_once(Path(link), real, seen)
             kept.append(name)
         dirnames[:] = kept
         for name in sorted(filenames):
             if not name.startswith(".") and name.lower().endswith(IMAGE_SUFFIXES):
                 yield Path(dirpath) / name
+
+
+def _scanned_once(folder: Path, real: str, seen: dict[str, Path]) -> None:
+    """Note ``folder`` (real path ``real``) as scanned, or refuse it where a symbolic link led there before."""
+    first = seen.setdefault(real, folder)
+    if first != folder:
+        raise ConfigError(f"{folder} and {first} are the same folder ({real}), reached through a symbolic link (the "
+                          f"same images twice); remove the link.")  # fmt: skip
 
 
 def image_problem(path: Path | bytes, stored_side: int | None = None, decode: bool = False) -> str | None:
