@@ -125,6 +125,16 @@ CASES = [
         ["deep.yaml is nested deeper than"],
     ),
     ("config alias bomb", lambda tmp, run: ["--config", _alias_bomb(tmp)], ["bomb.yaml expands to more than 100,000"]),
+    (  # PyYAML's constructors raise ValueError, not a YAMLError: a traceback before (the twenty-second session's read)
+        "config date out of range",
+        lambda tmp, run: ["--config", _text(tmp, "date.yaml", "seed_everything: 2001-13-01\n")],
+        ["date.yaml holds a value YAML cannot read (month must be in 1..12); quote it"],
+    ),
+    (
+        "config integer of 5,000 digits",
+        lambda tmp, run: ["--config", _text(tmp, "digits.yaml", f"seed_everything: {'1' * 5000}\n")],
+        ["digits.yaml holds a value YAML cannot read (Exceeds the limit (4300 digits)"],
+    ),
     (
         "legacy-format plain weights",
         lambda tmp, run: ["--ckpt_path", _legacy(tmp, "old.ckpt", {"weight": torch.zeros(2)})],

@@ -501,3 +501,17 @@ def test_a_file_where_the_runs_go_is_refused_only_where_a_run_would_make_them(tm
     for root in (tmp_path / "lightning_logs", tmp_path / "lightning_logs" / "below"):
         with pytest.raises(ConfigError, match="lightning_logs is a file, where the runs' folders go"):
             allocate_version(root)
+
+
+@pytest.mark.part("tools")  # the export's model card
+def test_a_run_config_with_a_value_yaml_cannot_read_is_read_as_none_not_a_traceback(tmp_path: Path) -> None:
+    """PyYAML's constructors raise ValueError (a date out of range), not a YAMLError: a hand-edited run config ended
+    a resume into another root, and an export's model card, in a traceback (the twenty-second session's read)."""
+    from vitlit.run_dir import another_root
+    from vitlit.tools.hf_folder import _data
+
+    run = tmp_path / "lightning_logs" / "version_0"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("trainer:\n  default_root_dir: 2001-13-01\n")
+    assert another_root(str(tmp_path / "elsewhere"), run / "checkpoints" / "last.ckpt", run)
+    assert _data(run) == "- (the run's config.yaml was not found beside the checkpoint)"

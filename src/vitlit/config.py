@@ -150,6 +150,12 @@ def load_yaml(text: str, where: str) -> Any:
         raise ConfigError(f"{where} is nested deeper than Python's parser goes; a config needs a few levels.") from None
     except yaml.YAMLError as err:
         raise invalid_yaml(err, where) from None
+    except ConfigError:
+        raise
+    except ValueError as err:  # PyYAML's constructors: a date out of range (2001-13-01), an int of 4,300+ digits
+        reason = str(err).split(";")[0][:120]
+        raise ConfigError(f"{where} holds a value YAML cannot read ({reason}); quote it to keep it as text, or "
+                          f"correct it.") from None  # fmt: skip
 
 
 def invalid_yaml(err: Exception, where: str) -> ConfigError:

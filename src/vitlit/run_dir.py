@@ -250,7 +250,7 @@ def another_root(root: str, ckpt: Path, run: Path) -> bool:
         return False
     try:
         saved = ((yaml.safe_load((run / "config.yaml").read_text()) or {}).get("trainer") or {}).get("default_root_dir")
-    except (OSError, yaml.YAMLError, AttributeError):
+    except (OSError, ValueError, yaml.YAMLError, AttributeError):  # ValueError: a hand-edited date out of range
         saved = None
     return saved is None or given != Path(str(saved)).expanduser().resolve()
 

@@ -237,7 +237,7 @@ def _data(run: Path | None) -> str:
         config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) if run else None
         data = config["data"]
         module, options = data["class_path"].rpartition(".")[2], data.get("init_args") or {}
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
+    except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError):
         return "- (the run's config.yaml was not found beside the checkpoint)"
     source = options.get("dataset") or options.get("path") or options.get("root") or options.get("input_dir")
     lines = [f"- data module: {markdown(module)}"]
