@@ -7,8 +7,7 @@ wherever it is called from; module bodies (imports) and comprehensions do not co
 (``sys.setprofile``), so nothing in vitlit is instrumented for it.
 
     python scripts/main_path.py           # the two windows, file by file, in the order they were first called
-    python scripts/main_path.py --json    # the same as JSON ({"start": {file: [functions]}, "step": {...}}), then
-                                          # the vitlit modules the fit loaded ({module: file})
+    python scripts/main_path.py --json    # the same as JSON: {"start": {file: [functions]}, "step": {...}}
     python scripts/main_path.py --tour    # the tour in CONTRIBUTING.md (tests/test_layout.py keeps the two equal)
 """
 
@@ -172,7 +171,10 @@ def tour(windows: dict[str, dict[str, list[str]]]) -> str:
 
 def main() -> None:
     """Print both windows, their tour (``--tour``), or their JSON (``--json``, with the fit's arguments after it)."""
-    if sys.argv[1:2] == ["--json"]:
+    if sys.argv[1:2] == ["--json"] and len(sys.argv) == 2:  # the default fit, measured in a fresh process
+        print(json.dumps(measure()[0]))
+        return
+    if sys.argv[1:2] == ["--json"]:  # measure()'s own call: the fit's arguments follow, profiled in this process
         windows = profile(sys.argv[2:])
         print("WINDOWS " + json.dumps(windows), flush=True)
         loaded = {m: getattr(sys.modules[m], "__file__", None) for m in sys.modules if m.split(".")[0] == "vitlit"}
