@@ -170,7 +170,7 @@ def tour(windows: dict[str, dict[str, list[str]]]) -> str:
 
 
 def main() -> None:
-    """Print both windows, their tour (``--tour``), or their JSON (``--json``, with the fit's arguments after it)."""
+    """Print both windows, their tour (``--tour``), or their JSON (``--json``; `measure` adds a fit's arguments)."""
     if sys.argv[1:2] == ["--json"] and len(sys.argv) == 2:  # the default fit, measured in a fresh process
         print(json.dumps(measure()[0]))
         return
