@@ -28,6 +28,7 @@ from PIL import Image
 from torchvision.datasets import CIFAR10
 
 from vitlit import checks, config, run_dir
+from vitlit.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +130,26 @@ CASES = [
         "config date out of range",
         lambda tmp, run: ["--config", _text(tmp, "date.yaml", "seed_everything: 2001-13-01\n")],
         ["date.yaml holds a value YAML cannot read (month must be in 1..12); quote it"],
+    ),
+    (  # Lightning's defaults silently replaced the recipe's trainer section (a hostile read, twenty-second session)
+        "trainer section not options",
+        lambda tmp, run: ["--config", _text(tmp, "t.yaml", "trainer: 5\n")],
+        ["t.yaml: trainer holds 5, not options; write its options under it"],
+    ),
+    (
+        "trainer options as a list",
+        lambda tmp, run: ["--config", _text(tmp, "t.yaml", "trainer:\n  - max_epochs: 3\n")],
+        ["t.yaml: trainer holds [{'max_epochs': 3}], not options"],
+    ),
+    (  # a traceback once the run's folder existed: torch's base class cannot step
+        "optimizer the base class",
+        lambda tmp, run: ["--model.optimizer", "torch.optim.Optimizer", "--model.optimizer.init_args.defaults", "{}"],
+        ["--model.optimizer.class_path torch.optim.Optimizer is no optimizer class", "torch.optim.AdamW"],
+    ),
+    (  # Python raised in the format's __init__, which passes its **kwargs on: read as vitlit's bug (a traceback)
+        "unknown key under dict_kwargs",
+        lambda tmp, run: ["--data.dict_kwargs.colour", "5"],
+        ["refused its arguments", "got an unexpected keyword argument 'colour'"],
     ),
     (
         "config integer of 5,000 digits",
@@ -428,6 +449,29 @@ def test_bad_input_is_one_line_and_touches_nothing(
     for word in expected:
         assert word in lines[0]
     assert tree_digest(existing_run) == before
+
+
+def test_an_optimizer_or_scheduler_class_path_naming_no_such_class_is_refused_before_it_runs(
+    tmp_path: Path, digits_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """jsonargparse calls a function named as the optimizer's class with its init_args as it builds the model:
+    ``os.system`` ran its command, then the run crashed with its folder made; torch's base classes crashed there too
+    (a hostile read, twenty-second session)."""
+    ran = tmp_path.parent / f"{tmp_path.name}-ran"
+    configs = tmp_path.parent / f"{tmp_path.name}-configs"
+    configs.mkdir()
+    for key, spec, words in (
+        ("optimizer", f"class_path: os.system\n    init_args:\n      command: touch {ran}", "os.system is no"),
+        ("scheduler", "class_path: torch.optim.lr_scheduler.LRScheduler", "LRScheduler is no scheduler class"),
+    ):
+        config = _text(configs, f"{key}.yaml", f"model:\n  {key}:\n    {spec}\n")
+        with pytest.raises(SystemExit) as stop:  # as typed: run_cli would add a warmup flag to the scheduler
+            main(["fit", "--config", str(DIGITS_CONFIG), "--config", str(config), "--data.root", str(digits_dir),
+                  "--trainer.default_root_dir", str(tmp_path / "runs")])  # fmt: skip
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and err.count("vitlit: error:") == 1 and "Traceback" not in err, err
+        assert f"--model.{key}.class_path " in err and words in err and not ran.exists(), err
+        assert sorted(tmp_path.iterdir()) == []  # no run folder
 
 
 def test_split_larger_than_the_files_is_refused_in_setup(

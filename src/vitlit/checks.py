@@ -78,6 +78,7 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
             # Without a logger the config is saved in the root itself, where Lightning refuses to overwrite one.
             raise ConfigError(f"--trainer.logger false saves the run's config.yaml in {shown(saved.parent)}, which "
                               f"holds one from an earlier run; give another --trainer.default_root_dir.")  # fmt: skip
+    check_factory_classes((config.get("model") or {}).get("init_args") or {})
     data = (config.get("data") or {}).get("init_args") or {}
     root = data.get("root") if subcommand == "fit" else None
     data_root = Path(root).expanduser().resolve() if isinstance(root, (str, Path)) else None
@@ -88,6 +89,30 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
             raise ConfigError(f"--trainer.default_root_dir {shown(given)} writes its runs into {shown(runs)}, which "
                               f"is inside --data.root {shown(root)}, so the runs would become part of the data; give "
                               f"a folder outside it.")  # fmt: skip
+
+
+def check_factory_classes(model: Mapping[str, Any]) -> None:
+    """Refuse an optimizer or scheduler ``class_path`` that names no subclass of torch's base class, or the base itself.
+
+    jsonargparse calls a function named there with its ``init_args`` as it builds the model (``os.system`` too), and
+    the base classes build an optimizer that cannot step: both ended in a traceback once the run's folder existed.
+    """
+    bases = {"optimizer": (torch.optim.Optimizer, "torch.optim.Optimizer", "torch.optim.AdamW"),
+             "scheduler": (torch.optim.lr_scheduler.LRScheduler, "torch.optim.lr_scheduler.LRScheduler",
+                           "vitlit.optim.WarmupCosineLR")}  # fmt: skip
+    for key, (base, base_name, example) in bases.items():
+        spec = model.get(key)
+        path = spec.get("class_path") if hasattr(spec, "get") else None
+        if not isinstance(path, str):  # the model's own default, or a callable given in Python
+            continue
+        module, _, name = path.rpartition(".")
+        try:
+            target = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError, ValueError):  # jsonargparse refused it when it parsed
+            continue
+        if not (isinstance(target, type) and issubclass(target, base)) or target is base:
+            raise ConfigError(f"--model.{key}.class_path {shown(path)} is no {key} class (a subclass of {base_name}, "
+                              f"not the base itself); give one such as {example}.")  # fmt: skip
 
 
 def check_drawn_seed(environ: Mapping[str, str]) -> None:

@@ -84,6 +84,11 @@ def check_config_files(argv: list[str]) -> None:
         if not isinstance(content, dict):
             what = "is empty" if content is None else f"holds a {type(content).__name__}, not options"
             raise ConfigError(f"{where} {what}; start from a file in configs/.")
+        # The Trainer's options are a group: anything but a mapping there (`trainer: 5`, a list of `- key: value`)
+        # replaced the recipe's trainer section with Lightning's defaults, silently.
+        if "trainer" in content and not isinstance(content["trainer"], dict):
+            raise ConfigError(f"{where}: trainer holds {str(content['trainer'])[:80]}, not options; write its options "
+                              f"under it as key: value lines (max_epochs: 3), or leave trainer out.")  # fmt: skip
         check_finite(content, f"{where}: ")
     check_finite_flags(argv)
 

@@ -152,7 +152,7 @@ def refused_arguments(err: BaseException) -> ConfigError | None:
             return error
         if not frames or "jsonargparse" in frames[-1].f_code.co_filename:
             continue
-        if "/vitlit/" in Path(frames[-1].f_code.co_filename).as_posix():
+        if "/vitlit/" in Path(frames[-1].f_code.co_filename).as_posix() and not forwarded_unknown(error, frames[-1]):
             return None
         built = [
             type(f.f_locals["self"]).__name__ for f in frames if f.f_code.co_name == "__init__" and "self" in f.f_locals
@@ -161,6 +161,17 @@ def refused_arguments(err: BaseException) -> ConfigError | None:
         who = built[0] if built else "a class of the config"
         return ConfigError(f"{who} refused its arguments ({words}); fix them in the config or on the command line.")
     return None
+
+
+def forwarded_unknown(error: BaseException, frame: Any) -> bool:
+    """Whether ``error`` is a keyword the config gave that a vitlit class passed on (``**kwargs``) to one without it.
+
+    ``--data.dict_kwargs.foo 5`` reaches the base class through a format's ``__init__``, so Python raises in vitlit's
+    frame; the word came from the config, not from vitlit's code.
+    """
+    unknown = re.search(r"got an unexpected keyword argument '(\w+)'", str(error))
+    forwarded = frame.f_locals.get("kwargs")
+    return isinstance(error, TypeError) and unknown is not None and unknown[1] in (forwarded or {})
 
 
 def failed_logger(err: BaseException | None) -> Logger | None:
