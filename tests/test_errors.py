@@ -146,6 +146,16 @@ CASES = [
         lambda tmp, run: ["--model.optimizer", "torch.optim.Optimizer", "--model.optimizer.init_args.defaults", "{}"],
         ["--model.optimizer.class_path torch.optim.Optimizer is no optimizer class", "torch.optim.AdamW"],
     ),
+    (
+        "a class of an older vitlit",
+        lambda tmp, run: ["--data", "vitlit.data.RetiredDataModule"],
+        ["vitlit.data.RetiredDataModule is not in this vitlit", "scripts/upgrade_config.py"],
+    ),
+    (  # it said the class was not in this vitlit (the value's "has no attribute" read as the class's)
+        "data's init_args a list",
+        lambda tmp, run: ["--config", _text(tmp, "i.yaml", "data:\n  init_args: [1, 2]\n")],
+        ["init_args", "[1, 2]"],
+    ),
     (  # Python raised in the format's __init__, which passes its **kwargs on: read as vitlit's bug (a traceback)
         "unknown key under dict_kwargs",
         lambda tmp, run: ["--data.dict_kwargs.colour", "5"],

@@ -51,7 +51,8 @@ RENAMED = {"on_device": "--data.source memory|workers|auto (on_device true|false
 
 def one_line(report: str) -> str:
     """Jsonargparse's multi-line report (bad key, wrong type, value out of range) as one line naming key and value."""
-    gone = re.search(r"(?s)class_path '(vitlit\.[\w.]+)'.*(?:has no attribute|No module named)", report)
+    # Its module or the class in it is missing (not an attribute of a value: init_args given as a list).
+    gone = re.search(r"(?s)class_path '(vitlit\.[\w.]+)'.*(?:module '[\w.]+' has no attribute|No module named)", report)
     if gone:  # a config saved by an older vitlit names a class that moved or went
         return (f"{gone.group(1)} is not in this vitlit; a run's config.yaml saved by an older vitlit is rewritten by "
                 f"python scripts/upgrade_config.py <config.yaml>, or correct the class path.")  # fmt: skip
