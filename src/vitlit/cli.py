@@ -342,7 +342,9 @@ class VitLitCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except Exception as err:
-            refused = None if one_line_error(err) else refused_arguments(err)  # a path refused: `ended` says it
+            config = self.config[self.config["subcommand"]]
+            given = [k for c in (config["model"], config["data"]) for k in (c.get("dict_kwargs") or {})]
+            refused = None if one_line_error(err) else refused_arguments(err, given)  # a path refused: `ended` says it
             if refused is None:
                 raise
             raise refused from None

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from jsonargparse import get_loader
 from jsonargparse.typing import ClosedUnitInterval, restricted_number_type
 from jsonargparse.typing import NonNegativeFloat as NonNegativeFloat  # the parser's own, for typed signatures
 from jsonargparse.typing import NonNegativeInt as NonNegativeInt
@@ -84,9 +85,10 @@ def check_config_files(argv: list[str]) -> None:
         if not isinstance(content, dict):
             what = "is empty" if content is None else f"holds a {type(content).__name__}, not options"
             raise ConfigError(f"{where} {what}; start from a file in configs/.")
-        # The Trainer's options are a group: anything but a mapping there (`trainer: 5`, a list of `- key: value`)
-        # replaced the recipe's trainer section with Lightning's defaults, silently.
-        if "trainer" in content and not isinstance(content["trainer"], dict):
+        # The Trainer's options are a group: a mapping, or a file or inline YAML that holds one; anything else there
+        # (`trainer: 5`, a list of `- key: value`, nothing) replaced the recipe's trainer section with Lightning's
+        # defaults, silently.
+        if "trainer" in content and not isinstance(content["trainer"], (dict, str)):
             raise ConfigError(f"{where}: trainer holds {str(content['trainer'])[:80]}, not options; write its options "
                               f"under it as key: value lines (max_epochs: 3), or leave trainer out.")  # fmt: skip
         check_finite(content, f"{where}: ")
@@ -150,7 +152,7 @@ def load_yaml(text: str, where: str) -> Any:
         if root is not None and size(root) > MAX_YAML_VALUES:
             raise ConfigError(f"{where} expands to more than {MAX_YAML_VALUES:,} values through its anchors and "
                               f"aliases (&, *); write the values out.")  # fmt: skip
-        return yaml.safe_load(text)
+        return get_loader("yaml")(text)  # as the parser reads it (a date-like 2024-02-30 stays text)
     except RecursionError:
         raise ConfigError(f"{where} is nested deeper than Python's parser goes; a config needs a few levels.") from None
     except yaml.YAMLError as err:

@@ -29,6 +29,7 @@ import re
 import shutil
 import signal
 import traceback
+from collections.abc import Collection
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -137,12 +138,13 @@ def save_failed(err: BaseException, target: Path) -> ConfigError | None:
                        f"{full[1]} (--trainer.default_root_dir), then resume.")  # fmt: skip
 
 
-def refused_arguments(err: BaseException) -> ConfigError | None:
+def refused_arguments(err: BaseException, given: Collection[str] = ()) -> ConfigError | None:
     """The one line for a configured class whose constructor refused its arguments, or ``None`` for a bug.
 
     jsonargparse reports it wrapped in errors of its own (a value that fits none of the option's types): the class's
     error is the first of the chain that jsonargparse did not raise. One raised in vitlit's own code is a bug, whose
-    traceback is wanted.
+    traceback is wanted, unless it refuses a keyword of ``given`` (the config's ``dict_kwargs``) that vitlit's
+    code passed on.
     """
     chain = [err]
     while (err := err.__cause__ or err.__context__) is not None:
@@ -153,7 +155,7 @@ def refused_arguments(err: BaseException) -> ConfigError | None:
             return error
         if not frames or "jsonargparse" in frames[-1].f_code.co_filename:
             continue
-        if "/vitlit/" in Path(frames[-1].f_code.co_filename).as_posix() and not forwarded_unknown(error, frames[-1]):
+        if "/vitlit/" in Path(frames[-1].f_code.co_filename).as_posix() and not passed_on(error, frames[-1], given):
             return None
         built = [
             type(f.f_locals["self"]).__name__ for f in frames if f.f_code.co_name == "__init__" and "self" in f.f_locals
@@ -164,15 +166,15 @@ def refused_arguments(err: BaseException) -> ConfigError | None:
     return None
 
 
-def forwarded_unknown(error: BaseException, frame: Any) -> bool:
-    """Whether ``error`` is a keyword the config gave that a vitlit class passed on (``**kwargs``) to one without it.
+def passed_on(error: BaseException, frame: Any, given: Collection[str]) -> bool:
+    """Whether ``error`` refuses a keyword the config gave (``given``) that a vitlit class passed on in ``**kwargs``.
 
     ``--data.dict_kwargs.foo 5`` reaches the base class through a format's ``__init__``, so Python raises in vitlit's
-    frame; the word came from the config, not from vitlit's code.
+    frame; the word came from the config. A keyword vitlit's code added to those ``kwargs`` is a bug.
     """
     unknown = re.search(r"got an unexpected keyword argument '(\w+)'", str(error))
-    forwarded = frame.f_locals.get("kwargs")
-    return isinstance(error, TypeError) and unknown is not None and unknown[1] in (forwarded or {})
+    word = unknown[1] if unknown is not None and isinstance(error, TypeError) else None
+    return word is not None and word in given and word in (frame.f_locals.get("kwargs") or {})
 
 
 def failed_logger(err: BaseException | None) -> Logger | None:

@@ -172,23 +172,38 @@ class WarmupCosineLR(LambdaLR):
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+#: What each factory builds, and a class to name where one builds none.
+FACTORIES = {"optimizer": ("an optimizer", "torch.optim.AdamW"),
+             "scheduler": ("a scheduler", "vitlit.optim.WarmupCosineLR")}  # fmt: skip
+
+
 def check_factories(optimizer_factory: Any, scheduler_factory: Any) -> None:
     """Build the optimizer and scheduler once on a probe parameter, so a bad value stops the run before it starts.
 
     torch's optimizers check their arguments (a negative learning rate, betas outside [0, 1)) only when they are
-    built, which Lightning does after the run's folder exists and the data is loaded.
+    built, which Lightning does after the run's folder exists and the data is loaded. A ``class_path`` that names a
+    function gives what the function returned (jsonargparse calls it with its ``init_args``): it must build an
+    optimizer, or a scheduler.
     """
-    built = "optimizer"  # what is being built: the one that refused, in the message
+    for key, factory in (("optimizer", optimizer_factory), ("scheduler", scheduler_factory)):
+        if not callable(factory):  # e.g. builtins.print named as the class: jsonargparse called it, giving None
+            raise ConfigError(f"--model.{key} gave a value of type {type(factory).__name__}, not a factory of "
+                              f"{FACTORIES[key][0]}; give a class_path such as {FACTORIES[key][1]}.")  # fmt: skip
+    built, made = "optimizer", None  # what is being built: the one that refused, in the message
     try:
-        optimizer = optimizer_factory([{"params": [nn.Parameter(torch.zeros(1))], "name": "probe"}])
-        built = "scheduler"
-        scheduler_factory(optimizer)
+        made = optimizer_factory([{"params": [nn.Parameter(torch.zeros(1))], "name": "probe"}])
+        if isinstance(made, torch.optim.Optimizer):
+            built, made = "scheduler", scheduler_factory(made)
     except ConfigError:
         raise
     except ValueError as err:
         raise ConfigError(f"the {built} refused its settings ({err}); fix --model.{built}.init_args.") from None
     except Exception:  # e.g. an optimizer that only accepts GPU parameters: it is checked when it is built
         return
+    schedulers = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+    if not isinstance(made, torch.optim.Optimizer if built == "optimizer" else schedulers):
+        raise ConfigError(f"--model.{built} built a value of type {type(made).__name__}, not {FACTORIES[built][0]}; "
+                          f"give a class_path such as {FACTORIES[built][1]}.")  # fmt: skip
 
 
 # The run's length, which the schedule above and the parts that follow the run's progress read.
