@@ -504,6 +504,8 @@ def test_a_factory_function_and_a_subclass_build_an_optimizer_and_a_key_vitlit_p
         check_factories(sgd, lambda optimizer: {"scheduler": optimizer})
     with pytest.raises(config.ConfigError, match="built a value of type int, not an optimizer"):
         check_factories(lambda params: 5, lambda optimizer: None)
+    with pytest.raises(config.ConfigError, match="the scheduler refused its settings"):  # it named the optimizer
+        check_factories(sgd, lambda optimizer: torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.01))
     for key, path in (("optimizer", "torch.optim.SGD"), ("optimizer", "timm.optim.Lamb"),
                       ("optimizer", "vitlit.optim.param_groups"), ("scheduler", "torch.optim.lr_scheduler.OneCycleLR"),
                       ("scheduler", "torch.optim.lr_scheduler.ReduceLROnPlateau")):  # fmt: skip
@@ -513,6 +515,10 @@ def test_a_factory_function_and_a_subclass_build_an_optimizer_and_a_key_vitlit_p
     for text in (f"trainer: {part}\n", "trainer: '{max_epochs: 9}'\n", "trainer:\n  logger:\n    init_args:\n"
                  "      version: 2024-02-30\n"):  # fmt: skip
         config.check_config_files(["fit", "--config", str(_text(part.parent, "c.yaml", text))])
+    from vitlit.exits import dict_kwargs_keys
+
+    given = {"data": {"dict_kwargs": {"colour": 5}}, "trainer": {"callbacks": [{"dict_kwargs": {"foo": 1}}, {}]}}
+    assert dict_kwargs_keys(given) == {"colour", "foo"}  # a callback's too: a review's (its one line had gone)
     try:
         DigitsDataModule(colour=5)  # passed on, through the item table, to the base class
     except TypeError as err:

@@ -36,7 +36,16 @@ from vitlit import config as cfg
 from vitlit.checks import check_activations, check_built_callbacks, check_metrics, check_run, reach_loggers
 from vitlit.data import ImageClassificationDataModule
 from vitlit.errors import ConfigError, TrainingHalted
-from vitlit.exits import STOP, ended, one_line_error, parser_error, refused_arguments, refused_run, stop
+from vitlit.exits import (
+    STOP,
+    dict_kwargs_keys,
+    ended,
+    one_line_error,
+    parser_error,
+    refused_arguments,
+    refused_run,
+    stop,
+)
 from vitlit.model import WEIGHTS_FROM_CHECKPOINT
 from vitlit.run_dir import Placed, place_run, unlock
 from vitlit.text import clean, learn_secrets, redacted, say, tell
@@ -342,8 +351,7 @@ class VitLitCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except Exception as err:
-            config = self.config[self.config["subcommand"]]
-            given = [k for c in (config["model"], config["data"]) for k in (c.get("dict_kwargs") or {})]
+            given = dict_kwargs_keys(self.config.as_dict())  # the keywords the config gives beyond a signature
             refused = None if one_line_error(err) else refused_arguments(err, given)  # a path refused: `ended` says it
             if refused is None:
                 raise

@@ -166,6 +166,16 @@ def refused_arguments(err: BaseException, given: Collection[str] = ()) -> Config
     return None
 
 
+def dict_kwargs_keys(config: Any) -> set[str]:
+    """Every key of a ``dict_kwargs`` in ``config`` (a model's, a data module's, a callback's, at any depth)."""
+    if isinstance(config, list):
+        return {key for item in config for key in dict_kwargs_keys(item)}
+    if not isinstance(config, dict):
+        return set()
+    given = set(config.get("dict_kwargs") or ()) if isinstance(config.get("dict_kwargs"), dict) else set()
+    return given.union(*(dict_kwargs_keys(value) for value in config.values()))
+
+
 def passed_on(error: BaseException, frame: Any, given: Collection[str]) -> bool:
     """Whether ``error`` refuses a keyword the config gave (``given``) that a vitlit class passed on in ``**kwargs``.
 

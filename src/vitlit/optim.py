@@ -193,7 +193,8 @@ def check_factories(optimizer_factory: Any, scheduler_factory: Any) -> None:
     try:
         made = optimizer_factory([{"params": [nn.Parameter(torch.zeros(1))], "name": "probe"}])
         if isinstance(made, torch.optim.Optimizer):
-            built, made = "scheduler", scheduler_factory(made)
+            built = "scheduler"  # before the call: a scheduler that refuses its settings is named
+            made = scheduler_factory(made)
     except ConfigError:
         raise
     except ValueError as err:
