@@ -496,7 +496,7 @@ def test_a_factory_function_and_a_subclass_build_an_optimizer_and_a_key_vitlit_p
     config's."""
     from vitlit.data.digits import DigitsDataModule
     from vitlit.exits import refused_arguments
-    from vitlit.optim import WarmupCosineLR, check_factories
+    from vitlit.optim import WarmupCosineLR, check_factories, check_factory_classes
 
     sgd = lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9)  # noqa: E731 (what a factory function gives)
     check_factories(sgd, lambda optimizer: WarmupCosineLR(optimizer, warmup_steps=1))
@@ -509,7 +509,7 @@ def test_a_factory_function_and_a_subclass_build_an_optimizer_and_a_key_vitlit_p
     for key, path in (("optimizer", "torch.optim.SGD"), ("optimizer", "timm.optim.Lamb"),
                       ("optimizer", "vitlit.optim.param_groups"), ("scheduler", "torch.optim.lr_scheduler.OneCycleLR"),
                       ("scheduler", "torch.optim.lr_scheduler.ReduceLROnPlateau")):  # fmt: skip
-        checks.check_factory_classes({key: {"class_path": path}})  # a function is checked by what it builds
+        check_factory_classes({key: {"class_path": path}})  # a function is checked by what it builds
     # A trainer given as a file or inline YAML, and a date-like name the parser reads as text (a review of the checks).
     part = _text(Path(tempfile.mkdtemp()), "trainer.yaml", "max_epochs: 7\n")
     for text in (f"trainer: {part}\n", "trainer: '{max_epochs: 9}'\n", "trainer:\n  logger:\n    init_args:\n"

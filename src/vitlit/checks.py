@@ -25,7 +25,7 @@ from lightning.pytorch.callbacks import BatchSizeFinder, Checkpoint, LearningRat
 
 from vitlit.data.pipeline import free_memory
 from vitlit.errors import CheckFailed, ConfigError
-from vitlit.optim import FACTORIES
+from vitlit.optim import check_factory_classes
 from vitlit.run_dir import FOLDER_LOGGERS, check_writable_folder, written_folders
 from vitlit.text import shown
 
@@ -90,32 +90,6 @@ def check_run(subcommand: str, config: Mapping[str, Any], environ: Mapping[str, 
             raise ConfigError(f"--trainer.default_root_dir {shown(given)} writes its runs into {shown(runs)}, which "
                               f"is inside --data.root {shown(root)}, so the runs would become part of the data; give "
                               f"a folder outside it.")  # fmt: skip
-
-
-def check_factory_classes(model: Mapping[str, Any]) -> None:
-    """Refuse an optimizer or scheduler ``class_path`` naming a class that builds no working one, before it is built.
-
-    torch's base classes build an optimizer that cannot step and a schedule with no rate, and a class of another kind
-    builds no optimizer: each ended in a traceback once the run's folder existed. A function named there is a factory
-    jsonargparse calls with its ``init_args``; what it gives is checked as the model is built (`check_factories`).
-    """
-    lr_scheduler = torch.optim.lr_scheduler
-    kinds = {"optimizer": (torch.optim.Optimizer, (torch.optim.Optimizer,), "torch.optim.Optimizer"),
-             "scheduler": (lr_scheduler.LRScheduler, (lr_scheduler.LRScheduler, getattr(lr_scheduler, "_LRScheduler",
-                           None)), "torch.optim.lr_scheduler.LRScheduler")}  # fmt: skip
-    for key, (base, bare, base_name) in kinds.items():
-        spec = model.get(key)
-        path = spec.get("class_path") if hasattr(spec, "get") else None
-        if not isinstance(path, str):  # the model's own default, or a callable given in Python
-            continue
-        module, _, name = path.rpartition(".")
-        try:
-            target = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError, ValueError):  # jsonargparse refused it when it parsed
-            continue
-        if isinstance(target, type) and (not issubclass(target, base) or target in bare):
-            raise ConfigError(f"--model.{key}.class_path {shown(path)} is no {key} class (a subclass of {base_name}, "
-                              f"not the base itself); give one such as {FACTORIES[key][1]}.")  # fmt: skip
 
 
 def check_drawn_seed(environ: Mapping[str, str]) -> None:

@@ -351,8 +351,8 @@ class VitLitCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except Exception as err:
-            given = dict_kwargs_keys(self.config.as_dict())  # the keywords the config gives beyond a signature
-            refused = None if one_line_error(err) else refused_arguments(err, given)  # a path refused: `ended` says it
+            # A path refused is said by `ended`; else the keywords the config gives beyond a signature may be refused.
+            refused = None if one_line_error(err) else refused_arguments(err, dict_kwargs_keys(self.config.as_dict()))
             if refused is None:
                 raise
             raise refused from None

@@ -159,7 +159,7 @@ def load_yaml(text: str, where: str) -> Any:
         raise invalid_yaml(err, where) from None
     except ConfigError:
         raise
-    except ValueError as err:  # PyYAML's constructors: a date out of range (2001-13-01), an int of 4,300+ digits
+    except ValueError as err:  # the loader's constructors: an integer of over 4,300 digits (Python's limit)
         reason = str(err).split(";")[0][:120]
         raise ConfigError(f"{where} holds a value YAML cannot read ({reason}); quote it to keep it as text, or "
                           f"correct it.") from None  # fmt: skip

@@ -172,7 +172,8 @@ def dict_kwargs_keys(config: Any) -> set[str]:
         return {key for item in config for key in dict_kwargs_keys(item)}
     if not isinstance(config, dict):
         return set()
-    given = set(config.get("dict_kwargs") or ()) if isinstance(config.get("dict_kwargs"), dict) else set()
+    kwargs = config.get("dict_kwargs")
+    given = set(kwargs) if isinstance(kwargs, dict) else set()
     return given.union(*(dict_kwargs_keys(value) for value in config.values()))
 
 

@@ -9,8 +9,9 @@ accumulation, devices) and caches the data loaders it needs for it, so reading i
 
 from __future__ import annotations
 
+import importlib
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -21,7 +22,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from vitlit.config import PositiveInt, Probability
 from vitlit.errors import ConfigError
-from vitlit.text import say
+from vitlit.text import say, shown
 
 # Marks timm's decayed groups so that the optimizer's configured weight decay applies to them (see param_groups).
 _CONFIGURED_DECAY = -1.0
@@ -205,6 +206,33 @@ def check_factories(optimizer_factory: Any, scheduler_factory: Any) -> None:
     if not isinstance(made, torch.optim.Optimizer if built == "optimizer" else schedulers):
         raise ConfigError(f"--model.{built} built a value of type {type(made).__name__}, not {FACTORIES[built][0]}; "
                           f"give a class_path such as {FACTORIES[built][1]}.")  # fmt: skip
+
+
+def check_factory_classes(model: Mapping[str, Any]) -> None:
+    """Refuse an optimizer or scheduler ``class_path`` naming a class that builds no working one, before it is built.
+
+    torch's base classes build an optimizer that cannot step and a schedule with no rate, and a class of another kind
+    builds no optimizer: each ended in a traceback once the run's folder existed. A function named there is a factory
+    jsonargparse calls with its ``init_args``; what it gives is checked as the model is built (`check_factories`).
+    The run's check phase (`vitlit.checks.check_run`) calls this on the parsed config.
+    """
+    lr_scheduler = torch.optim.lr_scheduler
+    kinds = {"optimizer": (torch.optim.Optimizer, (torch.optim.Optimizer,), "torch.optim.Optimizer"),
+             "scheduler": (lr_scheduler.LRScheduler, (lr_scheduler.LRScheduler, getattr(lr_scheduler, "_LRScheduler",
+                           None)), "torch.optim.lr_scheduler.LRScheduler")}  # fmt: skip
+    for key, (base, bare, base_name) in kinds.items():
+        spec = model.get(key)
+        path = spec.get("class_path") if hasattr(spec, "get") else None
+        if not isinstance(path, str):  # the model's own default, or a callable given in Python
+            continue
+        module, _, name = path.rpartition(".")
+        try:
+            target = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError, ValueError):  # jsonargparse refused it when it parsed
+            continue
+        if isinstance(target, type) and (not issubclass(target, base) or target in bare):
+            raise ConfigError(f"--model.{key}.class_path {shown(path)} is no {key} class (a subclass of {base_name}, "
+                              f"not the base itself); give one such as {FACTORIES[key][1]}.")  # fmt: skip
 
 
 # The run's length, which the schedule above and the parts that follow the run's progress read.
