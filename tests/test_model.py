@@ -244,3 +244,41 @@ def test_a_weights_file_of_another_shape_names_the_tensor(tmp_path: Path) -> Non
     torch.save(weights, tmp_path / "w.pth")
     with pytest.raises(ConfigError, match=r"\(size mismatch for blocks\.0\.attn\.qkv\.weight: copying a param"):
         ViTClassifier("test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "w.pth"))
+
+
+def test_a_pretrained_file_lacking_some_tensors_says_which_were_left_as_initialised(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """timm loads a file non-strictly where the head is new, so tensors the file lacks kept their random initial
+    values without a word (a variant's ``norm`` for ``fc_norm``, one layer dropped from a file by hand)."""
+    source = timm.create_model("test_vit")
+    absent = ("blocks.1.mlp.fc1.weight", "norm.weight")
+    torch.save({k: v for k, v in source.state_dict().items() if k not in absent}, tmp_path / "partial.pth")
+    torch.manual_seed(0)
+    with caplog.at_level(logging.INFO):
+        model = ViTClassifier(
+            "test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "partial.pth")
+        )
+    after_partial = torch.rand(3)
+    said_with(caplog.text, "partial.pth", "not in the file, so left as initialised: 2 tensor(s), "
+              "blocks.1.mlp.fc1.weight, norm.weight")  # fmt: skip
+    assert not torch.equal(model.net.blocks[1].mlp.fc1.weight, source.blocks[1].mlp.fc1.weight)
+    # The check draws the initial values again and puts the generator back: the run's later draws are unchanged.
+    torch.save(source.state_dict(), tmp_path / "whole.pth")
+    torch.manual_seed(0)
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        ViTClassifier("test_vit", num_classes=7, img_size=32, patch_size=4, pretrained_file=str(tmp_path / "whole.pth"))
+    assert torch.equal(torch.rand(3), after_partial)
+    assert "not in the file" not in caplog.text
+    # Names timm converts as it loads (DeiT III's gamma_1 for ls1.gamma) were filled: nothing is said to be left.
+    deit3 = {
+        k: v * 2 if "ls1.gamma" in k else v
+        for k, v in timm.create_model("deit3_small_patch16_224").state_dict().items()
+    }
+    torch.save({k.replace("ls1.gamma", "gamma_1"): v for k, v in deit3.items()}, tmp_path / "deit3.pth")
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        ViTClassifier("deit3_small_patch16_224", num_classes=7, pretrained_file=str(tmp_path / "deit3.pth"))
+    said_with(caplog.text, "deit3.pth", "adapted:")
+    assert "not in the file" not in caplog.text

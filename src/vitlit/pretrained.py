@@ -10,7 +10,7 @@ saved ``config.yaml``, so evaluation, exports and resume use the same ones.
 from __future__ import annotations
 
 import sys
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +72,13 @@ def fill_pretrained_inputs(model: MutableMapping[str, Any], data: MutableMapping
             data[key] = value
 
 
-def say_adapted(model_name: str, net: nn.Module, source: str, original: dict[str, Any] | None = None) -> None:
+def say_adapted(
+    model_name: str, net: nn.Module, source: str, original: dict[str, Any] | None = None, left: Sequence[str] = ()
+) -> None:
     """Say in one line which pretrained tensors timm adapted to this run's geometry (and which it left new).
 
     ``original``: the weights' own tensors (a file's); timm's pretrained weights have the model's default geometry.
+    ``left``: the model's tensors besides the head that a file lacks, which keep their initial values.
     """
     if original is None:
         with torch.device("meta"):  # the weights' own geometry: the model with its pretrained defaults
@@ -83,7 +86,11 @@ def say_adapted(model_name: str, net: nn.Module, source: str, original: dict[str
     changed = [(k, tuple(original[k].shape), tuple(v.shape)) for k, v in net.state_dict().items()
                if k in original and original[k].shape != v.shape]  # fmt: skip
     said = [f"{k} {a} -> {b} ({'new' if k.startswith('head') else 'resampled'})" for k, a, b in changed]
-    rank_zero_info(f"vitlit: loaded {source} into {model_name}; adapted: {', '.join(said) or 'nothing'}")
+    line = f"vitlit: loaded {source} into {model_name}; adapted: {', '.join(said) or 'nothing'}"
+    if left:
+        line += (f"; not in the file, so left as initialised: {len(left)} tensor(s), {', '.join(left[:4])}"
+                 f"{', ...' if len(left) > 4 else ''}")  # fmt: skip
+    rank_zero_info(line)
 
 
 def _converted_shapes(
@@ -117,6 +124,12 @@ def _classifiers(probe: nn.Module) -> tuple[str, ...]:
     return (names,) if isinstance(names, str) else tuple(names or ())
 
 
+def _body(probe: nn.Module) -> list[str]:
+    """The names of the model's tensors besides its classifier, which a pretrained file must provide."""
+    heads = tuple(f"{name}." for name in _classifiers(probe)) or ("\0",)
+    return [name for name in probe.state_dict() if not name.startswith(heads)]
+
+
 def _another_models(weights: dict[str, Any], probe: nn.Module) -> str | None:
     """What shows a weights file to be another model's (the refusal's words), else ``None``.
 
@@ -125,7 +138,7 @@ def _another_models(weights: dict[str, Any], probe: nn.Module) -> str | None:
     the model's tensors absent, is. The classifier is left out: a new head is made where the class count differs.
     """
     heads = tuple(f"{name}." for name in _classifiers(probe)) or ("\0",)
-    needed = [name for name in probe.state_dict() if not name.startswith(heads)]
+    needed = _body(probe)
     missing = [name for name in needed if name not in weights]
     # Its numbered parts: the name up to each of its numbers (layers.2, then layers.2.blocks.6 of a deeper stage).
     parts = lambda name: [".".join(name.split(".")[: i + 1]) for i, word in enumerate(name.split("."))  # noqa: E731
@@ -252,14 +265,26 @@ def create_pretrained(hp: Any, probe: nn.Module, kwargs: dict[str, Any]) -> nn.M
             else:
                 shapes = _converted_shapes(hp.model_name, weights, converted, probe)
             source = str(path) if converted is None else f"{path} (converted by timm from its own layout)"
+            # Tensors besides the head whose names the file lacks (a variant's norm for fc_norm): timm leaves them
+            # as initialised without a word, or fills them under names it converts (DeiT III's gamma_1).
+            absent = [name for name in _body(probe) if name not in (weights if converted is None else converted)]
             del weights, converted
+            drawn = torch.random.get_rng_state()  # the draws of the initial values, to tell which timm left so
             net = timm.create_model(hp.model_name, pretrained=True, **{**kwargs, "pretrained_cfg_overlay": overlay})
         except (*UNREADABLE, KeyError, SafetensorError, AttributeError, TypeError) as err:  # timm meets no mapping
             raise ConfigError(
                 f"pretrained_file={hp.pretrained_file!r} is not a readable state dict of {hp.model_name} "
                 f"({load_error(err)[:200]}); give a .pth/.safetensors file of that timm model's weights."
             ) from None
-        say_adapted(hp.model_name, probe, source, shapes)
+        left: list[str] = []
+        if absent:  # the same draws without the file: a tensor still equal to its own was not loaded
+            after = torch.random.get_rng_state()
+            torch.random.set_rng_state(drawn)
+            initial = timm.create_model(hp.model_name, pretrained=False, **kwargs).state_dict()
+            torch.random.set_rng_state(after)  # the run's own draws go on as without the check
+            loaded = net.state_dict()
+            left = [name for name in absent if torch.equal(loaded[name], initial[name])]
+        say_adapted(hp.model_name, probe, source, shapes, left)
         return net
     offline = ("give them as a file (--model.pretrained_file <weights>), or train from scratch "
                "(configs/own_images_scratch.yaml for your own images)")  # fmt: skip
