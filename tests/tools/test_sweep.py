@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -242,10 +244,18 @@ def test_a_study_continues_only_the_sweep_that_made_it(
     crlf.write_bytes(Path(DIGITS_CONFIG).read_bytes().replace(b"\n", b"\r\n") + b"# tuned on 2026-12-07\r\n")
     again = sweep(str(crlf), str(tmp_path / "first" / "space.yaml"), n_trials=1, root=str(tmp_path / "sweeps"))
     assert again["number"] == 0
+    # A sweep an earlier vitlit began recorded the recipe as PyYAML reads it (2e-3 as text): it continues.
+    storage = f"sqlite:///{tmp_path / 'sweeps' / 'vitlit.db'}"
+    earlier = tmp_path / "earlier.yaml"
+    earlier.write_text(Path(DIGITS_CONFIG).read_text().replace("lr: 2.0e-3", "lr: 2e-3"))
+    recipe = json.dumps(yaml.safe_load(earlier.read_text()), sort_keys=True, default=str)
+    study = optuna.load_study(study_name="vitlit", storage=storage)
+    study.set_user_attr("vitlit_sweep", {**study.user_attrs["vitlit_sweep"],
+                                         "config": hashlib.sha256(recipe.encode()).hexdigest()})  # fmt: skip
+    assert sweep(str(earlier), str(tmp_path / "first" / "space.yaml"), n_trials=1, root=str(tmp_path / "sweeps"))
     other = _space(tmp_path, {"model.drop_path_rate": {"type": "uniform", "low": 0.0, "high": 0.2}}, **fixed)
     with pytest.raises(ConfigError, match="holds a sweep of another search space; give another --study_name"):
         sweep(str(DIGITS_CONFIG), str(other), n_trials=2, root=str(tmp_path / "sweeps"))
-    storage = f"sqlite:///{tmp_path / 'sweeps' / 'vitlit.db'}"
     assert len(optuna.load_study(study_name="vitlit", storage=storage).trials) == 1
 
 

@@ -257,11 +257,21 @@ def sweep(
             f"database URL Optuna can reach."
         ) from None
     # A study continues only the sweep that made it: the same base config (as read), search space and length.
-    recipe = json.dumps(load_yaml(Path(config).read_text(encoding="utf-8"), config), sort_keys=True, default=str)
-    made = {"config": hashlib.sha256(recipe.encode()).hexdigest(), "search": {"space": space, "fixed": fixed},
+    text = Path(config).read_text(encoding="utf-8")
+
+    def digest(recipe: Any) -> str:
+        return hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()
+
+    made = {"config": digest(load_yaml(text, config)), "search": {"space": space, "fixed": fixed},
             "max_epochs": max_epochs}  # fmt: skip
     made = json.loads(json.dumps(made, default=str))  # as the storage keeps it
     held = study.user_attrs.get("vitlit_sweep")
+    if held is not None and held.get("config") != made["config"]:
+        # A sweep of an earlier vitlit read the same file with PyYAML's own rules (``2e-3`` as text, not a number).
+        with contextlib.suppress(ValueError, yaml.YAMLError):  # a date out of range: no earlier sweep read it
+            if held.get("config") == digest(yaml.safe_load(text)):
+                held = {**held, "config": made["config"]}
+                study.set_user_attr("vitlit_sweep", held)  # recorded as this vitlit reads it from now on
     if held is None:  # a new study (or one of an earlier vitlit, which recorded nothing)
         study.set_user_attr("vitlit_sweep", made)
     elif held != made:
