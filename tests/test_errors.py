@@ -137,6 +137,16 @@ CASES = [
         lambda tmp, run: ["--config", _text(tmp, "t.yaml", "trainer: 5\n")],
         ["t.yaml: trainer holds 5, not options; write its options under it"],
     ),
+    (  # jsonargparse's line twice, with no fix (twenty-third session)
+        "trainer flag not options",
+        lambda tmp, run: ["--trainer", "5"],
+        ["--trainer 5 is neither a file of trainer options nor options", "--trainer.max_epochs 5"],
+    ),
+    (
+        "trainer flag a missing file",
+        lambda tmp, run: [f"--trainer={tmp / 'nope.yaml'}"],
+        ["nope.yaml is neither a file of trainer options nor options"],
+    ),
     (
         "trainer options as a list",
         lambda tmp, run: ["--config", _text(tmp, "t.yaml", "trainer:\n  - max_epochs: 3\n")],
