@@ -14,6 +14,7 @@ readable.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from pathlib import Path
@@ -92,19 +93,17 @@ def check_config_files(argv: list[str]) -> None:
             raise ConfigError(f"{where}: trainer holds {str(content['trainer'])[:80]}, not options; write its options "
                               f"under it as key: value lines (max_epochs: 3), or leave trainer out.")  # fmt: skip
         check_finite(content, f"{where}: ")
-    for i, arg in enumerate(argv):  # --trainer takes what a file's trainer section holds: a file of options, or YAML
-        typed = arg[10:] if arg.startswith("--trainer=") else None
-        if arg == "--trainer" and i + 1 < len(argv):  # the parser says that a last --trainer lacks its value
-            typed = argv[i + 1]
-        if typed is not None:
-            path = os.path.expanduser(typed)
-            try:  # os.path.isfile: False, not an error, for inline YAML too long for a name
-                content = load_yaml(Path(path).read_text() if os.path.isfile(path) else typed, "the value of --trainer")
-            except (OSError, UnicodeDecodeError):
-                content = None
-            if not isinstance(content, dict):
-                raise ConfigError(f"--trainer {typed} is neither a file of trainer options nor options; give them as "
-                                  f"flags (--trainer.max_epochs 5), or a YAML file of key: value lines.")  # fmt: skip
+    # --trainer takes what a file's trainer section holds: a file of options, or options as YAML.
+    typed = [arg[10:] for arg in argv if arg.startswith("--trainer=")]
+    for value in typed + [value for arg, value in itertools.pairwise(argv) if arg == "--trainer"]:
+        path = os.path.expanduser(value)  # os.path.isfile: False, not an error, for YAML too long for a name
+        try:
+            content = load_yaml(Path(path).read_text() if os.path.isfile(path) else value, "the value of --trainer")
+        except (OSError, UnicodeDecodeError):
+            content = None
+        if not isinstance(content, dict):
+            raise ConfigError(f"--trainer {value} is neither a file of trainer options nor options; give them as "
+                              f"flags (--trainer.max_epochs 5), or a YAML file of key: value lines.")  # fmt: skip
     check_finite_flags(argv)
 
 
