@@ -79,6 +79,25 @@ def test_a_budgeted_run_ends_with_the_budget_at_its_learning_rate_floor(
         assert "with 0:00:02 of the budget left" in err and "schedule of the checkpoint's run" not in err, err[-2000:]
 
 
+def test_a_budget_bounds_a_run_that_sets_no_end_of_its_own(
+    digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--trainer.max_epochs -1`` with a budget: the time ends the run, and the budget sizes its schedule.
+
+    It was refused: "the learning-rate schedule needs the run's length" (twenty-third session).
+    """
+    share = ["--model.scheduler.init_args.warmup_steps", "0.1"]  # resolved on the budget's plan, not on no end
+    fit = _budgeted(digits_dir, tmp_path, Clock(monkeypatch, per_step=0.2), "00:00:00:10", "--trainer.max_epochs",
+                    "-1", *share)  # fmt: skip
+    trainer = fit.trainer
+    schedule, lr = trainer.lr_scheduler_configs[0].scheduler, trainer.optimizers[0].param_groups[0]["lr"]
+    assert trainer.max_epochs == -1 and lr / schedule.base_lrs[0] < 0.1  # annealed as the time ended
+    assert 0.5 * trainer.global_step <= schedule.total_steps <= 1.5 * trainer.global_step
+    assert 0 < schedule.warmup_steps <= 0.2 * schedule.total_steps  # a share of the plan, not of a billion steps
+    err = capsys.readouterr().err
+    assert "vitlit: budget 0:00:10: about " in err and "1,000,000,000" not in err and "000000000" not in err
+
+
 def test_the_budgets_closing_rate_is_each_groups_share_of_its_own_peak_under_layer_decay(
     digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -173,6 +173,8 @@ class WarmupCosineLR(LambdaLR):
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+#: The schedule's length until a time budget has sized it, in a run that sets no end (``max_epochs -1``).
+UNBOUNDED_STEPS = 10**9
 #: What each factory builds, and a class to name where one builds none.
 FACTORIES = {"optimizer": ("an optimizer", "torch.optim.AdamW"),
              "scheduler": ("a scheduler", "vitlit.optim.WarmupCosineLR")}  # fmt: skip
@@ -290,11 +292,17 @@ def is_logged_step(trainer: Trainer, before_step: bool = False) -> bool:
 def fit_to_run(scheduler: Any, trainer: Trainer) -> None:
     """Give a schedule whose ``total_steps`` is ``None`` the run's length, or refuse a run that sets no end.
 
+    A run that sets no end under a time budget, which sizes the schedule from the run's pace, is not refused.
+
     Through the schedule's ``set_total_steps`` where it has one, which may say how it resolved a warmup share.
     """
     if getattr(scheduler, "total_steps", 0) is not None:
         return
     total = total_steps(trainer)
+    # A time budget (`vitlit.runs.budget.TimeBudget`) sizes the schedule from the run's first steps: until then a
+    # run that sets no end holds the peak (or the warmup's start) over a length no run reaches, said nowhere.
+    sized = total is None and any(getattr(callback, "sizes_schedule", False) for callback in trainer.callbacks)
+    total = UNBOUNDED_STEPS if sized else total
     if total is None:
         raise ConfigError(f"the learning-rate schedule needs the run's length, but max_epochs={trainer.max_epochs} and "
                           f"max_steps={trainer.max_steps} set no end (-1 means no limit); give --trainer.max_epochs or "
@@ -306,5 +314,5 @@ def fit_to_run(scheduler: Any, trainer: Trainer) -> None:
     else:
         scheduler.total_steps = total
     # A resumed run's schedule is replaced by the checkpoint's (the runs part says so if its length differs).
-    if note and trainer.is_global_zero and trainer.ckpt_path is None:
+    if note and not sized and trainer.is_global_zero and trainer.ckpt_path is None:
         say(f"vitlit: {note}", error=True)
