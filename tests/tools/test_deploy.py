@@ -395,6 +395,10 @@ def test_a_crafted_checkpoint_is_refused_before_anything_is_allocated(
         (["--batch_timeout", "1e9"], "batch_timeout=1000000000.0 is not from 0 to 1 second"),
         (["--batch_timeout", "nan"], "batch_timeout=nan is not a finite number"),
         (["--max_pixels", "1000"], "max_pixels=1000 is less than one image of the size the model's inputs are cut"),
+        # LitServe refused these once the checkpoint was read, in a traceback (a hostile read, twenty-third session)
+        (["--host", "localhost"], "host='localhost' is not an address LitServe listens on; give 127.0.0.1"),
+        (["--port", "80"], "port=80 is not a TCP port LitServe listens on; give one from 1024 to 65535"),
+        (["--max_upload_mb", "1e308"], "max_upload_mb=1e+308 is not from 0.001 to 1,048,576 MiB"),
     ],
     ids=[
         "port-out-of-range",
@@ -403,6 +407,9 @@ def test_a_crafted_checkpoint_is_refused_before_anything_is_allocated(
         "batch-wait-forever",
         "batch-wait-nan",
         "no-image-fits",
+        "host-litserve-refuses",
+        "port-below-1024",
+        "upload-limit-overflows",
     ],
 )
 def test_serve_settings_that_cannot_work_are_one_line(
@@ -797,6 +804,40 @@ def test_serve_starts_where_the_system_never_forks(trained, monkeypatch: pytest.
     monkeypatch.setattr(litserve.LitServer, "run", lambda self, **kwargs: started.append(kwargs))
     serve_module.serve(trained[0], port=free_port(), accelerator="cpu")
     assert started and started[0]["host"] == "127.0.0.1"
+    assert started[0]["limit_concurrency"] == 64  # uploads in progress hold at most 64 x max_upload_mb
+
+
+def test_a_body_that_stops_arriving_is_dropped_with_408() -> None:
+    """40 clients that sent most of a 10 MB upload and stopped held 384 MiB of the server's memory for as long as
+    they kept their connections open (a hostile read, twenty-third session)."""
+    import asyncio
+
+    from vitlit.tools.serve import RequestCheck
+
+    answers: list[dict] = []
+    reached: list[bool] = []
+
+    async def app(scope: dict, receive: Any, send: Any) -> None:
+        reached.append(True)
+
+    async def post() -> None:
+        pieces = iter([{"type": "http.request", "body": b"x" * 1000, "more_body": True}])
+
+        async def receive() -> dict:
+            piece = next(pieces, None)
+            if piece is None:
+                await asyncio.Event().wait()  # the client stops sending and keeps the connection
+            return piece
+
+        async def send(message: dict) -> None:
+            answers.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/predict", "headers": [(b"content-type", b"image/png")]}
+        await RequestCheck(app, max_size=2**20, body_timeout=0.05)(scope, receive, send)
+
+    asyncio.run(post())
+    assert answers[0]["status"] == 408 and not reached
+    assert b"did not arrive within 0.05 s" in answers[1]["body"]
 
 
 def test_an_int8_model_that_disagrees_with_pytorch_is_not_written(

@@ -59,6 +59,8 @@ from vitlit.trained import ModelCard, load_classifier
 
 #: Parts a multipart upload may have: the one ``image`` field, and a few a client library may add.
 MAX_FORM_PARTS = 8
+#: The addresses LitServe listens on: this machine only, or every interface (IPv4, IPv6).
+HOSTS = ("127.0.0.1", "0.0.0.0", "::")
 
 
 def decode_image(request: Any, mode: str, side: int, max_pixels: int = MAX_PIXELS) -> Image.Image:
@@ -113,17 +115,30 @@ class RequestCheck:
     ``max_size`` bytes, beyond which the answer is 413), answers 400 with the reason for what `decode_image` would
     not get, and hands a good body on unchanged.
 
+    A body that has not arrived whole within ``body_timeout`` seconds gets 408: a client that stops sending would
+    otherwise hold its part of the body in the server's memory for as long as it keeps the connection open.
+
     Args:
         app: The ASGI app it wraps.
         max_size: Largest body in bytes.
         path: The endpoint it guards.
+        card: The model's card, whose preprocessing the images get here; ``None`` hands the body on as it came.
+        max_pixels: Largest image in pixels (`decode_image`).
+        body_timeout: Seconds a body may take to arrive whole.
     """
 
     def __init__(
-        self, app: Any, max_size: int, path: str = "/predict", card: ModelCard | None = None, max_pixels: int = 0
+        self,
+        app: Any,
+        max_size: int,
+        path: str = "/predict",
+        card: ModelCard | None = None,
+        max_pixels: int = 0,
+        body_timeout: float = 60.0,
     ) -> None:
         self.app, self.max_size, self.path, self.card, self.max_pixels = app, max_size, path, card, max_pixels
         self.transform = card.preprocess() if card is not None else None
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") != self.path:
@@ -132,9 +147,15 @@ class RequestCheck:
         headers = dict(scope.get("headers") or [])
         content_type = headers.get(b"content-type", b"").decode("latin-1")  # a boundary keeps its case
         body, more = bytearray(), True  # appended in place: a body of many small pieces costs each piece once
+        deadline = asyncio.get_running_loop().time() + self.body_timeout
         while more:
             try:
-                message = await receive()
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                detail = f"the request body did not arrive within {self.body_timeout:g} s"
+                await JSONResponse({"detail": detail}, status_code=408)(scope, receive, send)
+                return
             except HTTPException as err:  # LitServe's size limit, raised while the body arrives
                 await JSONResponse({"detail": err.detail}, status_code=err.status_code)(scope, receive, send)
                 return
@@ -290,13 +311,16 @@ def serve(
     accelerator: Literal["auto", "cpu", "cuda"] = "auto",
     weights_only: bool = True,
     shutdown_timeout: NonNegativeInt = 5,
+    body_timeout: PositiveFloat = 60.0,
+    max_connections: PositiveInt = 64,
 ) -> None:
     """Serve a checkpoint over HTTP until interrupted: ``POST /predict`` (one image), ``GET /health``.
 
     Args:
         ckpt_path: A checkpoint written by ``vitlit fit``.
-        host: Address to listen on; the default answers this machine only (``0.0.0.0`` for every interface).
-        port: TCP port (1-65535); it must be free.
+        host: Address to listen on, one of LitServe's three: ``127.0.0.1`` answers this machine only, ``0.0.0.0``
+            (or ``::``, IPv6) every interface.
+        port: TCP port, 1024 to 65535 (LitServe's range); it must be free.
         max_batch_size: Dynamic batching: at most this many concurrent requests share one forward pass (1: none).
         batch_timeout: Dynamic batching: seconds to wait for more requests before a batch goes.
         max_upload_mb: Largest request body in MiB; larger ones get HTTP 413.
@@ -308,9 +332,20 @@ def serve(
         shutdown_timeout: Seconds the requests in progress may take to finish once the server is told to stop
             (SIGTERM, Ctrl-C); then their connections are closed (uvicorn's ``timeout_graceful_shutdown``), so a
             slow or idle client cannot hold the server up. Keep it under your service manager's kill timeout.
+        body_timeout: Seconds a request's body may take to arrive whole; a slower one gets HTTP 408 and its bytes
+            are let go.
+        max_connections: Connections and requests the server holds at once (uvicorn's ``limit_concurrency``); more
+            get HTTP 503. With ``max_upload_mb`` it bounds the memory that uploads in progress hold.
     """
-    if not 1 <= port <= 65535:
-        raise ConfigError(f"port={port} is not a TCP port; give one from 1 to 65535, e.g. 8000.")
+    if host not in HOSTS:
+        raise ConfigError(f"host={host!r} is not an address LitServe listens on; give 127.0.0.1 (this machine only), "
+                          f"0.0.0.0 or :: (every interface).")  # fmt: skip
+    if not 1024 <= port <= 65535:
+        raise ConfigError(f"port={port} is not a TCP port LitServe listens on; give one from 1024 to 65535, e.g. "
+                          f"8000.")  # fmt: skip
+    if not 0.001 <= max_upload_mb <= 2**20:  # 1 KiB to 1 TiB; NaN fails too
+        raise ConfigError(f"max_upload_mb={max_upload_mb} is not from 0.001 to 1,048,576 MiB; give the largest "
+                          f"upload to take, e.g. 10.")  # fmt: skip
     if not 0 <= batch_timeout <= 1:  # NaN fails too
         raise ConfigError(f"batch_timeout={batch_timeout} is not from 0 to 1 second (each request may wait that "
                           f"long for others); give seconds to wait, e.g. 0.005, or 0.")  # fmt: skip
@@ -330,10 +365,10 @@ def serve(
     )  # fmt: skip
     info = {"model_name": card.model_name, "classes": card.class_names, "img_size": card.img_size}
     limit = int(max_upload_mb * 2**20)
+    check = {"max_size": limit, "card": card, "max_pixels": int(max_pixels), "body_timeout": float(body_timeout)}
     server = ls.LitServer(
-        api, accelerator=accelerator, max_payload_size=limit, model_metadata=info,
-        middlewares=[(RequestCheck, {"max_size": limit, "card": card, "max_pixels": int(max_pixels)})],
-    )  # fmt: skip
+        api, accelerator=accelerator, max_payload_size=limit, model_metadata=info, middlewares=[(RequestCheck, check)]
+    )
     describe_predict(server.app, int(top_k))
     # LitServer's uvicorn_graceful_timeout (30 s) is read twice: for uvicorn's drain when the server starts, and
     # for how long LitServe then waits for uvicorn's process to end; the stop gives that wait a margin.
@@ -356,7 +391,7 @@ def serve(
     previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     _say_when_ready(f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{int(port)}")
     try:
-        server.run(host=host, port=int(port), generate_client_file=False)
+        server.run(host=host, port=int(port), generate_client_file=False, limit_concurrency=int(max_connections))
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
