@@ -68,7 +68,8 @@ class ModelCard:
 #: How an exported model's input is made from an image file, for code of one's own (the sidecar and ONNX metadata
 #: carry it): what `ModelCard.preprocess` does. PIL's own bilinear resize differs enough to change some top-1 classes.
 PREPROCESS = (
-    "decode to uint8 with in_chans channels (1: L, 3: RGB, 4: RGBA): 16- and 32-bit integer grey images scaled "
+    "turn the image upright by its EXIF orientation (PIL.ImageOps.exif_transpose); decode to uint8 with in_chans "
+    "channels (1: L, 3: RGB, 4: RGBA): 16- and 32-bit integer grey images scaled "
     "(value * 255 / 65535, clipped to 0-65535 first, rounded; PIL's convert would clip them to white), other modes "
     "(palette, CMYK, grey with alpha) through PIL's convert; as a uint8 CHW tensor, resize the shorter side to "
     "s = floor(img_size / crop_pct) with the given interpolation and antialiasing (torchvision.transforms.v2.Resize("

@@ -715,6 +715,14 @@ def test_a_timm_folder_loads_with_timm_alone_and_classifies_as_the_checkpoint(
     sixteen = tmp_path / "deep.png"
     Image.fromarray(np.arange(64, dtype=np.uint16).reshape(8, 8) * 1000).save(sixteen)
     assert np.array_equal(np.asarray(namespace["open_as_trained"](sixteen)), np.asarray(open_image(sixteen, "RGB")))
+    # A phone's photo taken sideways: its pixels stored turned, its EXIF orientation saying how to stand it up (the
+    # card's code classified 51 of 60 such digits otherwise than vitlit did; a hostile read, twenty-third session).
+    sideways, exif = tmp_path / "sideways.jpg", Image.Exif()
+    exif[0x0112] = 6  # Orientation: turn 90 degrees clockwise to view
+    Image.fromarray(np.arange(48, dtype=np.uint8).reshape(6, 8) * 5).convert("RGB").save(sideways, exif=exif)
+    opened = np.asarray(namespace["open_as_trained"](sideways))
+    assert opened.shape == (8, 6, 3) and np.array_equal(opened, np.asarray(open_image(sideways, "RGB")))
+    assert "EXIF orientation" in readme.split("vitlit's own preprocessing", 1)[1]
     # Refused in one line, as for ONNX: an existing folder, the checkpoint's own, a file; nothing left behind.
     for output, said in ((folder, "already exists"), (ckpt.parent.parent, "holds the checkpoint"),
                          (ckpt, "holds the checkpoint")):  # fmt: skip

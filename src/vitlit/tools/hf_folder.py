@@ -200,15 +200,15 @@ Trained with `python -m vitlit fit`; {recipe}.
 ```python
 import numpy as np
 import timm
-from PIL import Image
+from PIL import Image, ImageOps
 
 model = timm.create_model({local}, pretrained=True).eval()  # or "hf-hub:<user>/<name>" once uploaded
 config = timm.data.resolve_data_config({{}}, model=model)  # mean, std, input size, as trained
 labels = model.pretrained_cfg["label_names"]
 
 
-def open_as_trained(path):  # as training did: 16-bit grey scaled to 8 bits (PIL's convert clips it to white)
-    image = Image.open(path)
+def open_as_trained(path):  # as training did: upright, 16-bit grey scaled to 8 bits (PIL's convert clips it to white)
+    image = ImageOps.exif_transpose(Image.open(path))  # a photo taken sideways, as its viewer shows it
     if image.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N"):
         pixels = np.asarray(image, dtype=np.float64).clip(0, 65535) * (255 / 65535)
         image = Image.fromarray(pixels.round().astype(np.uint8))
