@@ -2,8 +2,8 @@
 
 A reader (a resume, a TensorBoard tab, a server loading an export) sees the old file or the new one, never a part,
 and a kill or a full disk during the write leaves the old file as it was. The temporary file is hidden (a leading
-dot) so that globs such as ``*.ckpt`` never pick it up, and it gets the permissions of any new file (the umask), not
-``mkstemp``'s owner-only 0600.
+dot) so that globs such as ``*.ckpt`` never pick it up, and it gets the permissions of the file it replaces, or of
+any new file (the umask), not ``mkstemp``'s owner-only 0600.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def replacing(target: Path) -> Iterator[Path]:
         yield tmp
         with tmp.open("rb+") as f:  # durable before it is visible: a power cut after the swap keeps the new file
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~umask())
+        # A replaced file keeps its permissions (a private model stays private); a new one gets the umask's.
+        os.chmod(tmp, target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~umask())
         # Windows refuses to replace a file open anywhere (a `vitlit test` reading last.ckpt while the fit saves the
         # next one): tried again for up to 3 s, as the reader is done within moments.
         for wait in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, None):

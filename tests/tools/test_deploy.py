@@ -328,8 +328,10 @@ def test_export_never_overwrites_the_checkpoint_or_an_existing_file(
         "17",
     )
     assert not (tmp_path / "new.onnx").exists()
+    existing.chmod(0o600)  # a private model stays private when it is replaced (it became 0644: a hostile read)
     run_cli("export", "--ckpt_path", ckpt, "--output", existing, "--overwrite", "true")
     assert onnx.load(str(existing)).graph.input[0].name == "images"
+    assert existing.stat().st_mode & 0o777 == 0o600
     assert ckpt.read_bytes() == before
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")], "a staging file was left behind"
 
