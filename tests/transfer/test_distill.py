@@ -181,8 +181,12 @@ def test_a_distilled_deit_student_trains_its_distillation_head(teacher_ckpt: Pat
             ["--model.distillation.teacher", "test_vit", "--model.distillation.teacher_file", "BZIP2"],
             "bz.pth holds compressed records, which torch.save never writes",
         ),  # issue 46, class 7
+        (  # taken and never read (a hostile read, twenty-third session)
+            ["--model.distillation.teacher", "TEACHER", "--model.distillation.teacher_file", "NONE"],
+            "the teacher teacher.ckpt is a vitlit checkpoint, which holds its own; leave teacher_file out",
+        ),
     ],
-    ids=["unknown-name", "other-class-count", "unreadable-file", "missing-file", "compressed-file"],
+    ids=["unknown-name", "other-class-count", "unreadable-file", "missing-file", "compressed-file", "file-for-a-ckpt"],
 )
 def test_bad_teachers_are_one_line(
     flags: list[str], message: str, digits: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -193,7 +197,7 @@ def test_bad_teachers_are_one_line(
     with zipfile.ZipFile(tmp_path / "bz.pth", "w", compression=zipfile.ZIP_BZIP2) as archive:
         archive.writestr("bz/data.pkl", bytes(20_000_000))  # 20 MB of zeros in a few hundred bytes
     files = {"FIVE": str(five), "TEXT": str(tmp_path / "notes.pth"), "NONE": str(tmp_path / "none.pth"),
-             "BZIP2": str(tmp_path / "bz.pth")}  # fmt: skip
+             "BZIP2": str(tmp_path / "bz.pth"), "TEACHER": "teacher.ckpt"}  # fmt: skip
     flags = [files.get(flag, flag) for flag in flags]
     with pytest.raises(SystemExit) as exit_info:
         run_cli("fit", "--config", DIGITS_CONFIG, "--config", ROOT / "configs" / "addons" / "distill.yaml",

@@ -183,6 +183,7 @@ def _model(**kwargs: object) -> ViTClassifier:
     [
         (dict(unfreeze_at_epochs=[3, 2], blocks_per_stage=2), None, None, "must increase"),
         (dict(unfreeze_at_epochs=[1, 2]), None, None, "without blocks_per_stage"),
+        (dict(blocks_per_stage=2), None, None, "blocks_per_stage=2 sizes the stages that unfreeze_at_epochs"),
         (dict(unfreeze_at_epochs=[1, 2, 3, 4], blocks_per_stage=2), 9, None, "has only 3 stages"),
         (dict(unfreeze_at_epochs=[1, 5], blocks_per_stage=2), 5, None, "unfreezes at epoch 5"),
         (dict(unfreeze_at_epochs=[1]), 9, lambda o: torch.optim.lr_scheduler.ConstantLR(o), "no lr_factor"),

@@ -112,6 +112,10 @@ class Distillation:
             ConfigError: For an unknown model name, unreadable weights, or a teacher of other classes.
         """
         if self.teacher_name.endswith(".ckpt") or Path(self.teacher_name).expanduser().is_file():
+            if self.teacher_file is not None:  # it was taken and never read
+                raise ConfigError(f"teacher_file={self.teacher_file!r} gives a timm teacher its weights, but the "
+                                  f"teacher {self.teacher_name} is a vitlit checkpoint, which holds its own; leave "
+                                  f"teacher_file out.")  # fmt: skip
             net, card = load_classifier(self.teacher_name)
             if class_names and card.class_names != list(class_names):
                 raise ConfigError(

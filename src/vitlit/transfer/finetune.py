@@ -106,6 +106,10 @@ class FreezeSchedule(BaseFinetuning):
                 f"FreezeSchedule unfreeze_at_epochs={self.unfreeze_at_epochs} must increase; list each stage's epoch "
                 f"once, in order."
             )
+        if self.blocks_per_stage is not None and not self.unfreeze_at_epochs:  # it was taken and never read
+            raise ConfigError(f"FreezeSchedule blocks_per_stage={self.blocks_per_stage} sizes the stages that "
+                              f"unfreeze_at_epochs unfreezes, but it gives none (a linear probe); give the epochs, or "
+                              f"leave blocks_per_stage out.")  # fmt: skip
         if self.blocks_per_stage is None and len(self.unfreeze_at_epochs) > 1:
             raise ConfigError(
                 f"FreezeSchedule unfreeze_at_epochs={self.unfreeze_at_epochs} has {len(self.unfreeze_at_epochs)} "
