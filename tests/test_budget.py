@@ -96,6 +96,11 @@ def test_a_budget_bounds_a_run_that_sets_no_end_of_its_own(
     assert 0 < schedule.warmup_steps <= 0.2 * schedule.total_steps  # a share of the plan, not of a billion steps
     err = capsys.readouterr().err
     assert "vitlit: budget 0:00:10: about " in err and "1,000,000,000" not in err and "000000000" not in err
+    # The saved config's resolved lines are written before the budget's plan: none, not the stand-in length.
+    saved = (Path(trainer.logger.log_dir) / "config.yaml").read_text()
+    assert "# resolved planned_steps: null" in saved and "00000" not in saved
+    card = json.loads((Path(trainer.logger.log_dir) / "run_card.json").read_text())
+    assert card["resolved"]["planned_steps"] == schedule.total_steps  # the plan the run took, at its end
 
 
 def test_the_budgets_closing_rate_is_each_groups_share_of_its_own_peak_under_layer_decay(

@@ -32,7 +32,7 @@ def replacing(target: Path) -> Iterator[Path]:
         with tmp.open("rb+") as f:  # durable before it is visible: a power cut after the swap keeps the new file
             os.fsync(f.fileno())
         # A replaced file keeps its permissions (a private model stays private); a new one gets the umask's.
-        os.chmod(tmp, target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~umask())
+        os.chmod(tmp, target.stat().st_mode & 0o777 if target.exists() else 0o666 & ~umask())
         # Windows refuses to replace a file open anywhere (a `vitlit test` reading last.ckpt while the fit saves the
         # next one): tried again for up to 3 s, as the reader is done within moments.
         for wait in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, None):

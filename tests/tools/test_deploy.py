@@ -814,7 +814,10 @@ def test_serve_starts_where_the_system_never_forks(trained, monkeypatch: pytest.
     monkeypatch.setattr(litserve.LitServer, "run", lambda self, **kwargs: started.append(kwargs))
     serve_module.serve(trained[0], port=free_port(), accelerator="cpu")
     assert started and started[0]["host"] == "127.0.0.1"
-    assert started[0]["limit_concurrency"] == 64  # uploads in progress hold at most 64 x max_upload_mb
+    # Idle connections count toward uvicorn's limit: 63 of them made /health answer 503 for as long as they stayed.
+    assert "limit_concurrency" not in started[0]
+    serve_module.serve(trained[0], port=free_port(), accelerator="cpu", max_connections=8)
+    assert started[1]["limit_concurrency"] == 8
 
 
 def test_a_body_that_stops_arriving_is_dropped_with_408() -> None:

@@ -38,7 +38,7 @@ from vitlit.atomic import write_atomically
 from vitlit.cli import TOOLS
 from vitlit.config import PositiveInt
 from vitlit.exits import STOP
-from vitlit.optim import length_reached, planned_steps, schedule_of
+from vitlit.optim import UNBOUNDED_STEPS, length_reached, planned_steps, schedule_of
 from vitlit.run_dir import CARD, read_card, saved_config
 from vitlit.text import markdown, redacted, shell_word, shown, tell
 
@@ -100,6 +100,12 @@ class RunCard(Callback):
         device = torch.cuda.get_device_name(root) if root.type == "cuda" else platform.processor() or root.type
         seed = os.environ.get("PL_GLOBAL_SEED")  # set by Lightning's seed_everything (the CLI's seed_everything)
         seed = int(seed) if seed is not None and seed.lstrip("-").isdigit() else None
+        plan = {
+            "planned_steps": planned_steps(trainer),
+            "warmup_steps": getattr(schedule_of(trainer), "warmup_steps", None),
+        }
+        if plan["planned_steps"] == UNBOUNDED_STEPS:  # a time budget plans from the run's first steps, and says so
+            plan = dict.fromkeys(plan)
         self.card = {
             "epochs_done": 0, "best_val_acc": None, "best_epoch": None, "test_acc": None, **earlier,
             "run_dir": str(self.run_dir), "model_name": pl_module.hparams.get("model_name"), "exit_reason": "running",
@@ -111,8 +117,7 @@ class RunCard(Callback):
             "loggers": [{"logger": type(lg).__name__, "name": str(lg.name), "run": str(lg.version)}
                         for lg in trainer.loggers],  # MLflow's and W&B's own run ids, to find the run there
             # What the options left to the run, as it took it (the schedule's length already asked for the loaders).
-            "resolved": {**getattr(trainer.datamodule, "resolved", dict)(), "planned_steps": planned_steps(trainer),
-                         "warmup_steps": getattr(schedule_of(trainer), "warmup_steps", None)},
+            "resolved": {**getattr(trainer.datamodule, "resolved", dict)(), **plan},
         }  # fmt: skip
         config = saved_config(trainer, self.run_dir)
         if config.is_file():  # the saved config says what its options left to the run, as comments (YAML reads on)

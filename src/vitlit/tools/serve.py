@@ -147,12 +147,12 @@ class RequestCheck:
         headers = dict(scope.get("headers") or [])
         content_type = headers.get(b"content-type", b"").decode("latin-1")  # a boundary keeps its case
         body, more = bytearray(), True  # appended in place: a body of many small pieces costs each piece once
-        deadline = asyncio.get_running_loop().time() + self.body_timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.body_timeout
         while more:
-            try:
-                async with asyncio.timeout_at(deadline):
-                    message = await receive()
-            except TimeoutError:
+            try:  # asyncio.wait_for: Python 3.10 has no asyncio.timeout_at
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
                 detail = f"the request body did not arrive within {self.body_timeout:g} s"
                 await JSONResponse({"detail": detail}, status_code=408)(scope, receive, send)
                 return
@@ -312,7 +312,7 @@ def serve(
     weights_only: bool = True,
     shutdown_timeout: NonNegativeInt = 5,
     body_timeout: PositiveFloat = 60.0,
-    max_connections: PositiveInt = 64,
+    max_connections: PositiveInt | None = None,
 ) -> None:
     """Serve a checkpoint over HTTP until interrupted: ``POST /predict`` (one image), ``GET /health``.
 
@@ -334,8 +334,10 @@ def serve(
             slow or idle client cannot hold the server up. Keep it under your service manager's kill timeout.
         body_timeout: Seconds a request's body may take to arrive whole; a slower one gets HTTP 408 and its bytes
             are let go.
-        max_connections: Connections and requests the server holds at once (uvicorn's ``limit_concurrency``); more
-            get HTTP 503. With ``max_upload_mb`` it bounds the memory that uploads in progress hold.
+        max_connections: Connections each of LitServe's API server processes holds at once (uvicorn's
+            ``limit_concurrency``); more get HTTP 503, ``/health`` too. With ``max_upload_mb`` it bounds the memory
+            that uploads in progress hold, but idle connections count too, so that many idle clients turn every
+            other away. ``None``: no bound (uvicorn's default); ``body_timeout`` still lets go of a stalled upload.
     """
     if host not in HOSTS:
         raise ConfigError(f"host={host!r} is not an address LitServe listens on; give 127.0.0.1 (this machine only), "
@@ -391,7 +393,8 @@ def serve(
     previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     _say_when_ready(f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{int(port)}")
     try:
-        server.run(host=host, port=int(port), generate_client_file=False, limit_concurrency=int(max_connections))
+        limits = {} if max_connections is None else {"limit_concurrency": int(max_connections)}
+        server.run(host=host, port=int(port), generate_client_file=False, **limits)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
