@@ -147,6 +147,11 @@ CASES = [
         lambda tmp, run: [f"--trainer={tmp / 'nope.yaml'}"],
         ["nope.yaml is neither a file of trainer options nor options"],
     ),
+    (  # taken: the file's trainer section was checked, the same options as --trainer's value were not
+        "trainer flag a NaN",
+        lambda tmp, run: ["--trainer", "{gradient_clip_val: .nan}"],
+        ["the value of --trainer: gradient_clip_val=nan is not a finite number"],
+    ),
     (
         "trainer options as a list",
         lambda tmp, run: ["--config", _text(tmp, "t.yaml", "trainer:\n  - max_epochs: 3\n")],

@@ -104,6 +104,7 @@ def check_config_files(argv: list[str]) -> None:
         if not isinstance(content, dict):
             raise ConfigError(f"--trainer {value} is neither a file of trainer options nor options; give them as "
                               f"flags (--trainer.max_epochs 5), or a YAML file of key: value lines.")  # fmt: skip
+        check_finite(content, "the value of --trainer: ")
     check_finite_flags(argv)
 
 
