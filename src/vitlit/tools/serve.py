@@ -398,7 +398,8 @@ def serve(
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        server_log.removeFilter(stopping)
+        if not stopping.active:  # after a stop LitServe's monitor thread may still ask its manager, now gone
+            server_log.removeFilter(stopping)
 
 
 class ManagerGone(logging.Filter):
